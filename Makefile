@@ -1,0 +1,38 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   runs the whole pipeline on the embedded demo world
+#   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
+# Both create and fill .venv on first use and reuse it afterwards.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+DEMO   ?= data/demo
+RUNS   ?= runs/demo
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: all venv test demo cuda-check clean
+
+all: test
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+test: $(STAMP) cuda-check
+	$(PY) -m pytest -q tests
+
+cuda-check:
+	bash csrc/check_cuda.sh
+
+demo: $(STAMP)
+	bash demo.sh $(DEMO) $(RUNS)
+
+clean:
+	rm -rf $(VENV) build .pytest_cache

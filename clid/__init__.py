@@ -1,0 +1,7 @@
+"""CLID: Controlled-Length Image Descriptions with Limited Data.
+
+The shared pieces of the numbered stage scripts: tokenizer and length levels (``text``), file
+formats (``files``), dataset loaders (``data``), sharding (``shard``), keyed randomness (``rng``)
+and dataset statistics (``python -m clid.stats``).
+"""
+__version__ = "0.1.0"

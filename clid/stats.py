@@ -1,0 +1,92 @@
+"""Caption length statistics per level, like the paper's level table.
+
+    python -m clid.stats CAPTIONS_FILE [--levels caption|paragraph|labert] [--split test] [--json]
+
+Reads Karpathy JSON, the official COCO captions JSON, the paragraphs JSON or our JSONL. Lengths
+follow the DESIGN.md convention (WordPiece tokens of the preprocessed caption plus the final ".").
+With ``--json`` the last line printed is one JSON object: ``n``, ``mean``, ``std`` and ``levels``
+(a list of ``{level, low, high, count, pct}``), plus ``above`` (longer than the last level).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from .text import caption_lengths, get_levels
+
+
+def length_stats(lengths, levels="caption") -> dict:
+    """Count, mean, standard deviation and the per-level histogram of caption lengths."""
+    lengths = np.asarray(list(lengths), dtype=np.int64)
+    levels = get_levels(levels)
+    n = int(lengths.size)
+    rows = []
+    for index, (low, high) in enumerate(levels, 1):
+        count = int(((lengths >= low) & (lengths <= high)).sum())
+        rows.append({"level": index, "low": low, "high": high, "count": count,
+                     "pct": round(100.0 * count / n, 3) if n else 0.0})
+    above = int((lengths > levels[-1][1]).sum())
+    below = int((lengths < levels[0][0]).sum())
+    return {"n": n,
+            "mean": round(float(lengths.mean()), 4) if n else 0.0,
+            "std": round(float(lengths.std()), 4) if n else 0.0,
+            "min": int(lengths.min()) if n else 0,
+            "max": int(lengths.max()) if n else 0,
+            "levels": rows,
+            "below": below,
+            "above": above}
+
+
+def format_table(stats: dict, title: str = "") -> str:
+    lines = []
+    if title:
+        lines.append(title)
+    lines.append(f"captions: {stats['n']}   length mean {stats['mean']:.2f}  std {stats['std']:.2f}  "
+                 f"min {stats['min']}  max {stats['max']}")
+    lines.append(f"{'level':>5}  {'tokens':>9}  {'count':>9}  {'pct':>7}")
+    for row in stats["levels"]:
+        lines.append(f"{row['level']:>5}  {row['low']:>4}-{row['high']:<4}  {row['count']:>9}  {row['pct']:>6.2f}%")
+    n = max(stats["n"], 1)
+    for name in ("below", "above"):
+        if stats[name]:
+            label = "< first" if name == "below" else "> last"
+            lines.append(f"{label:>5}  {'':>9}  {stats[name]:>9}  {100.0 * stats[name] / n:>6.2f}%")
+    return "\n".join(lines)
+
+
+def file_lengths(path, split: str | None = None, tokenizer=None) -> list[int]:
+    """Lengths of every caption in a supported caption file (optionally of one split)."""
+    from .data import load_captions
+
+    records = load_captions(path, split_filter=split)
+    texts = [c for r in records for c in r.captions]
+    # the loaders already preprocessed the text; paragraphs keep their "." sentence breaks
+    return caption_lengths(texts, tokenizer, keep_sentences=True)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m clid.stats", description=__doc__.split("\n\n")[0])
+    parser.add_argument("path", help="Karpathy JSON, COCO captions JSON, paragraphs JSON or JSONL")
+    parser.add_argument("--levels", default="caption", choices=["caption", "paragraph", "labert"])
+    parser.add_argument("--split", default=None, help="only this split (e.g. train, val, test)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder or hub name (default: offline bert-base-uncased)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = parser.parse_args(argv)
+    from .files import DataError
+    from .text import load_tokenizer
+
+    try:
+        lengths = file_lengths(args.path, args.split, load_tokenizer(args.tokenizer))
+    except (DataError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    stats = length_stats(lengths, args.levels)
+    print(format_table(stats, f"{args.path} ({args.levels} levels)"))
+    if args.json:
+        print(json.dumps(stats))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+import json
+
+import numpy as np
+import pytest
+
+from clid import files
+
+
+def test_atomic_write_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "out.jsonl"
+
+    def records():
+        yield {"a": 1}
+        raise RuntimeError("crash in the middle")
+
+    with pytest.raises(RuntimeError):
+        files.write_jsonl(target, records())
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_write_keeps_the_old_file_on_failure(tmp_path):
+    target = tmp_path / "out.jsonl"
+    files.write_jsonl(target, [{"a": 1}])
+    with pytest.raises(TypeError):
+        files.write_jsonl(target, [{"a": object()}])
+    assert list(files.read_jsonl(target)) == [{"a": 1}]
+
+
+def test_jsonl_round_trip_and_errors(tmp_path):
+    path = tmp_path / "c.jsonl"
+    recs = [{"id": "1_0", "image_id": "1", "caption": "a dog ."}, {"id": "1_1", "image_id": "1", "caption": "café"}]
+    assert files.write_jsonl(path, recs) == 2
+    assert list(files.read_jsonl(path, required=("id", "caption"))) == recs
+    path.write_text(json.dumps(recs[0]) + "\n{broken\n")
+    with pytest.raises(files.DataError, match=r"c.jsonl: line 2: not valid JSON"):
+        list(files.read_jsonl(path))
+    path.write_text(json.dumps({"id": "x"}) + "\n")
+    with pytest.raises(files.DataError, match=r"line 1: missing key\(s\) \['caption'\]"):
+        list(files.read_jsonl(path, required=("id", "caption")))
+
+
+def test_h5_groups_and_feature_store(tmp_path):
+    path = tmp_path / "features.h5"
+    groups = [(str(i), {"features": np.full((3, 8), i, np.float32),
+                        "boxes": np.array([[0, 0, 10, 10]] * 3, np.float32)},
+               {"width": 100, "height": 80}) for i in (2, 10, 1)]
+    assert files.write_h5_groups(path, groups) == 3
+    store = files.FeatureStore(path)
+    assert store.ids() == ["1", "2", "10"]
+    regions = store.get(10)
+    assert regions.features.shape == (3, 8) and regions.features[0, 0] == 10
+    assert (regions.width, regions.height) == (100.0, 80.0) and regions.cls_prob is None
+    with pytest.raises(files.DataError, match="image 7: no region features"):
+        store.get("7")
+
+
+def test_quality_round_trip(tmp_path):
+    path = tmp_path / "q.h5"
+    files.write_quality(path, ["a", "b"], [-1.0, -2.0], [-1.5, -1.0])
+    q = files.read_quality(path)
+    assert list(q["id"]) == ["a", "b"]
+    np.testing.assert_allclose(q["u"], [0.5, -1.0])
+
+
+def test_natural_order():
+    assert sorted(["img10", "img2", "1", "b"], key=files.natural_key) == ["1", "b", "img2", "img10"]

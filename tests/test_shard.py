@@ -1,0 +1,92 @@
+import numpy as np
+import pytest
+
+from clid import files, shard
+from clid.rng import item_rng, item_seed
+
+from conftest import run_script
+
+
+def toy_stage(items, out, shard_spec, chunk_size=3, fail_after=None):
+    """A per-item stage: a few random captions per image, randomness keyed by (seed, image id)."""
+    done = []
+
+    def process(chunk, path):
+        if fail_after is not None and len(done) >= fail_after:
+            raise KeyboardInterrupt("killed")
+        records = []
+        for image_id in chunk:
+            rng = item_rng(7, image_id)
+            for n in range(int(rng.integers(0, 3))):  # some images give no record at all
+                records.append({"id": f"{image_id}_{n}", "image_id": image_id, "caption": f"x {rng.random():.6f}"})
+        files.write_jsonl(path, records)
+        done.append(path)
+
+    return shard.run_chunks(items, out, shard_spec, chunk_size, process), done
+
+
+ITEMS = [str(i) for i in (5, 3, 12, 1, 40, 2, 8, 100, 7, 6, 11)]
+
+
+def test_one_shard_equals_three_shards(tmp_path):
+    one, _ = toy_stage(ITEMS, tmp_path / "one.jsonl", shard.Shard(0, 1))
+    outs = [toy_stage(ITEMS, tmp_path / "three.jsonl", shard.Shard(i, 3))[0] for i in range(3)]
+    assert outs[:2] == [None, None] and outs[2] == tmp_path / "three.jsonl"  # the last shard merges
+    assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "three.jsonl").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.jsonl", "three.jsonl"]  # parts cleaned up
+    recs = list(files.read_jsonl(tmp_path / "one.jsonl"))
+    assert len(recs) > 0 and [r["image_id"] for r in recs] == sorted((r["image_id"] for r in recs), key=int)
+
+
+def test_item_goes_to_shard_i_mod_n():
+    assert shard.Shard(1, 3).select(list("abcdefg")) == ["b", "e"]
+    with pytest.raises(SystemExit):
+        shard.Shard(3, 3)
+
+
+def test_resume_after_kill_skips_finished_chunks(tmp_path):
+    out = tmp_path / "o.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        toy_stage(ITEMS, out, shard.Shard(0, 1), fail_after=2)
+    assert len(list(tmp_path.glob("o.jsonl.chunk-*"))) == 2 and not out.exists()
+    result, done = toy_stage(ITEMS, out, shard.Shard(0, 1))
+    assert result == out and len(done) == 2  # 4 chunks of 3 items; 2 were already on disk
+    reference, _ = toy_stage(ITEMS, tmp_path / "ref.jsonl", shard.Shard(0, 1))
+    assert out.read_bytes() == reference.read_bytes()
+    # a finished output is not recomputed
+    assert toy_stage(ITEMS, out, shard.Shard(0, 1))[1] == []
+
+
+def test_merge_command_and_h5_parts(tmp_path):
+    out = tmp_path / "q.h5"
+    for i, ids in enumerate((["b10", "b2"], ["a"])):
+        files.write_quality(shard.part_path(out, i, 2), ids, np.zeros(len(ids)), np.ones(len(ids)))
+    run_script("-m", "clid.shard", "merge", out, "--num-shards", 2)
+    assert list(files.read_quality(out)["id"]) == ["a", "b2", "b10"]
+    # grouped HDF5 (saliency / features): groups of all parts
+    gout = tmp_path / "s.h5"
+    for i in range(2):
+        files.write_h5_groups(shard.part_path(gout, i, 2), [(str(i), {"map": np.zeros((2, 2), np.float16)}, {"width": 2, "height": 2})])
+    shard.merge(gout, 2)
+    assert files.h5_group_ids(gout) == ["0", "1"]
+    missing = run_script("-m", "clid.shard", "merge", tmp_path / "none.jsonl", "--num-shards", 2, check=False)
+    assert missing.returncode != 0 and "2 parts missing" in missing.stderr
+
+
+def test_slurm_defaults(monkeypatch):
+    import argparse
+
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "4")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "8")
+    parser = argparse.ArgumentParser()
+    shard.add_shard_args(parser)
+    args = parser.parse_args([])
+    assert shard.Shard.from_args(args) == shard.Shard(4, 8)
+    assert shard.Shard.from_args(parser.parse_args(["--shard-id", "0", "--num-shards", "1"])) == shard.Shard(0, 1)
+
+
+def test_keyed_randomness_is_stable():
+    assert item_seed(1, "391895") == item_seed(1, "391895")
+    assert item_seed(1, "391895") != item_seed(2, "391895") != item_seed(1, "391896")
+    a, b = item_rng(0, "img", "walk").random(4), item_rng(0, "img", "walk").random(4)
+    assert np.array_equal(a, b)

@@ -1,0 +1,49 @@
+import json
+
+from clid.stats import length_stats
+
+from conftest import run_script
+
+
+def test_length_stats_levels():
+    s = length_stats([5, 12, 12, 25, 70], "caption")
+    assert s["n"] == 5 and s["above"] == 1
+    assert [r["count"] for r in s["levels"]] == [1, 2, 1, 0, 0, 0, 0]
+    assert s["levels"][1] == {"level": 2, "low": 10, "high": 19, "count": 2, "pct": 40.0}
+    assert abs(s["mean"] - 24.8) < 1e-9
+
+
+def test_stats_cli_on_fixture_files(fixtures):
+    for name, n in (("dataset_coco_sample.json", 20), ("captions_val2014_sample.json", 20),
+                    ("paragraphs_v1_sample.json", 3), ("dataset_flickr30k_sample.json", 3)):
+        out = run_script("-m", "clid.stats", fixtures / name, "--json").stdout
+        stats = json.loads(out.strip().splitlines()[-1])
+        assert stats["n"] == n
+        assert set(stats) >= {"n", "mean", "std", "levels"}
+        assert sum(r["count"] for r in stats["levels"]) + stats["above"] + stats["below"] == n
+
+
+def test_stats_on_paragraph_levels(fixtures):
+    out = run_script("-m", "clid.stats", fixtures / "paragraphs_v1_sample.json", "--levels", "paragraph", "--json").stdout
+    stats = json.loads(out.strip().splitlines()[-1])
+    assert len(stats["levels"]) == 13 and stats["min"] > 20  # sentence breaks counted
+
+
+def test_stats_on_real_coco_train2014(coco_annotations):
+    """The real 414k COCO train captions: the paper's level table (level 2 holds ~87%)."""
+    proc = run_script("-m", "clid.stats", coco_annotations / "captions_train2014.json", "--json")
+    print(proc.stdout)
+    stats = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert stats["n"] == 414113
+    assert 11.8 < stats["mean"] < 12.1
+    pct = {r["level"]: r["pct"] for r in stats["levels"]}
+    assert 86.0 < pct[2] < 87.5 and 11.0 < pct[1] < 12.5 and pct[3] < 2.0 and pct[7] == 0.0
+    assert "   2    10-19" in proc.stdout  # the printed table
+
+
+def test_stats_bad_file_is_one_clear_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    proc = run_script("-m", "clid.stats", bad, check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {bad}: line 1 column 2: not valid JSON")

@@ -1,0 +1,76 @@
+import pytest
+
+from clid import text
+
+
+def test_karpathy_preprocessing():
+    assert text.karpathy_tokens("A Man's  dog, jumping!") == ["a", "mans", "dog", "jumping"]
+    assert text.preprocess("Two dogs play in 2 parks.") == "two dogs play in 2 parks"
+    assert text.preprocess("A dog. A cat!", keep_sentences=True) == "a dog . a cat"
+
+
+def test_length_counts_wordpieces_plus_final_period():
+    tok = text.load_tokenizer()
+    assert len(tok.vocab) == 30522
+    # "skateboarder" is split into word pieces by bert-base-uncased
+    pieces = tok.tokenize("a skateboarder doing tricks")
+    assert len(pieces) > 4
+    assert text.caption_length("A skateboarder doing tricks.") == len(pieces) + 1
+    assert text.caption_length("Dog") == 2
+    assert text.caption_length("") == 1  # only the final "."
+    ids = text.encode(["a dog"])[0]
+    assert ids[-1] == text.eos_id(tok) == tok.convert_tokens_to_ids(".")
+    assert ids[:-1] == tok("a dog", add_special_tokens=False)["input_ids"]
+
+
+def test_encode_matches_the_tokenizer_on_real_captions(fixtures):
+    from clid.data import load_karpathy
+
+    tok = text.load_tokenizer()
+    captions = [c for r in load_karpathy(fixtures / "dataset_coco_sample.json") for c in r.captions]
+    for caption, ids in zip(captions, text.encode(captions, tok)):
+        assert ids == tok(caption, add_special_tokens=False)["input_ids"] + [text.eos_id(tok)]
+
+
+def test_decode_cuts_at_first_period():
+    tok = text.load_tokenizer()
+    ids = text.encode(["a man riding a horse"])[0] + text.encode(["extra words"])[0]
+    assert text.decode(ids, tok) == "a man riding a horse"
+
+
+def test_level_sets():
+    assert text.get_levels("caption") == ((1, 9), (10, 19), (20, 29), (30, 39), (40, 49), (50, 59), (60, 69))
+    paragraph = text.get_levels("paragraph")
+    assert len(paragraph) == 13 and paragraph[0] == (1, 9) and paragraph[-1] == (120, 129)
+    assert text.get_levels("labert") == ((7, 9), (10, 14), (15, 19), (20, 25))
+    with pytest.raises(ValueError):
+        text.get_levels("nope")
+    with pytest.raises(ValueError):
+        text.get_levels([(1, 10), (10, 20)])  # overlapping
+
+
+@pytest.mark.parametrize("length,level", [(1, 1), (9, 1), (10, 2), (19, 2), (20, 3), (69, 7), (70, None), (0, None)])
+def test_length_to_level_and_back(length, level):
+    assert text.length_to_level(length) == level
+    if level is not None:
+        low, high = text.level_range(level)
+        assert low <= length <= high
+
+
+def test_labert_levels_leave_gaps():
+    assert text.length_to_level(6, "labert") is None
+    assert text.length_to_level(7, "labert") == 1
+    assert text.length_to_level(25, "labert") == 4
+    assert text.level_range(2, "labert") == (10, 14)
+    with pytest.raises(ValueError):
+        text.level_range(5, "labert")
+
+
+def test_other_tokenizer_folder(tmp_path):
+    # a locally saved tokenizer folder is selectable by path
+    tok = text.load_tokenizer()
+    tok.save_pretrained(tmp_path)
+    other = text.load_tokenizer(str(tmp_path))
+    assert text.encode(["a dog"], other) == text.encode(["a dog"], tok)
+    with pytest.raises(SystemExit, match="cannot load the tokenizer"):
+        text.load_tokenizer(str(tmp_path / "missing"))
