@@ -1,0 +1,123 @@
+"""LaBERT's mask-predict decoding at a length level, batched over images.
+
+For a level (low, high) the caption is decoded at length ``high``:
+
+1. all text positions start as [MASK]; predict every position;
+2. for step s = 1 .. T-1: re-mask the ``max(1, int(high * (1 - s / T)))`` least confident tokens and
+   predict only those positions again (the LM head runs only where a prediction is needed);
+3. the text is cut at the first "." (the end-of-sentence and padding token).
+
+Options: an end-of-sentence penalty (LaBERT's ``eos_decay``: the probability of "." at positions
+``low-1 .. high-1`` is multiplied by ``decay ** (high - position)``; 1.0 = off, the default), and
+LaBERT's probability averaging (``labert_average``: after each step every position's confidence
+becomes the mean of its old and new confidence, which needs the head at every position; off by
+default). Repeated words ("a a dog") are collapsed as LaBERT's inference does (``dedupe``).
+"""
+from __future__ import annotations
+
+import torch
+
+from .english import remove_doubled_words
+from .files import FeatureStore
+from .model import Captioner, region_inputs
+from .text import decode, eos_id, get_levels
+
+# steps per level (the issue's defaults for the 7 caption levels, +5 per further level)
+DEFAULT_STEPS = (10, 15, 20, 25, 30, 35, 40)
+LABERT_STEPS = (10, 15, 20, 20)
+
+
+def default_steps(levels) -> tuple[int, ...]:
+    levels = get_levels(levels)
+    if levels == get_levels("labert"):
+        return LABERT_STEPS
+    return tuple(DEFAULT_STEPS[i] if i < len(DEFAULT_STEPS) else DEFAULT_STEPS[-1] + 5 * (i - 6)
+                 for i in range(len(levels)))
+
+
+def pad_regions(items: list[tuple[torch.Tensor, torch.Tensor]], dtype=torch.float32):
+    """Stack per-image (features [R, D], box inputs [R, 6+C]) into padded [B, Rmax, .] + mask [B, Rmax]."""
+    R = max(f.shape[0] for f, _ in items)
+    B = len(items)
+    feats = torch.zeros(B, R, items[0][0].shape[1], dtype=dtype)
+    pos = torch.zeros(B, R, items[0][1].shape[1], dtype=dtype)
+    mask = torch.zeros(B, R, dtype=torch.bool)
+    for i, (f, p) in enumerate(items):
+        feats[i, : f.shape[0]] = f
+        pos[i, : p.shape[0]] = p
+        mask[i, : f.shape[0]] = True
+    return feats, pos, mask
+
+
+def load_regions(features: FeatureStore, image_id, use_cls_prob: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    r = features.get(image_id)
+    pos = region_inputs(r.boxes, r.width, r.height, r.cls_prob if use_cls_prob else None)
+    return torch.as_tensor(r.features, dtype=torch.float32), pos
+
+
+@torch.no_grad()
+def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int, steps: int,
+                 eos_decay: float = 1.0, labert_average: bool = False) -> torch.Tensor:
+    """Token ids [B, high] decoded at ``level`` (1-based)."""
+    low, high = model.levels[level - 1]
+    B, device = regions.shape[0], regions.device
+    mask_id = model.tokenizer.mask_token_id
+    end = eos_id(model.tokenizer)
+    levels = torch.full((B,), level, dtype=torch.long, device=device)
+    # penalty on "." at positions low-1 .. high-1: decay ** (high - position)
+    eos_scale = torch.ones(high, device=device)
+    if eos_decay != 1.0:
+        exponents = torch.arange(high - low + 1, 0, -1, device=device, dtype=torch.float32)
+        eos_scale[low - 1:] = eos_decay ** exponents
+
+    def predict(ids, where):
+        states = model.encode(regions, region_pos, region_mask, ids, levels)
+        probs = model.logits_from_hidden(model.hidden(states, where)).softmax(-1)
+        probs[:, end] *= eos_scale.expand(B, high)[where]
+        return probs.max(-1)
+
+    tokens = torch.full((B, high), mask_id, dtype=torch.long, device=device)
+    everywhere = torch.ones(B, high, dtype=torch.bool, device=device)
+    confidence, predicted = predict(tokens, everywhere)
+    tokens = predicted.view(B, high)
+    confidence = confidence.view(B, high)
+    for step in range(1, steps):
+        n_mask = max(1, int(high * (1.0 - step / steps)))
+        remask = torch.zeros(B, high, dtype=torch.bool, device=device)
+        remask.scatter_(1, confidence.topk(n_mask, dim=1, largest=False).indices, True)
+        tokens = tokens.masked_fill(remask, mask_id)
+        if labert_average:
+            new_conf, new_tokens = (t.view(B, high) for t in predict(tokens, everywhere))
+            tokens = torch.where(remask, new_tokens, tokens)
+            confidence = torch.where(remask, new_conf, confidence)
+            confidence = (confidence + new_conf) / 2
+        else:
+            new_conf, new_tokens = predict(tokens, remask)
+            tokens[remask] = new_tokens
+            confidence[remask] = new_conf
+    return tokens
+
+
+def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[str], levels: list[int],
+                      batch_size: int = 64, device="cpu", steps: tuple[int, ...] | None = None,
+                      eos_decay: float = 1.0, labert_average: bool = False, dedupe: bool = True,
+                      progress: bool = False) -> dict[int, dict[str, str]]:
+    """Captions at each requested level for each image: ``{level: {image_id: caption}}``."""
+    from tqdm import tqdm
+
+    model.eval()
+    steps = steps or default_steps(model.levels)
+    use_cls = model.config.num_classes > 0
+    out: dict[int, dict[str, str]] = {level: {} for level in levels}
+    batches = [image_ids[i:i + batch_size] for i in range(0, len(image_ids), batch_size)]
+    bar = tqdm(total=len(batches) * len(levels), desc="decode", unit="batch", disable=not progress)
+    for batch in batches:
+        feats, pos, mask = (t.to(device) for t in pad_regions([load_regions(features, i, use_cls) for i in batch]))
+        for level in levels:
+            ids = mask_predict(model, feats, pos, mask, level, steps[level - 1], eos_decay, labert_average)
+            for image_id, row in zip(batch, ids.tolist()):
+                text = decode(row, model.tokenizer)
+                out[level][str(image_id)] = remove_doubled_words(text) if dedupe else text
+            bar.update(1)
+    bar.close()
+    return out

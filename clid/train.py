@@ -1,0 +1,379 @@
+"""Training machinery shared by 04_train_base.py and 06_train_selection.py.
+
+- :func:`make_examples`: captions -> token ids and length levels (too-long captions counted, not hidden);
+- :class:`RegionCache`: region features of the images, loaded once;
+- :func:`collate`: LaBERT's training input: pad each caption with "." to its level's highest length,
+  mask a uniform count in [max(1, int(0.1 * high)), high] of its positions;
+- :func:`masked_lm_loss`: label-smoothed cross-entropy (0.1) on the masked positions only, "." targets
+  weighted 0.5 (LaBERT's balance weight);
+- :class:`Trainer`: AdamW, linear warm-up then cosine decay, gradient clipping, atomic checkpoints,
+  exact resume (every random draw is keyed by (seed, step)), DDP under ``torchrun`` (gloo on CPU,
+  NCCL on GPU) with the loss normalised over the *global* batch, so N processes compute the same
+  loss and gradient as one process with the same global batch.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .decode import load_regions, pad_regions
+from .files import FeatureStore
+from .model import Captioner, load_checkpoint, save_model
+from .rng import item_rng, item_seed
+from .text import encode, eos_id, length_to_level
+
+# ---------------------------------------------------------------------------------------------
+# Examples
+
+
+@dataclass
+class Examples:
+    """Tokenised training captions. ``tokens[i]`` ends with "."; ``levels[i]`` is 1-based."""
+
+    image_ids: list[str] = field(default_factory=list)
+    tokens: list[list[int]] = field(default_factory=list)
+    levels: list[int] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # "trusted" / "selfgen"
+    caption_ids: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def extend(self, other: "Examples") -> "Examples":
+        for name in ("image_ids", "tokens", "levels", "sources", "caption_ids"):
+            getattr(self, name).extend(getattr(other, name))
+        return self
+
+    def subset(self, indices) -> "Examples":
+        out = Examples()
+        for name in ("image_ids", "tokens", "levels", "sources", "caption_ids"):
+            values = getattr(self, name)
+            setattr(out, name, [values[i] for i in indices])
+        return out
+
+
+def make_examples(items: list[tuple[str, str, str]], tokenizer, levels, source: str,
+                  features: FeatureStore | None = None, keep_sentences: bool = False) -> tuple[Examples, Counter]:
+    """Tokenise ``(caption id, image id, text)`` triples. Returns the examples and skip counts by reason."""
+    skipped = Counter()
+    ids = encode([text for _, _, text in items], tokenizer, keep_sentences)
+    out = Examples()
+    for (caption_id, image_id, _), row in zip(items, ids):
+        level = length_to_level(len(row), levels)
+        if level is None:
+            skipped[f"{source}: length {len(row)} outside the levels"] += 1
+            continue
+        if features is not None and str(image_id) not in features:
+            skipped[f"{source}: no region features for the image"] += 1
+            continue
+        out.image_ids.append(str(image_id))
+        out.tokens.append(row)
+        out.levels.append(level)
+        out.sources.append(source)
+        out.caption_ids.append(str(caption_id))
+    return out, skipped
+
+
+class RegionCache:
+    """Region inputs (features, 6-d boxes) per image id, read from the HDF5 once and kept in memory."""
+
+    def __init__(self, features: FeatureStore, use_cls_prob: bool = False):
+        self.features = features
+        self.use_cls_prob = use_cls_prob
+        self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def get(self, image_id: str):
+        item = self._cache.get(image_id)
+        if item is None:
+            item = self._cache[image_id] = load_regions(self.features, image_id, self.use_cls_prob)
+        return item
+
+    def batch(self, image_ids: list[str]):
+        return pad_regions([self.get(i) for i in image_ids])
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches: masking and loss
+
+
+def collate(examples: Examples, indices, model: Captioner, seed: int, step: int, positions=None):
+    """LaBERT's training batch for ``indices`` (``positions``: each example's place in the global batch).
+
+    Returns (input_ids, targets, masked, levels): ``input_ids`` [B, T] with masks applied (PAD beyond
+    each level's length), ``targets`` [B, T] the true ids, ``masked`` [B, T] bool.
+    """
+    tok = model.tokenizer
+    end, pad, mask_id = eos_id(tok), tok.pad_token_id, tok.mask_token_id
+    highs = [model.levels[examples.levels[i] - 1][1] for i in indices]
+    T = max(highs)
+    targets = torch.full((len(indices), T), pad, dtype=torch.long)
+    masked = torch.zeros((len(indices), T), dtype=torch.bool)
+    positions = range(len(indices)) if positions is None else positions
+    for row, (i, high, place) in enumerate(zip(indices, highs, positions)):
+        ids = examples.tokens[i]
+        targets[row, :high] = torch.tensor(ids + [end] * (high - len(ids)))
+        rng = item_rng(seed, "mask", step, place)  # keyed by the global position: same on any world size
+        n_mask = int(rng.integers(max(1, int(0.1 * high)), high + 1))
+        masked[row, torch.from_numpy(rng.choice(high, n_mask, replace=False))] = True
+    input_ids = targets.masked_fill(masked, mask_id)
+    levels = torch.tensor([examples.levels[i] for i in indices], dtype=torch.long)
+    return input_ids, targets, masked, levels
+
+
+def masked_lm_loss(logits, targets, eos: int, eos_weight: float = 0.5, smoothing: float = 0.1):
+    """Weighted label-smoothed cross-entropy, summed: returns (sum of w * loss, sum of w).
+
+    Smoothing puts ``smoothing / (V - 1)`` on every wrong class (as LaBERT); the weight of a target
+    is ``eos_weight`` for "." and 1 otherwise.
+    """
+    logp = logits.float().log_softmax(-1)
+    V = logp.shape[-1]
+    logp_target = logp.gather(1, targets[:, None]).squeeze(1)
+    other = logp.sum(-1) - logp_target
+    loss = -((1.0 - smoothing) * logp_target + smoothing / (V - 1) * other)
+    weight = torch.where(targets == eos, eos_weight, 1.0).to(loss.dtype)
+    return (loss * weight).sum(), weight.sum()
+
+
+def quick_control_precision(model: Captioner, features: FeatureStore, image_ids: list[str], device) -> dict:
+    """Share of ``image_ids`` whose caption decoded at each level has a length inside that level."""
+    from .decode import generate_captions
+    from .text import caption_lengths
+
+    levels = list(range(1, model.config.num_levels + 1))
+    captions = generate_captions(model, features, image_ids, levels, device=device)
+    result = {}
+    for level in levels:
+        low, high = model.levels[level - 1]
+        lengths = caption_lengths([captions[level][i] for i in image_ids], model.tokenizer)
+        result[f"cp{level}"] = round(sum(low <= n <= high for n in lengths) / len(image_ids), 3)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning-rate schedule
+
+
+def learning_rate(step: int, base_lr: float, warmup: int, total: int) -> float:
+    """Linear warm-up to ``base_lr`` over ``warmup`` steps, then cosine decay to 0 at ``total``."""
+    if step < warmup:
+        return base_lr * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return base_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def epoch_batches(n: int, batch_size: int, step: int, seed: int, tag="data") -> np.ndarray:
+    """The global batch at ``step`` of an endless sequence of shuffled epochs over ``n`` examples."""
+    start = step * batch_size
+    out, filled = np.empty(batch_size, dtype=np.int64), 0
+    while filled < batch_size:
+        epoch, offset = divmod(start + filled, n)
+        take = min(batch_size - filled, n - offset)
+        out[filled:filled + take] = item_rng(seed, tag, epoch).permutation(n)[offset:offset + take]
+        filled += take
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Distributed set-up
+
+
+def init_distributed() -> tuple[int, int, torch.device]:
+    """(rank, world size, device); starts the process group under torchrun (gloo on CPU, NCCL on GPU)."""
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    rank = int(os.environ.get("RANK", 0))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return rank, world, device
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints with training state (a folder swapped in atomically)
+
+
+def checkpoint_exists(folder) -> bool:
+    folder = Path(folder)
+    old = folder.with_name(f".{folder.name}.old")
+    if not folder.exists() and old.exists():  # a crash between the two renames of a save
+        old.rename(folder)
+    return (folder / "train_state.json").exists()
+
+
+def read_train_state(folder) -> dict:
+    return json.loads((Path(folder) / "train_state.json").read_text())
+
+
+def save_checkpoint(folder, model: Captioner, optimizer, state: dict, config_extra: dict, log_lines: list[str]):
+    """Write model + config + tokenizer + optimizer + state into a staging folder, then swap it in."""
+    folder = Path(folder)
+    staging = folder.with_name(f".{folder.name}.staging")
+    old = folder.with_name(f".{folder.name}.old")
+    shutil.rmtree(staging, ignore_errors=True)
+    save_model(model, staging, config_extra)
+    torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+    (staging / "train_state.json").write_text(json.dumps(state, indent=1))
+    previous_log = folder / "train_log.jsonl"
+    lines = (previous_log.read_text().splitlines() if previous_log.exists() else []) + log_lines
+    (staging / "train_log.jsonl").write_text("".join(line + "\n" for line in lines))
+    if folder.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        folder.rename(old)
+    staging.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def restore(folder, model: Captioner, optimizer) -> dict:
+    """Load weights and optimizer state of a checkpoint into existing objects; return its state."""
+    from safetensors.torch import load_model as load_safetensors
+
+    folder = Path(folder)
+    load_safetensors(model, str(folder / "model.safetensors"), device=str(next(model.parameters()).device))
+    optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
+    return read_train_state(folder)
+
+
+def load_init_weights(model: Captioner, folder) -> None:
+    """Copy the weights of another checkpoint (``--init-from``); configs must match."""
+    source = load_checkpoint(folder)
+    if source.config.to_json() | {"init_from": None, "preset": None} != model.config.to_json() | {"init_from": None, "preset": None}:
+        raise SystemExit(f"error: --init-from {folder}: its model config differs from this run's")
+    model.load_state_dict(source.state_dict())
+
+
+# ---------------------------------------------------------------------------------------------
+# The training loop
+
+
+@dataclass
+class TrainSettings:
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    warmup: int = 1000
+    max_steps: int = 100_000
+    batch_size: int = 64  # global batch (split over DDP ranks)
+    grad_clip: float = 1.0
+    label_smoothing: float = 0.1
+    eos_weight: float = 0.5
+    save_every: int = 1000
+    eval_every: int = 0
+    log_every: int = 20
+    seed: int = 0
+
+
+class Trainer:
+    """Runs optimizer steps on batches chosen by a caller's function ``batch_for(step) -> indices``."""
+
+    def __init__(self, model: Captioner, examples: Examples, regions: RegionCache, settings: TrainSettings,
+                 out_dir, config_extra: dict, device, rank: int = 0, world: int = 1,
+                 evaluate: Callable[[Captioner, int], dict] | None = None):
+        self.model, self.examples, self.regions, self.s = model, examples, regions, settings
+        self.out_dir, self.config_extra, self.device = Path(out_dir), config_extra, device
+        self.rank, self.world, self.evaluate = rank, world, evaluate
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.999),
+                                           weight_decay=settings.weight_decay)
+        self.ddp = None
+        if world > 1:
+            self.ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+        self.step = 0
+        self.state: dict = {}
+        self.pending_log: list[str] = []
+
+    # -- resume ---------------------------------------------------------------------------------
+    def resume(self) -> bool:
+        """Load the last checkpoint of ``out_dir`` if there is one. Returns True if it resumed."""
+        if not checkpoint_exists(self.out_dir):
+            return False
+        self.state = restore(self.out_dir, self.model, self.optimizer)
+        self.step = int(self.state["step"])
+        return True
+
+    # -- one step -------------------------------------------------------------------------------
+    def train_step(self, global_indices: np.ndarray) -> float:
+        s, model = self.s, self.model
+        model.train()
+        torch.manual_seed(item_seed(s.seed, "dropout", self.step, self.rank))  # dropout keyed by step
+        places = np.arange(len(global_indices))[self.rank::self.world]
+        indices = global_indices[places]
+        input_ids, targets, masked, levels = collate(self.examples, indices, model, s.seed, self.step, places)
+        feats, pos, rmask = self.regions.batch([self.examples.image_ids[i] for i in indices])
+        batch = [t.to(self.device) for t in (feats, pos, rmask, input_ids, levels)]
+        masked, targets = masked.to(self.device), targets.to(self.device)
+        logits = (self.ddp or model)(*batch, masked)
+        loss_sum, weight_sum = masked_lm_loss(logits, targets[masked], eos_id(model.tokenizer), s.eos_weight,
+                                              s.label_smoothing)
+        total_weight = weight_sum.detach().clone()
+        if self.world > 1:
+            dist.all_reduce(total_weight)
+        # DDP averages gradients over ranks: scale so the result is the global weighted mean
+        loss = loss_sum * self.world / total_weight
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(self.step, s.lr, s.warmup, s.max_steps)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if s.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
+        self.optimizer.step()
+        reported = loss_sum.detach().clone()
+        if self.world > 1:
+            dist.all_reduce(reported)
+        self.step += 1
+        return float(reported / total_weight)
+
+    # -- checkpointing and logging --------------------------------------------------------------
+    def log(self, record: dict) -> None:
+        if self.rank == 0:
+            self.pending_log.append(json.dumps(record))
+
+    def save(self, extra_state: dict | None = None) -> None:
+        self.state = {"step": self.step, **(extra_state or {})}
+        if self.rank == 0:
+            save_checkpoint(self.out_dir, self.model, self.optimizer, self.state, self.config_extra, self.pending_log)
+            self.pending_log = []
+        if self.world > 1:
+            dist.barrier()
+
+    def run(self, end_step: int, batch_for: Callable[[int], np.ndarray], desc: str = "train",
+            state_for: Callable[[int], dict] | None = None) -> None:
+        """Train from the current step up to ``end_step``, checkpointing every ``save_every`` steps.
+
+        ``state_for(step)`` adds fields to the saved training state (e.g. 06's iteration).
+        """
+        from tqdm import tqdm
+
+        s = self.s
+        bar = tqdm(total=end_step, initial=self.step, desc=desc, unit="step", disable=self.rank != 0,
+                   dynamic_ncols=True)
+        started, losses = time.time(), []
+        while self.step < end_step:
+            loss = self.train_step(batch_for(self.step))
+            losses.append(loss)
+            lr = self.optimizer.param_groups[0]["lr"]
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
+            bar.update(1)
+            if self.step % s.log_every == 0 or self.step == end_step:
+                self.log({"step": self.step, "loss": float(np.mean(losses)), "lr": lr,
+                          "seconds": round(time.time() - started, 2)})
+                losses = []
+            if self.evaluate and s.eval_every and self.step % s.eval_every == 0 and self.rank == 0:
+                result = self.evaluate(self.model, self.step)
+                self.log({"step": self.step, "eval": result})
+                bar.write(f"step {self.step}: " + " ".join(f"{k}={v}" for k, v in result.items()))
+            if self.step % s.save_every == 0 or self.step == end_step:
+                self.save(state_for(self.step) if state_for else None)
+        bar.close()

@@ -1,0 +1,266 @@
+"""The captioner: shapes, masking and loss, decoding, checkpoints, resume, DDP, pretrained presets."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from clid import model as M
+from clid.decode import generate_captions, mask_predict, pad_regions
+from clid.files import FeatureStore
+from clid.text import caption_length, eos_id, get_levels, load_tokenizer
+from clid.train import Examples, RegionCache, collate, epoch_batches, make_examples, masked_lm_loss
+
+from conftest import ROOT, run_script
+from toyworld import make_toy_world
+
+TINY = dict(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, region_hidden=64)
+
+
+def tiny_model(region_dim=32, levels="caption", dropout=0.0, seed=0):
+    torch.manual_seed(seed)
+    config = M.CaptionerConfig(region_dim=region_dim, levels=get_levels(levels), dropout=dropout, **TINY)
+    return M.build_model(config)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("toy")
+    return make_toy_world(folder, long_every=3)
+
+
+def test_forward_shapes_and_head_only_at_requested_positions(world):
+    model = tiny_model()
+    features = FeatureStore(world[1])
+    regions = RegionCache(features)
+    feats, pos, rmask = regions.batch(["1", "2", "3"])
+    assert feats.shape[2] == 32 and pos.shape[2] == 6 and rmask.dtype == torch.bool
+    ids = torch.full((3, 19), model.tokenizer.mask_token_id)
+    levels = torch.tensor([2, 2, 2])
+    states = model.encode(feats, pos, rmask, ids, levels)
+    assert states.shape == (3, 19, 64)
+    where = torch.zeros(3, 19, dtype=torch.bool)
+    where[0, 3] = where[2, 0] = True
+    logits = model(feats, pos, rmask, ids, levels, where)
+    assert logits.shape == (2, 30522)
+    # same numbers as projecting every position and picking the two
+    full = model.logits_from_hidden(model.hidden(states))
+    torch.testing.assert_close(logits, full[where])
+    # the head's projection is the word-embedding matrix itself (tied)
+    assert model.output_weight.data_ptr() == model.embeddings.word_embeddings.weight.data_ptr()
+
+
+def test_padded_regions_do_not_change_the_result(world):
+    model = tiny_model().eval()
+    regions = RegionCache(FeatureStore(world[1]))
+    ids = torch.full((1, 9), model.tokenizer.mask_token_id)
+    lv = torch.tensor([1])
+    alone = model.encode(*regions.batch(["4"]), ids, lv)
+    f, p, m = pad_regions([regions.get("4"), (torch.ones(9, 32), torch.ones(9, 6))])
+    padded = model.encode(f[:1], p[:1], m[:1], ids, lv)
+    torch.testing.assert_close(alone, padded)
+
+
+def test_collate_masks_a_uniform_count_and_pads_to_the_level(world):
+    model = tiny_model()
+    tok = model.tokenizer
+    items = [("a", "1", "a red dog"), ("b", "2", "a blue ball on the grass next to a small green tree in a park")]
+    examples, skipped = make_examples(items, tok, model.levels, "trusted")
+    assert not skipped and examples.levels == [1, 2]
+    counts = []
+    for step in range(200):
+        input_ids, targets, masked, levels = collate(examples, [0, 1], model, seed=3, step=step)
+        assert input_ids.shape == (2, 19) and levels.tolist() == [1, 2]
+        # caption 0: its ids, "." up to 9 tokens, [PAD] beyond (level 1 ends at 9)
+        assert targets[0, :9].tolist() == examples.tokens[0] + [eos_id(tok)] * (9 - len(examples.tokens[0]))
+        assert (targets[0, 9:] == tok.pad_token_id).all() and not masked[0, 9:].any()
+        assert (input_ids[masked] == tok.mask_token_id).all()
+        assert (input_ids[~masked] == targets[~masked]).all()
+        counts.append(int(masked[1].sum()))
+    assert min(counts) >= max(1, int(0.1 * 19)) and max(counts) <= 19
+    assert len(set(counts)) > 10  # a uniform count, not a fixed one
+
+
+def test_loss_is_label_smoothed_weighted_ce_on_masked_positions_only(world):
+    torch.manual_seed(0)
+    V, eos = 50, 7
+    logits = torch.randn(6, V, dtype=torch.float64) * 3
+    targets = torch.tensor([1, 7, 3, 7, 9, 0])
+    total, weight = masked_lm_loss(logits, targets, eos, eos_weight=0.5, smoothing=0.1)
+    logp = logits.log_softmax(-1)
+    expected = 0.0
+    for p, t in zip(logp, targets):
+        dist = torch.full((V,), 0.1 / (V - 1), dtype=torch.float64)
+        dist[t] = 0.9
+        expected += float(-(dist * p).sum()) * (0.5 if t == eos else 1.0)
+    # the loss is computed in float32: a few float32 ulps of the ~42 total
+    assert abs(float(total) - expected) < 1e-6 * expected and float(weight) == 5.0
+    # the loss reads only the masked positions: unmasked targets do not matter, masked ones do
+    model = tiny_model()
+    examples, _ = make_examples([("a", "1", "a red dog sitting on the grass next to a tree")], model.tokenizer,
+                                model.levels, "t")
+    input_ids, targets, masked, levels = collate(examples, [0], model, seed=0, step=1)
+    assert 0 < int(masked.sum()) < 19
+    batch = RegionCache(FeatureStore(world[1])).batch(["1"])
+    logits = model(*batch, input_ids, levels, masked)
+    eos = eos_id(model.tokenizer)
+
+    def loss_for(t):
+        total, w = masked_lm_loss(logits, t[masked], eos)
+        return float((total / w).detach())
+
+    changed = targets.clone()
+    changed[~masked] = 2000
+    assert loss_for(changed) == loss_for(targets)
+    changed = targets.clone()
+    changed[masked.nonzero()[0, 0], masked.nonzero()[0, 1]] = 2000
+    assert loss_for(changed) != loss_for(targets)
+    full = model.logits_from_hidden(model.hidden(model.encode(*batch, input_ids, levels)))
+    torch.testing.assert_close(full[masked], logits)
+
+
+def test_decode_every_level(world):
+    model = tiny_model().eval()
+    features = FeatureStore(world[1])
+    captions = generate_captions(model, features, ["45", "46", "47"], list(range(1, 8)), batch_size=2, steps=(3,) * 7)
+    assert set(captions) == set(range(1, 8))
+    for level, by_image in captions.items():
+        assert set(by_image) == {"45", "46", "47"}
+        for text in by_image.values():
+            assert "." not in text and text  # cut at the first "." (an untrained model rarely says ".")
+    f, p, m = RegionCache(features).batch(["45", "46"])
+    ids = mask_predict(model, f, p, m, level=3, steps=5)
+    assert ids.shape == (2, 29) and (ids != model.tokenizer.mask_token_id).all()
+    ids_avg = mask_predict(model, f, p, m, level=3, steps=5, eos_decay=0.9, labert_average=True)
+    assert ids_avg.shape == (2, 29)
+
+
+def test_save_load_round_trip(tmp_path, world):
+    model = tiny_model().eval()
+    M.save_model(model, tmp_path / "ck", {"note": "x"})
+    assert {p.name for p in (tmp_path / "ck").iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json"}
+    loaded = M.load_checkpoint(tmp_path / "ck")
+    assert loaded.config == model.config
+    for (k, a), (k2, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert k == k2 and torch.equal(a, b)
+    assert loaded.output_weight.data_ptr() == loaded.embeddings.word_embeddings.weight.data_ptr()
+    regions = RegionCache(FeatureStore(world[1]))
+    f, p, m = regions.batch(["45"])
+    ids = torch.full((1, 9), 103)
+    torch.testing.assert_close(model.encode(f, p, m, ids, torch.tensor([1])), loaded.encode(f, p, m, ids, torch.tensor([1])))
+    with pytest.raises(SystemExit, match="is not a checkpoint"):
+        M.load_checkpoint(tmp_path)
+
+
+def test_epoch_batches_cover_each_epoch():
+    seen = np.concatenate([epoch_batches(10, 4, step, seed=1) for step in range(5)])  # 2 epochs
+    assert sorted(seen[:10].tolist()) == list(range(10)) and sorted(seen[10:20].tolist()) == list(range(10))
+    assert np.array_equal(epoch_batches(10, 4, 3, seed=1), epoch_batches(10, 4, 3, seed=1))
+
+
+# ---- 04_train_base.py end to end ------------------------------------------------------------
+
+def train_cmd(world, out, *extra):
+    captions, features = world
+    return ["04_train_base.py", "--captions", captions, "--features", features, "--out", out, "--preset", "tiny",
+            "--batch-size", "8", "--lr", "1e-3", "--warmup", "2", "--eval-every", "0", "--log-every", "1",
+            "--dropout", "0.1", *extra]
+
+
+def read_weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_resume_after_kill_gives_the_same_weights(tmp_path, world):
+    steps = ["--max-steps", "16", "--save-every", "4"]
+    run_script(*train_cmd(world, tmp_path / "straight", *steps))
+    # start the same run, kill it hard once a mid-run checkpoint exists, start it again
+    cmd = [sys.executable, *map(str, train_cmd(world, tmp_path / "killed", *steps))]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = tmp_path / "killed" / "train_state.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if state.exists() and json.loads(state.read_text())["step"] >= 4:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert json.loads(state.read_text())["step"] < 16, "the run finished before it could be killed"
+    resumed = run_script(*train_cmd(world, tmp_path / "killed", *steps))
+    assert "resumed from" in resumed.stdout
+    a, b = read_weights(tmp_path / "straight"), read_weights(tmp_path / "killed")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # a finished run is not trained again
+    again = run_script(*train_cmd(world, tmp_path / "killed", *steps))
+    assert "nothing to do" in again.stdout
+
+
+def test_extended_data_uses_selfgen_of_train_images_only(tmp_path, world):
+    selfgen = tmp_path / "selfgen.jsonl"
+    lines = [{"id": f"{i}_0", "image_id": i, "caption": "a red dog and a blue ball and a green tree and a yellow car"}
+             for i in (1, 2, 50)]  # image 50 is a test image
+    selfgen.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    out = run_script(*train_cmd(world, tmp_path / "ext", "--max-steps", "2", "--data", "extended", "--selfgen", selfgen))
+    assert "selfgen 2" in out.stdout and "skipped 1: selfgen: image not in the training split" in out.stdout
+    config = json.loads((tmp_path / "ext" / "config.json").read_text())
+    assert config["train"]["data"] == "extended"
+    missing = run_script(*train_cmd(world, tmp_path / "ext2", "--data", "extended"), check=False)
+    assert missing.returncode != 0 and "needs --selfgen" in missing.stderr
+
+
+def test_ddp_two_processes_match_one_process(tmp_path, world):
+    common = ["--max-steps", "4", "--save-every", "4", "--dropout", "0"]
+    run_script(*train_cmd(world, tmp_path / "one", *common))
+    run_script("-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
+               *train_cmd(world, tmp_path / "two", *common), env={"OMP_NUM_THREADS": "1"})
+
+    def losses(folder):
+        return [r["loss"] for r in map(json.loads, (folder / "train_log.jsonl").read_text().splitlines()) if "loss" in r]
+
+    one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert len(one) == len(two) == 4
+    np.testing.assert_allclose(two, one, rtol=1e-5)
+    a, b = read_weights(tmp_path / "one"), read_weights(tmp_path / "two")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+
+
+# ---- pretrained presets ---------------------------------------------------------------------
+
+def test_minilm_preset_loads_offline_weights():
+    from safetensors import safe_open
+
+    config = M.preset_config("minilm", region_dim=32)
+    assert (config.hidden_size, config.num_layers, config.num_heads) == (384, 6, 12)
+    model = M.build_model(config)
+    with safe_open(os.path.join(M.minilm_path(), "model.safetensors"), "pt") as f:
+        for key in ("embeddings.word_embeddings.weight", "encoder.layer.5.output.dense.weight"):
+            assert torch.equal(model.state_dict()[key], f.get_tensor(key))
+        type0 = f.get_tensor("embeddings.token_type_embeddings.weight")[0]
+    assert torch.equal(model.embeddings.token_type_embeddings.weight[8], type0)  # the regions' new type
+
+
+def test_labert_preset_from_a_local_bert_folder(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(hidden_size=48, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96))
+    bert.save_pretrained(tmp_path / "bert")
+    load_tokenizer().save_pretrained(str(tmp_path / "bert"))
+    config = M.preset_config("labert", region_dim=16, bert=str(tmp_path / "bert"))
+    assert (config.hidden_size, config.num_layers, config.region_hidden, config.preset) == (48, 3, 2048, "labert")
+    model = M.build_model(config)
+    assert torch.equal(model.embeddings.word_embeddings.weight, bert.embeddings.word_embeddings.weight)
+    assert torch.equal(model.encoder.layer[2].attention.self.query.weight, bert.encoder.layer[2].attention.self.query.weight)
+    M.save_model(model, tmp_path / "ck")
+    assert M.load_checkpoint(tmp_path / "ck").config.hidden_size == 48
+    with pytest.raises(SystemExit, match="cannot load the BERT config"):
+        M.preset_config("labert", region_dim=16, bert=str(tmp_path / "nothing"))
