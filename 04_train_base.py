@@ -29,10 +29,11 @@ import torch
 from clid import data
 from clid.files import DataError, FeatureStore, read_jsonl
 from clid.rng import item_seed
-from clid.text import get_levels
+from clid.text import get_levels, load_tokenizer
 from clid.model import build_model, count_parameters, preset_config
 from clid.train import (RegionCache, Trainer, TrainSettings, epoch_batches, init_distributed, make_examples,
-                        read_train_state, checkpoint_exists, load_init_weights, quick_control_precision)
+                        read_train_state, checkpoint_exists, load_init_weights, quick_control_precision,
+                        corpus_vocab)
 
 
 def parse_args(argv=None):
@@ -45,6 +46,9 @@ def parse_args(argv=None):
     p.add_argument("--preset", choices=["tiny", "minilm", "labert"], default="labert")
     p.add_argument("--bert", help="BERT folder or hub name for minilm/labert (default: the preset's)")
     p.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption")
+    p.add_argument("--output-vocab", nargs="+", metavar="FILE",
+                   help="restrict the LM head to the tokens of these caption files (a speed option for small "
+                        "CPU runs such as the demo; default: the whole vocabulary, as in the paper)")
     p.add_argument("--init-from", help="start from this checkpoint's weights (the authors' code: trusted from extended)")
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--weight-decay", type=float, default=0.01)
@@ -110,7 +114,9 @@ def main(argv=None):
     except FileNotFoundError as err:
         sys.exit(f"error: {err}")
 
-    config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, dropout=args.dropout)
+    output_vocab = corpus_vocab(args.output_vocab, load_tokenizer()) if args.output_vocab else None
+    config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, dropout=args.dropout,
+                           output_vocab=output_vocab)
     torch.manual_seed(item_seed(args.seed, "init"))  # the same initial weights in every run and process
     model = build_model(config).to(device)
     if args.init_from:

@@ -62,7 +62,7 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
     low, high = model.levels[level - 1]
     B, device = regions.shape[0], regions.device
     mask_id = model.tokenizer.mask_token_id
-    end = eos_id(model.tokenizer)
+    end = int(model.to_output(torch.tensor(eos_id(model.tokenizer))))  # the head's class of "."
     levels = torch.full((B,), level, dtype=torch.long, device=device)
     # penalty on "." at positions low-1 .. high-1: decay ** (high - position)
     eos_scale = torch.ones(high, device=device)
@@ -74,7 +74,8 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
         states = model.encode(regions, region_pos, region_mask, ids, levels)
         probs = model.logits_from_hidden(model.hidden(states, where)).softmax(-1)
         probs[:, end] *= eos_scale.expand(B, high)[where]
-        return probs.max(-1)
+        confidence, classes = probs.max(-1)
+        return confidence, model.from_output(classes)
 
     tokens = torch.full((B, high), mask_id, dtype=torch.long, device=device)
     everywhere = torch.ones(B, high, dtype=torch.bool, device=device)

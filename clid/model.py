@@ -53,6 +53,7 @@ class CaptionerConfig:
     preset: str = "tiny"
     init_from: str | None = None  # BERT folder or hub name the encoder was initialised from
     tokenizer: str | None = None  # tokenizer folder or hub name (saved into checkpoints)
+    output_vocab: list | None = None  # token ids the LM head predicts (None: the whole vocabulary)
 
     @property
     def num_levels(self) -> int:
@@ -61,6 +62,10 @@ class CaptionerConfig:
     @property
     def region_type(self) -> int:
         return self.num_levels + 1
+
+    @property
+    def output_size(self) -> int:
+        return self.vocab_size if self.output_vocab is None else len(self.output_vocab)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -89,8 +94,9 @@ def minilm_path() -> str:
 
 
 def preset_config(preset: str, region_dim: int, levels="caption", bert: str | None = None,
-                  num_classes: int = 0, dropout: float = 0.1) -> CaptionerConfig:
-    """Config of a preset. ``bert`` overrides the BERT folder / hub name of minilm and labert."""
+                  num_classes: int = 0, dropout: float = 0.1, output_vocab=None) -> CaptionerConfig:
+    """Config of a preset. ``bert`` overrides the BERT folder / hub name of minilm and labert;
+    ``output_vocab`` (token ids) shortlists the LM head's outputs."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     options = dict(PRESETS[preset])
@@ -102,8 +108,10 @@ def preset_config(preset: str, region_dim: int, levels="caption", bert: str | No
                        num_heads=bert_config.num_attention_heads, intermediate_size=bert_config.intermediate_size,
                        max_position=bert_config.max_position_embeddings, vocab_size=bert_config.vocab_size,
                        layer_norm_eps=bert_config.layer_norm_eps)
+    if output_vocab is not None:
+        output_vocab = sorted({int(i) for i in output_vocab})
     return CaptionerConfig(region_dim=region_dim, levels=get_levels(levels), num_classes=num_classes,
-                           dropout=dropout, preset=preset, init_from=init_from,
+                           dropout=dropout, preset=preset, init_from=init_from, output_vocab=output_vocab,
                            tokenizer=init_from if preset == "labert" else None, **options)
 
 
@@ -226,7 +234,7 @@ class LMHead(nn.Module):
         super().__init__()
         self.dense = nn.Linear(c.hidden_size, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.bias = nn.Parameter(torch.zeros(c.vocab_size))
+        self.bias = nn.Parameter(torch.zeros(c.output_size))
 
     def transform(self, h):
         return self.LayerNorm(F.gelu(self.dense(h)))
@@ -256,6 +264,16 @@ class Captioner(nn.Module):
         self.head = LMHead(config)
         self.apply(self._init_weights)
         self.tokenizer = None  # attached by build_model / load_checkpoint
+        # An optional output shortlist: the head predicts only config.output_vocab (sorted token ids).
+        # Off by default (the paper predicts the whole vocabulary); the CPU demo uses it for speed.
+        if config.output_vocab is not None:
+            ids = torch.tensor(sorted(set(config.output_vocab)), dtype=torch.long)
+            index = torch.full((config.vocab_size,), -1, dtype=torch.long)
+            index[ids] = torch.arange(len(ids))
+            self.register_buffer("output_ids", ids, persistent=False)
+            self.register_buffer("output_index", index, persistent=False)
+        else:
+            self.output_ids = self.output_index = None
 
     @property
     def levels(self):
@@ -273,8 +291,17 @@ class Captioner(nn.Module):
 
     @property
     def output_weight(self) -> torch.Tensor:
-        """The LM head's projection: tied to the word embeddings."""
-        return self.embeddings.word_embeddings.weight
+        """The LM head's projection [V_out, H]: the word embeddings (tied), or their shortlisted rows."""
+        weight = self.embeddings.word_embeddings.weight
+        return weight if self.output_ids is None else weight[self.output_ids]
+
+    def to_output(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Token ids -> classes of the head (identity without a shortlist; -1 = not predictable)."""
+        return token_ids if self.output_index is None else self.output_index[token_ids]
+
+    def from_output(self, classes: torch.Tensor) -> torch.Tensor:
+        """Classes of the head -> token ids."""
+        return classes if self.output_ids is None else self.output_ids[classes]
 
     def encode(self, regions, region_pos, region_mask, input_ids, levels):
         """Final hidden states of the text positions, [B, T, H].

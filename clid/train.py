@@ -85,6 +85,17 @@ def make_examples(items: list[tuple[str, str, str]], tokenizer, levels, source: 
     return out, skipped
 
 
+def corpus_vocab(paths, tokenizer) -> list[int]:
+    """Sorted token ids used by the captions of these files, plus "." and [UNK] (an output shortlist)."""
+    from .data import load_captions
+
+    ids = {eos_id(tokenizer), tokenizer.unk_token_id}
+    for path in paths:
+        texts = [c for r in load_captions(path) for c in r.captions]
+        ids.update(i for row in encode(texts, tokenizer, keep_sentences=True) for i in row)
+    return sorted(ids)
+
+
 class RegionCache:
     """Region inputs (features, 6-d boxes) per image id, read from the HDF5 once and kept in memory."""
 
@@ -315,8 +326,12 @@ class Trainer:
         batch = [t.to(self.device) for t in (feats, pos, rmask, input_ids, levels)]
         masked, targets = masked.to(self.device), targets.to(self.device)
         logits = (self.ddp or model)(*batch, masked)
-        loss_sum, weight_sum = masked_lm_loss(logits, targets[masked], eos_id(model.tokenizer), s.eos_weight,
-                                              s.label_smoothing)
+        classes = model.to_output(targets[masked])
+        if (classes < 0).any():
+            bad = targets[masked][classes < 0][0].item()
+            raise SystemExit(f"error: token {model.tokenizer.convert_ids_to_tokens(bad)!r} is not in the model's output vocabulary")
+        eos_class = int(model.to_output(torch.tensor(eos_id(model.tokenizer))))
+        loss_sum, weight_sum = masked_lm_loss(logits, classes, eos_class, s.eos_weight, s.label_smoothing)
         total_weight = weight_sum.detach().clone()
         if self.world > 1:
             dist.all_reduce(total_weight)

@@ -264,3 +264,20 @@ def test_labert_preset_from_a_local_bert_folder(tmp_path):
     assert M.load_checkpoint(tmp_path / "ck").config.hidden_size == 48
     with pytest.raises(SystemExit, match="cannot load the BERT config"):
         M.preset_config("labert", region_dim=16, bert=str(tmp_path / "nothing"))
+
+
+def test_output_shortlist_trains_and_decodes_only_its_tokens(tmp_path, world):
+    from clid.train import corpus_vocab
+
+    captions, features = world
+    vocab = corpus_vocab([captions], load_tokenizer())
+    assert 20 < len(vocab) < 60 and eos_id(load_tokenizer()) in vocab
+    run_script(*train_cmd(world, tmp_path / "short", "--max-steps", "3", "--output-vocab", captions))
+    model = M.load_checkpoint(tmp_path / "short")
+    assert model.config.output_vocab == vocab and model.head.bias.shape == (len(vocab),)
+    assert model.output_weight.shape == (len(vocab), model.config.hidden_size)
+    out = generate_captions(model, FeatureStore(features), ["45", "46"], [2, 3], steps=(2, 2, 2, 2, 2, 2, 2))
+    allowed = set(model.tokenizer.convert_ids_to_tokens(vocab))
+    for by_image in out.values():
+        for text in by_image.values():
+            assert set(model.tokenizer.tokenize(text)) <= allowed
