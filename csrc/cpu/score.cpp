@@ -1,0 +1,229 @@
+// CPU kernels of the fused Eq. 2 scoring (contracts in csrc/common/score_ops.h).
+//
+// The log-sum-exp of a row is taken in one read: the row streams through in chunks of
+// kChunk vectors; each chunk's lane-wise maximum updates the running maximum M (rescaling the
+// running sum S once per chunk), then exp(z - M) of the chunk, still in L1, is added to S.
+// Vectors are GCC vector extensions (16 floats), which compile to AVX-512, AVX2 or NEON.
+// The exponential is a Cephes-style polynomial (about 1 ulp on the range used here, z - M <= 0).
+#include <ATen/ATen.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/score_ops.h"
+
+namespace clid {
+namespace cpu {
+namespace {
+
+constexpr int kW = 16;     // floats per vector
+constexpr int kChunk = 8;  // vectors per chunk (512 bytes of fp32 logits)
+
+typedef float vf __attribute__((vector_size(kW * sizeof(float))));
+typedef int32_t vi __attribute__((vector_size(kW * sizeof(int32_t))));
+typedef uint32_t vu __attribute__((vector_size(kW * sizeof(uint32_t))));
+typedef uint16_t vu16 __attribute__((vector_size(kW * sizeof(uint16_t))));
+typedef _Float16 vh __attribute__((vector_size(kW * sizeof(_Float16))));
+
+inline vf splat(float x) { return vf{} + x; }
+inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+
+// 16 consecutive elements as float32.
+inline vf load(const float* p) { vf x; std::memcpy(&x, p, sizeof x); return x; }
+inline vf load(const at::Half* p) { vh x; std::memcpy(&x, p, sizeof x); return __builtin_convertvector(x, vf); }
+inline vf load(const at::BFloat16* p) {
+    vu16 x; std::memcpy(&x, p, sizeof x);
+    vu wide = __builtin_convertvector(x, vu) << 16;  // bfloat16 is the high half of a float32
+    vf out; std::memcpy(&out, &wide, sizeof out); return out;
+}
+inline float load1(const float* p) { return *p; }
+inline float load1(const at::Half* p) { return static_cast<float>(*p); }
+inline float load1(const at::BFloat16* p) { return static_cast<float>(*p); }
+
+// The first n < kW elements, the rest filled with -inf (which adds exp(-inf) = 0).
+template <typename T>
+inline vf load_partial(const T* p, int n) {
+    alignas(64) float tmp[kW];
+    for (int i = 0; i < kW; ++i) tmp[i] = i < n ? load1(p + i) : -INFINITY;
+    return load(tmp);
+}
+
+// exp(x) for x <= 0 (also -inf and NaN). x = n ln2 + r with n = round(x / ln2), |r| <= ln2/2;
+// exp(r) by a degree-7 polynomial (Cephes expf coefficients), 2^n through the exponent bits.
+// Below -87.33 (2^-126) the result is flushed to 0: next to the row maximum's exp(0) = 1 that
+// is below float32 resolution.
+inline vf vexp(vf x) {
+    const vf lo = splat(-87.33654475f);
+    vf xc = x < lo ? lo : x;                      // NaN stays NaN
+    const vf magic = splat(12582912.0f);          // 1.5 * 2^23: adding it rounds to an integer
+    vf n = (xc * splat(1.44269504088896341f) + magic) - magic;
+    vf r = xc - n * splat(0.693359375f);          // Cody-Waite: ln2 = 0.693359375 - 2.12194440e-4
+    r = r - n * splat(-2.12194440e-4f);
+    vf p = splat(1.9875691500e-4f);
+    p = p * r + splat(1.3981999507e-3f);
+    p = p * r + splat(8.3334519073e-3f);
+    p = p * r + splat(4.1665795894e-2f);
+    p = p * r + splat(1.6666665459e-1f);
+    p = p * r + splat(5.0000001201e-1f);
+    p = p * (r * r) + r + splat(1.0f);
+    vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
+    vf scale; std::memcpy(&scale, &bits, sizeof scale);
+    vf y = p * scale;
+    return x < lo ? splat(0.0f) : y;
+}
+
+// Lane-wise online state: M the maximum seen by each lane, S the sum of exp(z - M).
+struct VecState {
+    vf M = splat(-INFINITY);
+    vf S = splat(0.0f);
+
+    // Add n vectors whose lane-wise maximum is cm.
+    inline void add(const vf* x, int n, vf cm) {
+        vf newM = vmax(M, cm);
+        vf ref = newM == splat(-INFINITY) ? splat(0.0f) : newM;  // avoid -inf - -inf
+        vf sum = vexp(x[0] - ref);
+        for (int k = 1; k < n; ++k) sum += vexp(x[k] - ref);
+        S = S * vexp(M - ref) + sum;
+        M = newM;
+    }
+
+    // Fold the lanes, in lane order, into one state.
+    inline LseState finish() const {
+        alignas(64) float m[kW], s[kW];
+        std::memcpy(m, &M, sizeof m);
+        std::memcpy(s, &S, sizeof s);
+        LseState st = lse_empty();
+        for (int i = 0; i < kW; ++i) st = lse_merge(st, LseState{m[i], s[i]});
+        return st;
+    }
+};
+
+// The log-sum-exp state of one row of V logits, read once.
+template <typename T>
+LseState row_state(const T* z, int64_t V) {
+    VecState st;
+    int64_t i = 0;
+    vf x[kChunk];
+    for (; i + kChunk * kW <= V; i += kChunk * kW) {
+        for (int k = 0; k < kChunk; ++k) x[k] = load(z + i + k * kW);
+        // pairwise maximum and sum keep the chunk's rounding shallow
+        vf cm = vmax(vmax(vmax(x[0], x[1]), vmax(x[2], x[3])), vmax(vmax(x[4], x[5]), vmax(x[6], x[7])));
+        st.add(x, kChunk, cm);
+    }
+    for (; i + kW <= V; i += kW) {
+        x[0] = load(z + i);
+        st.add(x, 1, x[0]);
+    }
+    if (i < V) {
+        x[0] = load_partial(z + i, static_cast<int>(V - i));
+        st.add(x, 1, x[0]);
+    }
+    return st.finish();
+}
+
+template <typename T>
+void rows_logprob_impl(const T* logits, int64_t V, int64_t n_rows, const int64_t* row_offsets,
+                       const int64_t* targets, float* out, int num_threads) {
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const T* z = logits + row_offsets[r];
+        out[r] = lse_logprob(row_state(z, V), load1(z + targets[r]));
+    }
+}
+
+// A zero-filled float buffer aligned to 64 bytes.
+struct Buffer {
+    std::vector<float> data;
+    float* ptr;
+    explicit Buffer(int64_t n) : data(n + 16), ptr(data.data()) {
+        auto addr = reinterpret_cast<uintptr_t>(ptr);
+        ptr += ((64 - addr % 64) % 64) / sizeof(float);
+    }
+};
+
+}  // namespace
+
+void rows_logprob(const void* logits, DType dtype, int64_t V, int64_t n_rows,
+                  const int64_t* row_offsets, const int64_t* targets, float* out, int num_threads) {
+    switch (dtype) {
+        case DType::f32:
+            return rows_logprob_impl(static_cast<const float*>(logits), V, n_rows, row_offsets, targets, out, num_threads);
+        case DType::f16:
+            return rows_logprob_impl(static_cast<const at::Half*>(logits), V, n_rows, row_offsets, targets, out, num_threads);
+        case DType::bf16:
+            return rows_logprob_impl(static_cast<const at::BFloat16*>(logits), V, n_rows, row_offsets, targets, out, num_threads);
+    }
+}
+
+void segment_mean(const float* values, const int64_t* offsets, int64_t n_segments, float* out) {
+    for (int64_t i = 0; i < n_segments; ++i) {
+        const int64_t begin = offsets[i], end = offsets[i + 1];
+        double sum = 0.0;
+        for (int64_t j = begin; j < end; ++j) sum += values[j];
+        out[i] = end > begin ? static_cast<float>(sum / static_cast<double>(end - begin))
+                             : std::numeric_limits<float>::quiet_NaN();
+    }
+}
+
+void hidden_logprob(const float* hidden, int64_t P, int64_t H, int64_t ldh,
+                    const void* weight, DType wdtype, int64_t V, int64_t ldw,
+                    const float* bias, const int64_t* targets, float* out, int num_threads) {
+    const int64_t PB = kHiddenRowBlock, VT = kHiddenVocabTile;
+    const int64_t n_blocks = (P + PB - 1) / PB, n_tiles = (V + VT - 1) / VT;
+    // Per (tile, row) partial states and each row's target logit (written by the one unit whose
+    // tile holds the target, so no two threads write the same float).
+    std::vector<LseState> partial(n_tiles * P);
+    std::vector<float> target_logit(P, std::numeric_limits<float>::quiet_NaN());
+    const at::ScalarType wtype = wdtype == DType::f32 ? at::kFloat : wdtype == DType::f16 ? at::kHalf : at::kBFloat16;
+    const int64_t welem = wdtype == DType::f32 ? 4 : 2;
+
+    // Work units (tile, block) in tile-major order: consecutive units share a weight tile in cache.
+    // Which thread runs a unit does not change its result: each unit is one single-threaded GEMM
+    // of a fixed shape (MKL/OpenBLAS run sequentially inside an OpenMP parallel region) and an
+    // epilogue that touches only its own rows' partial states.
+#pragma omp parallel num_threads(num_threads)
+    {
+        Buffer tile(PB * VT), wbuf(wdtype == DType::f32 ? 0 : VT * H);
+        auto tile_t = at::from_blob(tile.ptr, {PB, VT}, at::kFloat);
+        auto wconv_t = at::from_blob(wbuf.ptr, {wdtype == DType::f32 ? 0 : VT, H}, at::kFloat);
+        int64_t converted_tile = -1;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t unit = 0; unit < n_blocks * n_tiles; ++unit) {
+            const int64_t t = unit / n_blocks, b = unit % n_blocks;
+            const int64_t p0 = b * PB, pb = std::min(PB, P - p0);
+            const int64_t v0 = t * VT, vt = std::min(VT, V - v0);
+            auto a = at::from_blob(const_cast<float*>(hidden + p0 * ldh), {pb, H}, {ldh, 1}, at::kFloat);
+            auto w = at::from_blob(const_cast<char*>(static_cast<const char*>(weight) + v0 * ldw * welem),
+                                   {vt, H}, {ldw, 1}, wtype);
+            if (wdtype != DType::f32) {  // half types: convert the tile once per thread and tile
+                if (converted_tile != t) { wconv_t.narrow(0, 0, vt).copy_(w); converted_tile = t; }
+                w = wconv_t.narrow(0, 0, vt);
+            }
+            auto c = tile_t.narrow(0, 0, pb).narrow(1, 0, vt);  // [pb, vt] with row stride VT
+            at::mm_out(c, a, w.t());
+            for (int64_t r = 0; r < pb; ++r) {
+                float* z = tile.ptr + r * VT;
+                if (bias != nullptr)
+                    for (int64_t j = 0; j < vt; ++j) z[j] += bias[v0 + j];
+                const int64_t p = p0 + r;
+                partial[t * P + p] = row_state(z, vt);
+                const int64_t y = targets[p];
+                if (y >= v0 && y < v0 + vt) target_logit[p] = z[y - v0];
+            }
+        }
+    }
+    // Merge the tiles of each row in tile order.
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t p = 0; p < P; ++p) {
+        LseState st = lse_empty();
+        for (int64_t t = 0; t < n_tiles; ++t) st = lse_merge(st, partial[t * P + p]);
+        out[p] = lse_logprob(st, target_logit[p]);
+    }
+}
+
+}  // namespace cpu
+}  // namespace clid
