@@ -117,3 +117,113 @@ def finish_sentence(text: str) -> str:
     if not text:
         return text
     return text[0].upper() + text[1:] + "."
+
+
+# ---------------------------------------------------------------------------------------------
+# Scene-graph surface text (02, 03): number of a noun, mentions, predicates as verb phrases
+
+# nouns that are plural although they do not look it, and singulars that end in "s"
+_PLURAL_ONLY = {"glasses", "jeans", "pants", "shorts", "trousers", "scissors", "clothes", "goggles",
+                "people", "men", "women", "children", "feet", "teeth", "mice", "geese", "oxen", "police",
+                "sunglasses", "leggings", "tongs", "pliers", "binoculars", "headphones", "earphones", "menus",
+                "emus", "tutus"}
+_SINGULAR_S = {"bus", "lens", "news", "series", "species", "gas", "canvas", "atlas", "christmas", "tennis",
+               "physics", "mathematics", "chaos", "apparatus", "hummus", "octopus", "walrus", "iris", "axis",
+               "basis", "oasis", "chassis", "hibiscus", "cactus", "asparagus", "citrus", "bonus", "circus"}
+# nouns that take no "a"/"an" ("green grass", not "a green grass")
+MASS_NOUNS = {"grass", "water", "snow", "sand", "dirt", "mud", "hair", "fur", "food", "rice", "broccoli",
+              "bread", "cheese", "meat", "sauce", "pasta", "lettuce", "furniture", "luggage", "traffic",
+              "wood", "concrete", "asphalt", "gravel", "foliage", "smoke", "steam", "ice", "milk", "coffee",
+              "tea", "juice", "wine", "beer", "soup", "cereal", "spinach", "frosting", "icing", "graffiti",
+              "writing", "lettering", "text", "clothing", "scenery", "vegetation", "shade", "sunlight",
+              "weather", "fog", "rain", "foam", "soil", "hay", "straw", "moss", "ivy", "seaweed", "butter",
+              "chocolate", "cream", "salt", "sugar", "metal", "plastic"}
+
+
+def is_plural(noun: str) -> bool:
+    """True for plural nouns ("trees", "people", "glasses"); judged by the last word."""
+    last = noun.strip().rsplit(" ", 1)[-1].lower()
+    if last in _PLURAL_ONLY or noun.strip().lower() in _PLURAL_ONLY:
+        return True
+    if last in _SINGULAR_S or noun.strip().lower() in _SINGULAR_S or last in _IRREGULAR_PLURALS:
+        return False
+    if len(last) <= 3 or re.search(r"(ss|us|ous)$", last):
+        return False
+    return last.endswith("s")
+
+
+def is_mass_noun(noun: str) -> bool:
+    return noun.strip().rsplit(" ", 1)[-1].lower() in MASS_NOUNS
+
+
+def mention(noun: str, attributes=(), definite: bool = False) -> str:
+    """A first mention with its adjectives ("a small red ball", "tall trees", "green grass")
+    or a re-mention ("the ball", "the trees"). Plural and mass nouns take no "a"/"an"."""
+    if definite:
+        return f"the {noun}"
+    phrase = " ".join(order_attributes([a for a in attributes if a != noun]) + [noun])
+    if is_plural(noun) or is_mass_noun(noun):
+        return phrase
+    return with_article(phrase)
+
+
+# Verbs that appear as Visual Genome predicates ("man rides horse", "man wear hat").
+VERBS = {"wear", "hold", "ride", "sit", "stand", "carry", "eat", "look", "walk", "lay", "lie", "hang", "cover",
+         "contain", "touch", "watch", "play", "fly", "throw", "catch", "pull", "drive", "grow", "use", "lean",
+         "swing", "hit", "park", "show", "read", "face", "cast", "cross", "drink", "support", "surround",
+         "belong", "rest", "sleep", "run", "chase", "fill", "enter", "reach", "overlook", "border", "line",
+         "adorn", "attach", "mount", "pass", "push", "graze", "kick", "light", "tow", "cut", "brush", "feed",
+         "pet", "hug", "kiss", "guard", "serve", "type", "say", "block", "reflect", "wait", "sell", "print",
+         "decorate", "frame", "float", "climb", "lick", "bite", "smell", "lift", "hold", "swim", "jump", "sniff",
+         "talk", "smile", "point", "carve", "wash", "open", "close", "pick", "drag", "dig", "paint", "fix",
+         "sail", "skate", "ski", "surf", "board", "hover", "stick", "tie", "slice", "stir", "pour", "grab"}
+_AUXILIARIES = {"is", "are", "am", "was", "were", "be", "being", "been", "it", "its"}
+_DOUBLING = re.compile(r"^[^aeiou]*[aeiou][^aeiouwxy]$")  # one-syllable CVC words double: sit -> sitting
+
+
+def present_participle(verb: str) -> str:
+    """ "ride" -> "riding", "sit" -> "sitting", "lie" -> "lying", "look" -> "looking"."""
+    if verb.endswith("ie"):
+        return verb[:-2] + "ying"
+    if verb.endswith("e") and not verb.endswith(("ee", "ye", "oe")) and len(verb) > 2:
+        return verb[:-1] + "ing"
+    if _DOUBLING.match(verb) and verb not in {"open", "visit"}:
+        return verb + verb[-1] + "ing"
+    return verb + "ing"
+
+
+def _verb_base(word: str) -> str | None:
+    """The base form of a verb in VERBS given as base or third person ("rides" -> "ride"), else None."""
+    if word in VERBS:
+        return word
+    candidates = []
+    if word.endswith("ies"):
+        candidates.append(word[:-3] + "y")
+        candidates.append(word[:-1])  # lies -> lie, ties -> tie
+    if word.endswith("es"):
+        candidates.append(word[:-2])
+    if word.endswith("s"):
+        candidates.append(word[:-1])
+    return next((c for c in candidates if c in VERBS), None)
+
+
+def predicate_phrase(predicate: str) -> str:
+    """A scene-graph predicate as a verb phrase that can follow a noun phrase.
+
+    "riding" -> "riding", "rides" / "ride" -> "riding", "has" / "have" -> "with",
+    "is on" -> "on", "sits on" -> "sitting on", "parked on" -> "parked on", "next to" -> "next to".
+    """
+    words = re.sub(r"[^a-z0-9' ]+", " ", predicate.lower()).split()
+    while words and words[0] in _AUXILIARIES and len(words) > 1:
+        words = words[1:]
+    while len(words) > 1 and words[-1] in ("a", "an", "the"):
+        words = words[:-1]
+    if not words or words[0] in _AUXILIARIES:
+        return "with"
+    first = words[0]
+    if first in ("has", "have", "having", "had"):
+        return " ".join(["with"] + words[1:])
+    base = _verb_base(first)
+    if base is not None:
+        words = [present_participle(base)] + words[1:]
+    return " ".join(words)

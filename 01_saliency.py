@@ -1,0 +1,548 @@
+"""Stage 01: a saliency map per image (CLID step 1).
+
+In:  a folder of images, and optionally the image list (``--list``): a Karpathy or COCO captions
+     JSON (ids are COCO ids), a VG ``image_data.json`` (ids are VG ids), a VG ``scene_graphs.json``
+     or a text file of file names (ids are file-name stems). Without ``--list``, every image in
+     the folder, keyed by its file-name stem.
+Out: HDF5, one group per image id: ``map`` [h, w] float16 in [0, 1] (the longer side is
+     ``--map-side`` cells, the image's aspect ratio kept), attrs ``width``, ``height`` (of the
+     image), ``method``; groups read from a VG list also carry ``vg_image_id`` (and ``coco_id``).
+
+    python 01_saliency.py --images data/demo/images --list data/demo/captions.json --out saliency.h5
+
+Methods:
+- ``spectral`` (default, no weights): spectral-residual saliency (Hou & Zhang, CVPR 2007). The
+  grey image at 64 x 64: the log amplitude spectrum minus its 3 x 3 local mean is the "spectral
+  residual"; transformed back with the original phase, squared, smoothed by a Gaussian
+  (``--sigma`` cells) and normalised to [0, 1]. The image is first extended by its mirror image
+  (``--border mirror``), which removes the bright borders the FFT's wrap-around gives.
+- ``emlnet --weights IMAGENET PLACES DECODER`` (or one file: a single encoder with its own
+  head): EML-Net (Jia & Bruce, 2020): ResNet-50 encoders read out at five depths and a small
+  decoder, on the RGB image resized to 480 x 640 in [0, 1]; the prediction is blurred
+  (sigma 5 px) and normalised, as the official evaluation does. Module names follow the official
+  checkpoints, so the released ``res_imagenet.pth``, ``res_places.pth`` and ``res_decoder.pth``
+  load unchanged.
+
+A missing or unreadable image is reported by path and counted; the run goes on and exits
+non-zero at the end. Runs are sharded (``--shard-id/--num-shards``) and resume after a kill.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from clid import files, shard
+from clid.data import load_captions
+from clid.files import DataError, natural_key, read_json
+
+IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
+SPECTRAL_SIZE = 64  # Hou & Zhang work on a 64 x 64 image
+EMLNET_SIZE = (480, 640)  # (height, width) of the SALICON images EML-Net was trained on
+EMLNET_BLUR = 5.0  # sigma of the official post-processing blur, in pixels at EMLNET_SIZE
+
+
+# ---------------------------------------------------------------------------------------------
+# The image list
+
+@dataclass
+class Item:
+    image_id: str
+    path: Path
+    attrs: dict = field(default_factory=dict)  # extra HDF5 attrs (vg_image_id, coco_id)
+
+
+def folder_images(images: Path) -> dict[str, Path]:
+    """File-name stem -> path for every image under the folder; two files with one stem is an error."""
+    found: dict[str, Path] = {}
+    for path in sorted(images.rglob("*")):
+        if path.suffix.lower() in IMAGE_EXTENSIONS and path.is_file():
+            if path.stem in found:
+                raise DataError(images, None, f"two images with the id '{path.stem}': {found[path.stem]} and {path}")
+            found[path.stem] = path
+    return found
+
+
+def list_items(images: Path, list_path: str | None) -> list[Item]:
+    """The images to process, in list order (see the module docstring for the list formats)."""
+    if list_path is None:
+        return [Item(i, p) for i, p in sorted(folder_images(images).items(), key=lambda kv: natural_key(kv[0]))]
+    list_path = Path(list_path)
+    if not list_path.exists():
+        raise DataError(list_path, None, "image list not found")
+    by_stem = None
+
+    def resolve(name: str) -> Path:
+        nonlocal by_stem
+        if Path(name).suffix.lower() in IMAGE_EXTENSIONS:
+            return images / name
+        by_stem = folder_images(images) if by_stem is None else by_stem
+        return by_stem.get(name, images / name)  # a missing one fails later, by path
+
+    text = list_path.read_text()
+    if not text.lstrip().startswith(("[", "{")):  # a text file: one file name (or id) a line
+        names = [line.strip() for line in text.splitlines() if line.strip()]
+        return [Item(Path(n).stem, resolve(n)) for n in names]
+    data = read_json(list_path)
+    if isinstance(data, dict) and "images" in data or (isinstance(data, list) and data and "paragraph" in data[0]):
+        return [Item(r.image_id, images / r.filename) for r in load_captions(list_path)]
+    if not isinstance(data, list) or not all(isinstance(x, dict) for x in data):
+        raise DataError(list_path, "top level", "not a captions JSON, VG image_data.json, scene_graphs.json or text list")
+    items = []
+    for index, record in enumerate(data):
+        if "objects" in record:  # scene_graphs.json: ids only, files found by stem
+            image_id = str(record.get("image_id", ""))
+            items.append(Item(image_id, resolve(image_id), {"vg_image_id": image_id}))
+            continue
+        image_id = record.get("image_id", record.get("id"))
+        if image_id is None:
+            raise DataError(list_path, f"[{index}]", "no 'image_id' (expected a VG image_data.json record)")
+        image_id = str(image_id)
+        name = record.get("file_name") or record.get("filename") or (record.get("url") or "").rsplit("/", 1)[-1]
+        attrs = {"vg_image_id": image_id}
+        if record.get("coco_id") is not None:
+            attrs["coco_id"] = str(record["coco_id"])
+        items.append(Item(image_id, resolve(name) if name else resolve(image_id), attrs))
+    return items
+
+
+def unique_items(items: list[Item]) -> list[Item]:
+    """Drop exact repeats (counted); one id naming two different files is an error."""
+    seen: dict[str, Item] = {}
+    for item in items:
+        if item.image_id in seen and seen[item.image_id].path != item.path:
+            raise SystemExit(f"error: image id {item.image_id} names two files: {seen[item.image_id].path} and {item.path}")
+        seen.setdefault(item.image_id, item)
+    if len(seen) < len(items):
+        print(f"note: {len(items) - len(seen)} repeated entries of the image list are processed once")
+    return list(seen.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Image loading
+
+def load_image(path: Path, mode: str, size: tuple[int, int]):
+    """``(array [H, W] or [H, W, 3] float32 in [0, 1] at ``size`` (h, w), original (width, height))``.
+    Large JPEGs are decoded at reduced scale directly (PIL draft mode)."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        original = img.size
+        img.draft(mode, (size[1] * 2, size[0] * 2))  # JPEG only: decode at >= 2x the target size
+        img = img.convert(mode).resize((size[1], size[0]), Image.BILINEAR)
+        return np.asarray(img, dtype=np.float32) / 255.0, original
+
+
+def try_load(item: Item, mode: str, size: tuple[int, int]):
+    try:
+        return load_image(item.path, mode, size), None
+    except FileNotFoundError:
+        return None, "missing"
+    except Exception as err:  # PIL raises many kinds: UnidentifiedImageError, OSError, SyntaxError...
+        return None, f"unreadable ({type(err).__name__}: {err})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Map helpers
+
+def gaussian_blur(maps: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Separable Gaussian blur of [B, H, W] maps, edges repeated (radius 4 sigma)."""
+    if sigma <= 0:
+        return maps
+    radius = max(1, int(4 * sigma + 0.5))
+    x = torch.arange(-radius, radius + 1, dtype=maps.dtype)
+    kernel = torch.exp(-x ** 2 / (2 * sigma ** 2))
+    kernel = kernel / kernel.sum()
+    out = maps[:, None]
+    out = F.conv2d(F.pad(out, (radius, radius, 0, 0), mode="replicate"), kernel.view(1, 1, 1, -1))
+    out = F.conv2d(F.pad(out, (0, 0, radius, radius), mode="replicate"), kernel.view(1, 1, -1, 1))
+    return out[:, 0]
+
+
+def normalise01(maps: torch.Tensor) -> torch.Tensor:
+    """Min-max normalise each [H, W] map of a [B, H, W] batch to [0, 1] (a flat map becomes 0)."""
+    flat = maps.flatten(1)
+    low, high = flat.min(1).values[:, None, None], flat.max(1).values[:, None, None]
+    return torch.where(high > low, (maps - low) / (high - low).clamp_min(1e-12), torch.zeros_like(maps))
+
+
+def map_shape(width: int, height: int, side: int) -> tuple[int, int]:
+    """(h, w) of the stored map: the longer side is ``side`` cells, the aspect ratio kept."""
+    scale = side / max(width, height)
+    return max(1, round(height * scale)), max(1, round(width * scale))
+
+
+def resize_map(smap: torch.Tensor, shape: tuple[int, int]) -> np.ndarray:
+    """One [H, W] map resized (bilinear, anti-aliased) and re-normalised to [0, 1]."""
+    out = F.interpolate(smap[None, None], size=shape, mode="bilinear", align_corners=False, antialias=True)
+    return normalise01(out[0]).numpy()[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Spectral residual (Hou & Zhang 2007)
+
+def spectral_residual(gray: torch.Tensor, sigma: float = 2.5, mirror: bool = True) -> torch.Tensor:
+    """Saliency of [B, H, W] grey images in [0, 1]; returns [B, H, W] maps in [0, 1].
+
+    The Fourier transform treats the image as periodic, so the jump between opposite borders
+    shows up as bright borders and corners. With ``mirror`` the image is first extended by its
+    mirror image (half its size on each side), which makes it continuous across the borders,
+    and the centre is cut out afterwards.
+    """
+    gray = gray.double()
+    h, w = gray.shape[-2:]
+    if mirror:
+        gray = F.pad(gray[:, None], (w // 2, w // 2, h // 2, h // 2), mode="reflect")[:, 0]
+    spectrum = torch.fft.fft2(gray)
+    log_amplitude = torch.log(spectrum.abs().clamp_min(1e-12))
+    # the spectral residual: log amplitude minus its 3 x 3 local average (the spectrum is periodic)
+    local_mean = F.avg_pool2d(F.pad(log_amplitude[:, None], (1, 1, 1, 1), mode="circular"), 3, stride=1)[:, 0]
+    residual = log_amplitude - local_mean
+    # back to the image domain with the original phase, squared, smoothed
+    saliency = torch.fft.ifft2(torch.polar(torch.exp(residual), torch.angle(spectrum))).abs() ** 2
+    saliency = gaussian_blur(saliency, sigma)
+    if mirror:
+        saliency = saliency[:, h // 2:h // 2 + h, w // 2:w // 2 + w]
+    return normalise01(saliency).float()
+
+
+# ---------------------------------------------------------------------------------------------
+# EML-Net (module names as in the official checkpoints)
+
+class Bottleneck(nn.Module):
+    """ResNet-50 bottleneck block (1x1, 3x3 with stride, 1x1 with 4x the channels)."""
+
+    expansion = 4
+
+    def __init__(self, in_channels: int, channels: int, stride: int = 1, downsample: nn.Module | None = None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, channels, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.conv3 = nn.Conv2d(channels, channels * 4, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(channels * 4)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x):
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        return self.relu(self.bn3(self.conv3(out)) + shortcut)
+
+
+def readout(channels: int, final: bool = False) -> nn.Sequential:
+    """EML-Net's read-out: 3x3 conv to one channel, batch norm, ReLU (sigmoid for the final map)."""
+    return nn.Sequential(nn.Conv2d(channels, 1, 3, padding=1), nn.BatchNorm2d(1),
+                         nn.Sigmoid() if final else nn.ReLU(inplace=True))
+
+
+class EMLEncoder(nn.Module):
+    """ResNet-50 read out at five depths (after the stem and after each stage), plus the single-
+    model head ``combined`` that fuses the five read-outs."""
+
+    def __init__(self, blocks=(3, 4, 6, 3)):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        in_channels = 64
+        for n, (channels, count) in enumerate(zip((64, 128, 256, 512), blocks), 1):
+            stride = 1 if n == 1 else 2
+            downsample = nn.Sequential(nn.Conv2d(in_channels, channels * 4, 1, stride=stride, bias=False),
+                                       nn.BatchNorm2d(channels * 4))
+            layer = [Bottleneck(in_channels, channels, stride, downsample)]
+            layer += [Bottleneck(channels * 4, channels) for _ in range(count - 1)]
+            setattr(self, f"layer{n}", nn.Sequential(*layer))
+            in_channels = channels * 4
+        for n, channels in enumerate((64, 256, 512, 1024, 2048)):
+            setattr(self, f"output{n}", readout(channels))
+        self.combined = readout(5, final=True)
+
+    def readouts(self, x) -> list[torch.Tensor]:
+        """The five one-channel read-outs, each at its own resolution."""
+        stem = self.relu(self.bn1(self.conv1(x)))
+        features = [stem]
+        x = self.maxpool(stem)
+        for n in range(1, 5):
+            x = getattr(self, f"layer{n}")(x)
+            features.append(x)
+        return [getattr(self, f"output{n}")(f) for n, f in enumerate(features)]
+
+    def forward(self, x):
+        """The single-model prediction, at the input size."""
+        outs = self.readouts(x)
+        size = outs[0].shape[-2:]
+        fused = self.combined(torch.cat([outs[0]] + [F.interpolate(o, size) for o in outs[1:]], 1))
+        return F.interpolate(fused, x.shape[-2:])
+
+
+class EMLDecoder(nn.Module):
+    """Fuses the read-outs of the ImageNet and the Places encoders: a 3x3 conv per read-out, all
+    resized to the output size and combined by a 3x3 conv with a sigmoid."""
+
+    def __init__(self, num_image: int = 5, num_place: int = 5):
+        super().__init__()
+
+        def per_readout(n):
+            return nn.ModuleList(nn.Sequential(nn.Conv2d(1, 1, 3, padding=1), nn.BatchNorm2d(1), nn.ReLU(inplace=True))
+                                 for _ in range(n))
+
+        self.img_model = per_readout(num_image)
+        self.pla_model = per_readout(num_place)
+        self.combined = readout(num_image + num_place, final=True)
+
+    def forward(self, image_readouts, place_readouts, size):
+        feats = [F.interpolate(m(r), size) for r, m in zip(image_readouts, self.img_model)]
+        feats += [F.interpolate(m(r), size) for r, m in zip(place_readouts, self.pla_model)]
+        return self.combined(torch.cat(feats, 1))
+
+
+def read_state_dict(path) -> dict[str, torch.Tensor]:
+    """A checkpoint's tensors: plain or under "state_dict", "module." prefixes (DataParallel) removed."""
+    path = Path(path)
+    if not path.exists():
+        raise SystemExit(f"error: {path}: EML-Net weights not found")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(path))
+    else:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:
+            if "weights_only" not in str(err) and "Unpickler" not in str(err):
+                raise SystemExit(f"error: {path}: cannot read this file as a PyTorch checkpoint ({err})") from None
+            print(f"note: {path} holds more than tensors; loading it with full unpickling (trust the file)")
+            state = torch.load(path, map_location="cpu", weights_only=False)
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise SystemExit(f"error: {path}: expected a state dict, found {type(state).__name__}")
+    return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in state.items()}
+
+
+def load_weights(model: nn.Module, path, what: str) -> nn.Module:
+    """Load a checkpoint into ``model``; every parameter must be there with its shape (an ImageNet
+    classifier's extra ``fc`` is ignored; old checkpoints may lack BN ``num_batches_tracked``)."""
+    state = read_state_dict(path)
+    own = model.state_dict()
+    missing = [k for k in own if k not in state and not k.endswith("num_batches_tracked")]
+    if missing:
+        raise SystemExit(f"error: {path}: not an EML-Net {what} checkpoint: {len(missing)} of {len(own)} "
+                         f"tensors missing (e.g. '{missing[0]}')")
+    wrong = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    if wrong:
+        raise SystemExit(f"error: {path}: '{wrong[0]}' has shape {tuple(state[wrong[0]].shape)}, "
+                         f"the EML-Net {what} expects {tuple(own[wrong[0]].shape)}")
+    model.load_state_dict({k: state.get(k, v) for k, v in own.items()})
+    return model.eval()
+
+
+class EMLNet:
+    """EML-Net inference: three files (ImageNet encoder, Places encoder, decoder) or one encoder."""
+
+    def __init__(self, weights: list[str], size=EMLNET_SIZE, device="cpu"):
+        if len(weights) not in (1, 3):
+            raise SystemExit("error: --weights takes 3 files (ImageNet encoder, Places encoder, decoder) or 1 encoder")
+        self.size, self.device = tuple(size), device
+        self.encoders = [load_weights(EMLEncoder(), w, "ResNet-50 encoder").to(device) for w in weights[:2]]
+        self.decoder = load_weights(EMLDecoder(), weights[2], "decoder").to(device) if len(weights) == 3 else None
+
+    @torch.no_grad()
+    def __call__(self, rgb: torch.Tensor) -> torch.Tensor:
+        """[B, 3, H, W] in [0, 1] at ``size`` -> [B, H, W] maps, blurred and normalised to [0, 1]."""
+        rgb = rgb.to(self.device)
+        if self.decoder is None:
+            pred = self.encoders[0](rgb)
+        else:
+            pred = self.decoder(self.encoders[0].readouts(rgb), self.encoders[1].readouts(rgb), self.size)
+        blur = EMLNET_BLUR * self.size[0] / EMLNET_SIZE[0]  # the official blur, scaled with the input size
+        return normalise01(gaussian_blur(pred[:, 0].float().cpu(), blur))
+
+
+# ---------------------------------------------------------------------------------------------
+# Preview
+
+def preview_boxes(scene_graphs, image_data) -> dict[str, tuple[list, float | None, float | None]]:
+    """image id -> (boxes, frame width, frame height) from a scene-graph file, by VG and COCO id."""
+    from clid.data import load_scene_graphs
+
+    graphs, _ = load_scene_graphs(scene_graphs, image_data, strict=False)
+    out = {}
+    for g in graphs:
+        entry = ([o.box for o in g.objects], g.width, g.height)
+        out[g.image_id] = entry
+        if g.coco_id is not None:
+            out[g.coco_id] = entry
+    return out
+
+
+def write_preview(path: Path, image_path: Path, smap: np.ndarray, boxes=None) -> None:
+    """PNG: the image, and the image under its heat map with the objects' boxes."""
+    from matplotlib import colormaps
+    from PIL import Image, ImageDraw
+
+    with Image.open(image_path) as img:
+        img = img.convert("RGB")
+    width, height = img.size
+    scale = 256 / height
+    img = img.resize((max(1, round(width * scale)), 256), Image.BILINEAR)
+    heat = Image.fromarray((smap * 255).astype(np.uint8)).resize(img.size, Image.BILINEAR)
+    colours = (colormaps["jet"](np.asarray(heat) / 255.0)[..., :3] * 255).astype(np.uint8)
+    overlay = Image.blend(img, Image.fromarray(colours), 0.5)
+    if boxes:
+        box_list, frame_w, frame_h = boxes
+        sx, sy = img.size[0] / (frame_w or width), img.size[1] / (frame_h or height)
+        draw = ImageDraw.Draw(overlay)
+        for x1, y1, x2, y2 in box_list:
+            draw.rectangle([x1 * sx, y1 * sy, x2 * sx, y2 * sy], outline=(255, 255, 255), width=2)
+    canvas = Image.new("RGB", (img.size[0] * 2 + 8, img.size[1]), (255, 255, 255))
+    canvas.paste(img, (0, 0))
+    canvas.paste(overlay, (img.size[0] + 8, 0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with files.atomic_path(path) as tmp:
+        canvas.save(tmp, format="PNG")
+
+
+# ---------------------------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", required=True, help="image folder")
+    parser.add_argument("--list", default=None, help="captions JSON, VG image_data.json / scene_graphs.json, or a text list")
+    parser.add_argument("--out", required=True, help="output HDF5")
+    parser.add_argument("--method", default="spectral", choices=["spectral", "emlnet"])
+    parser.add_argument("--weights", nargs="+", default=None,
+                        help="EML-Net checkpoints: IMAGENET PLACES DECODER, or a single encoder")
+    parser.add_argument("--emlnet-size", type=int, nargs=2, default=list(EMLNET_SIZE), metavar=("H", "W"),
+                        help="EML-Net input size")
+    parser.add_argument("--sigma", type=float, default=2.5, help="spectral residual: Gaussian blur, in 64-px cells")
+    parser.add_argument("--border", default="mirror", choices=["mirror", "wrap"],
+                        help="spectral residual: extend the image by its mirror image before the FFT, or not")
+    parser.add_argument("--map-side", type=int, default=64, help="longer side of the stored map, in cells")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=2, help="image-decoding threads")
+    parser.add_argument("--chunk-size", type=int, default=1000, help="images per resumable chunk")
+    parser.add_argument("--preview", type=int, default=0, metavar="N", help="write PNG previews of the first N images")
+    parser.add_argument("--preview-dir", default=None, help="preview folder (default: OUT without suffix + _preview)")
+    parser.add_argument("--scene-graphs", default=None, help="scene_graphs.json whose boxes the previews draw")
+    parser.add_argument("--image-data", default=None, help="image_data.json for --scene-graphs (sizes, COCO ids)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    shard.add_shard_args(parser)
+    args = parser.parse_args(argv)
+    if args.method == "emlnet" and not args.weights:
+        parser.exit(2, "error: --method emlnet needs --weights IMAGENET PLACES DECODER (the released EML-Net "
+                       "checkpoints res_imagenet.pth res_places.pth res_decoder.pth), or use --method spectral\n")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    spec = shard.Shard.from_args(args)
+    out = Path(args.out)
+    part = shard.part_path(out, spec.shard_id, spec.num_shards)
+    started = time.time()
+    images = Path(args.images)
+    if not images.is_dir():
+        sys.exit(f"error: {images}: image folder not found")
+    try:
+        items = unique_items(list_items(images, args.list))
+    except DataError as err:
+        sys.exit(f"error: {err}")
+    by_id = {item.image_id: item for item in items}
+    ids = [item.image_id for item in items]
+    mine = spec.select(ids)
+
+    # the saliency function: a batch of loaded images -> [B, H, W] maps
+    if args.method == "spectral":
+        mode, size = "L", (SPECTRAL_SIZE, SPECTRAL_SIZE)
+
+        def saliency(batch: list[np.ndarray]) -> torch.Tensor:
+            return spectral_residual(torch.from_numpy(np.stack(batch)), args.sigma, args.border == "mirror")
+    else:
+        mode, size = "RGB", tuple(args.emlnet_size)
+        model = EMLNet(args.weights, size, args.device) if not shard.is_done(out, spec) else None
+
+        def saliency(batch: list[np.ndarray]) -> torch.Tensor:
+            return model(torch.from_numpy(np.stack(batch)).permute(0, 3, 1, 2).contiguous())
+
+    failures: dict[str, str] = {}
+    previews_left = args.preview
+    preview_dir = Path(args.preview_dir) if args.preview_dir else out.with_name(out.stem + "_preview")
+    boxes = preview_boxes(args.scene_graphs, args.image_data) if args.preview and args.scene_graphs else {}
+    pool = ThreadPoolExecutor(max(1, args.workers))
+
+    def process(chunk: list[str], path: Path) -> None:
+        nonlocal previews_left
+        groups = []
+        for start in range(0, len(chunk), args.batch_size):
+            batch = [by_id[i] for i in chunk[start:start + args.batch_size]]
+            loaded = list(pool.map(lambda item: try_load(item, mode, size), batch))
+            good = []
+            for item, (result, error) in zip(batch, loaded):
+                if error:
+                    failures[item.image_id] = error
+                    tqdm.write(f"failed: {item.path}: {error}")
+                else:
+                    good.append((item, result))
+            if not good:
+                continue
+            maps = saliency([array for _, (array, _) in good])
+            for (item, (_, (width, height))), smap in zip(good, maps):
+                stored = resize_map(smap, map_shape(width, height, args.map_side))
+                attrs = {"width": width, "height": height, "method": args.method, **item.attrs}
+                groups.append((item.image_id, {"map": stored.astype(np.float16)}, attrs))
+                if previews_left > 0:
+                    write_preview(preview_dir / f"{item.image_id}.png", item.path, stored, boxes.get(item.image_id))
+                    previews_left -= 1
+        files.write_h5_groups(path, groups, compression="gzip")
+
+    total = shard.count_chunks(ids, spec, args.chunk_size)
+    pending = list(shard.pending_chunks(ids, out, spec, args.chunk_size))
+    if shard.is_done(out, spec):
+        print(f"{part if part.exists() else out} already exists; checking it")
+    elif len(pending) < total:
+        print(f"resuming: {total - len(pending)} of {total} chunks already done")
+    with tqdm(total=len(mine), desc=f"saliency ({args.method})", unit="img", disable=None) as bar:
+        bar.update(len(mine) - sum(len(c) for _, c, _ in pending))
+        final = shard.run_chunks(ids, out, spec, args.chunk_size, process, progress=bar.update)
+    pool.shutdown()
+
+    # every image of this shard without a map failed, in this run or an earlier one
+    written = final if final is not None else part
+    present = set(files.h5_group_ids(written))
+    failed = [i for i in mine if i not in present]
+    elapsed = time.time() - started
+    print(f"{len(mine) - len(failed)} of {len(mine)} images of this shard have a map in {written} "
+          f"({elapsed:.1f}s, {len(mine) / max(elapsed, 1e-9):.1f} img/s)")
+    if args.preview:
+        print(f"previews in {preview_dir}")
+    if failed:
+        reasons = {i: failures.get(i) or try_load(by_id[i], mode, size)[1] or "failed in an earlier run" for i in failed}
+        failed_path = part.with_name(part.name + ".failed.tsv")
+        with files.atomic_path(failed_path) as tmp, open(tmp, "w") as f:
+            f.write("image_id\tpath\treason\n")
+            f.writelines(f"{i}\t{by_id[i].path}\t{reasons[i]}\n" for i in failed)
+        print(f"error: {len(failed)} image(s) failed (missing or unreadable), listed in {failed_path}", file=sys.stderr)
+        for i in failed[:10]:
+            print(f"  {by_id[i].path}: {reasons[i]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,471 @@
+"""Stage 02: self-generated captions of widely varying length from scene graphs (CLID step 2).
+
+In:  Visual Genome ``scene_graphs.json`` (+ ``image_data.json`` for sizes and the VG-to-COCO id
+     map), and the saliency HDF5 of stage 01 (or ``--saliency none``).
+Out: JSONL, one caption a line: ``id`` ("<image_id>_<n>"), ``image_id``, ``caption``, ``objects``
+     (object ids in mention order), ``n_tokens``, ``level``, ``seed``; plus
+     ``OUT.problems.tsv`` listing every graph that was skipped or repaired, with the reason.
+
+    python 02_scenegraph_captions.py --scene-graphs scene_graphs.json --image-data image_data.json \
+        --saliency saliency.h5 --out selfgen.jsonl
+
+The walk (one caption; randomness keyed by (seed, graph id, caption number)):
+  1. object saliency = the saliency map summed inside the object's box, normalised over the
+     image's objects (``--saliency none``: the same sum over a centre-bias prior map, see
+     ``prior_saliency``);
+  2. the first object is drawn with probability proportional to saliency;
+  3. at each newly visited object, up to ``--k`` of its children (objects it has a relationship to)
+     are drawn without replacement by re-normalised saliency and visited depth first; a child
+     seen before is mentioned again as "the <noun>" and not expanded further (no loops);
+  4. when the walk ends with less than ``--t-sal`` of the total saliency covered, it jumps to an
+     unexplored object drawn by saliency, joined with "and" (``--paragraph``: a new sentence);
+  5. each first mention gets a random number (0..``--n-attr``) of the object's attributes, each
+     relationship its predicate as a verb phrase; finally a random number of the last mentioned
+     objects (0 .. all but one) is cut off.
+
+Bad graphs never stop the run and are never dropped silently: graphs that cannot be captioned
+(malformed, relationships naming missing objects, boxes outside the image, empty, NaN saliency,
+no COCO id, no saliency map) are skipped; self-loops are removed and cycles noted (the walk never
+loops). All are counted by reason, printed, and listed by image id in the problems file.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from clid import english as en
+from clid import files, shard
+from clid.data import SceneGraph, check_box, load_image_data, load_scene_graphs
+from clid.files import DataError
+from clid.rng import item_rng
+from clid.stats import format_table, length_stats
+from clid.text import caption_lengths, get_levels, length_to_level, load_tokenizer
+
+# centre-bias prior: an isotropic Gaussian at the image centre, sigma = PRIOR_SIGMA * image side
+PRIOR_SIGMA = 0.25
+
+
+# ---------------------------------------------------------------------------------------------
+# Object saliency
+
+def box_saliency(smap: np.ndarray, boxes: np.ndarray, width: float, height: float) -> np.ndarray:
+    """Sum of ``smap`` inside each box (x1, y1, x2, y2 in image pixels of a width x height image).
+
+    The map is taken as constant over each of its cells, so the integral over a box is exact for
+    fractional boxes too: the summed-area table, interpolated bilinearly at the box corners.
+    """
+    h, w = smap.shape
+    table = np.zeros((h + 1, w + 1))
+    table[1:, 1:] = np.asarray(smap, dtype=np.float64).cumsum(0).cumsum(1)
+    scale = np.array([w / width, h / height, w / width, h / height])
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4) * scale
+    x1, x2 = np.clip(b[:, 0], 0, w), np.clip(b[:, 2], 0, w)
+    y1, y2 = np.clip(b[:, 1], 0, h), np.clip(b[:, 3], 0, h)
+
+    def integral(x, y):  # integral of the map over [0, x] x [0, y], in map cells
+        x0 = np.minimum(np.floor(x).astype(int), w - 1)
+        y0 = np.minimum(np.floor(y).astype(int), h - 1)
+        fx, fy = x - x0, y - y0
+        return (table[y0, x0] * (1 - fx) * (1 - fy) + table[y0, x0 + 1] * fx * (1 - fy)
+                + table[y0 + 1, x0] * (1 - fx) * fy + table[y0 + 1, x0 + 1] * fx * fy)
+
+    return integral(x2, y2) - integral(x1, y2) - integral(x2, y1) + integral(x1, y1)
+
+
+def prior_saliency(boxes: np.ndarray, width: float, height: float) -> np.ndarray:
+    """``--saliency none``: each box's integral of a centre-bias map, exp(-d^2 / (2 sigma^2)) with
+    sigma = PRIOR_SIGMA times the image side in each axis. For a small box this is about its area
+    times the Gaussian of its centre's distance to the image centre: large and central objects
+    are salient, small and peripheral ones are not."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+
+    def axis(lo, hi, size):
+        sigma = PRIOR_SIGMA * size
+        c = size / 2.0
+        erf = np.vectorize(math.erf)
+        return sigma * math.sqrt(math.pi / 2) * (erf((hi - c) / (math.sqrt(2) * sigma))
+                                                 - erf((lo - c) / (math.sqrt(2) * sigma)))
+
+    return axis(b[:, 0], b[:, 2], width) * axis(b[:, 1], b[:, 3], height)
+
+
+def normalised(values: np.ndarray) -> np.ndarray:
+    total = float(values.sum())
+    return values / total if total > 0 else np.full(len(values), 1.0 / max(len(values), 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# The walk
+
+@dataclass
+class Prepared:
+    """A graph ready to caption: output image id, objects, children and object saliency."""
+
+    image_id: str  # the output image id (the COCO id when --image-data maps it)
+    graph_id: str  # the id in the scene-graph file
+    nouns: list[str]
+    attributes: list[list[str]]
+    object_ids: list[int]
+    children: list[list[tuple[int, list[str]]]]  # per object: (child index, its predicates)
+    saliency: np.ndarray  # normalised, sums to 1
+
+
+@dataclass
+class Mention:
+    index: int  # object index in the graph
+    connector: list[str]  # words before the noun phrase: predicate, "and", "."
+    phrase: str
+
+
+def draw(rng: np.random.Generator, weights: np.ndarray, count: int) -> list[int]:
+    """Draw ``count`` indices without replacement, proportional to ``weights`` (uniform among the
+    rest once the remaining weights are all zero)."""
+    weights = np.asarray(weights, dtype=np.float64).copy()
+    picked = []
+    for _ in range(min(count, len(weights))):
+        available = np.ones(len(weights), bool)
+        available[picked] = False
+        w = np.where(available, weights, 0.0)
+        p = w / w.sum() if w.sum() > 0 else available / available.sum()
+        picked.append(int(rng.choice(len(weights), p=p)))
+    return picked
+
+
+def walk(g: Prepared, rng: np.random.Generator, k: int, t_sal: float, n_attr: int,
+         paragraph: bool) -> list[Mention]:
+    """All mentions of one caption, in order, before the final cut (see the module docstring)."""
+    visited: set[int] = set()
+    mentions: list[Mention] = []
+
+    def first_mention(i: int) -> str:
+        attrs = [a for a in g.attributes[i] if a != g.nouns[i]]
+        n = int(rng.integers(0, min(n_attr, len(attrs)) + 1))
+        chosen = [attrs[j] for j in sorted(rng.choice(len(attrs), size=n, replace=False))] if n else []
+        return en.mention(g.nouns[i], chosen)
+
+    def visit(i: int, connector: list[str]) -> None:
+        if i in visited:  # a re-visit: "the <noun>", no propagation
+            mentions.append(Mention(i, connector, en.mention(g.nouns[i], definite=True)))
+            return
+        visited.add(i)
+        mentions.append(Mention(i, connector, first_mention(i)))
+        kids = g.children[i]
+        for n, j in enumerate(draw(rng, g.saliency[[c for c, _ in kids]], k)):
+            child, predicates = kids[j]
+            predicate = predicates[int(rng.integers(len(predicates)))]
+            visit(child, (["and"] if n else []) + en.predicate_phrase(predicate).split())
+
+    visit(draw(rng, g.saliency, 1)[0], [])
+    while True:
+        covered = float(g.saliency[sorted(visited)].sum())
+        unvisited = [i for i in range(len(g.nouns)) if i not in visited]
+        if covered >= t_sal - 1e-9 or not unvisited:
+            break
+        jump = unvisited[draw(rng, g.saliency[unvisited], 1)[0]]
+        visit(jump, ["."] if paragraph else ["and"])
+    return mentions
+
+
+def render(mentions: list[Mention]) -> str:
+    """Caption text: connectors and noun phrases joined, doubled words removed, each sentence
+    capitalised and ended with a period."""
+    sentences, words = [], []
+    for m in mentions:
+        for word in m.connector:
+            if word == ".":
+                sentences.append(" ".join(words))
+                words = []
+            else:
+                words.append(word)
+        words.append(m.phrase)
+    sentences.append(" ".join(words))
+    return " ".join(en.finish_sentence(en.remove_doubled_words(s)) for s in sentences if s.strip())
+
+
+def caption_image(g: Prepared, seed: int, args) -> list[dict]:
+    """``--per-image`` captions of one graph (without lengths)."""
+    out = []
+    for n in range(args.per_image):
+        rng = item_rng(seed, g.graph_id, n)
+        mentions = walk(g, rng, args.k, args.t_sal, args.n_attr, args.paragraph)
+        keep = len(mentions) - int(rng.integers(0, len(mentions)))  # cut 0 .. all but one
+        mentions = mentions[:keep]
+        out.append({"id": f"{g.image_id}_{n}", "image_id": g.image_id, "caption": render(mentions),
+                    "objects": [g.object_ids[m.index] for m in mentions]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking graphs
+
+def find_cycle(n: int, edges: list[tuple[int, int]]) -> list[int] | None:
+    """A directed cycle (as a list of node indices) if the graph has one, else None."""
+    out = defaultdict(list)
+    for a, b in edges:
+        out[a].append(b)
+    state = [0] * n  # 0 new, 1 on the stack, 2 done
+    for root in range(n):
+        if state[root]:
+            continue
+        stack, path = [(root, iter(out[root]))], [root]
+        state[root] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif state[nxt] == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                stack.append((nxt, iter(out[nxt])))
+                path.append(nxt)
+    return None
+
+
+class SaliencySource:
+    """Saliency maps of stage 01, looked up by the output (COCO) id, else by the VG id."""
+
+    def __init__(self, path):
+        import h5py
+
+        self.path = str(path)
+        if not Path(self.path).exists():
+            raise SystemExit(f"error: {self.path}: saliency file not found (run 01_saliency.py, or give --saliency none)")
+        self.file = h5py.File(self.path, "r")
+
+    def get(self, image_id: str, graph_id: str):
+        """``(map, width, height)`` or None. Maps are keyed by the output (COCO) id, or by the VG id
+        when 01 read a VG image list; such groups carry the VG id (attr ``vg_image_id``), so a COCO
+        id that happens to equal another image's VG id never picks up the wrong map."""
+        mapped = image_id != graph_id
+        for key in ([image_id, graph_id] if mapped else [image_id]):
+            if key not in self.file:
+                continue
+            group = self.file[key]
+            vg = group.attrs.get("vg_image_id")
+            vg = None if vg is None else str(vg)
+            if mapped and ((key == image_id and vg not in (None, graph_id)) or (key == graph_id and vg != graph_id)):
+                continue
+            if "map" not in group:
+                raise DataError(self.path, f"image {key}", "missing dataset 'map'")
+            return group["map"][()].astype(np.float32), float(group.attrs["width"]), float(group.attrs["height"])
+        return None
+
+
+def prepare(graph: SceneGraph, image_id: str, saliency: SaliencySource | None,
+            problems: list[tuple]) -> Prepared | None:
+    """Check one graph and compute its object saliency; problems go to ``problems`` as
+    (image id, action, kind, detail)."""
+    def report(action, kind, detail=""):
+        problems.append((image_id, action, kind, detail))
+
+    if not graph.objects:
+        report("skipped", "empty graph")
+        return None
+    index = {o.object_id: i for i, o in enumerate(graph.objects)}
+    relations = []
+    loops = sorted({r.subject_id for r in graph.relations if r.subject_id == r.object_id})
+    if loops:
+        report("repaired", "self-loop removed", f"object(s) {loops}")
+    relations = [r for r in graph.relations if r.subject_id != r.object_id]
+    cycle = find_cycle(len(index), [(index[r.subject_id], index[r.object_id]) for r in relations])
+    if cycle:
+        ids = " -> ".join(str(graph.objects[i].object_id) for i in cycle)
+        report("noted", "cycle (the walk does not loop)", ids)
+
+    boxes = np.array([o.box for o in graph.objects], dtype=np.float64)
+    width, height = graph.width, graph.height
+    if saliency is None:
+        if width is None or height is None:  # no image size: the frame is the objects' extent
+            width, height = float(boxes[:, 2].max()), float(boxes[:, 3].max())
+        values = prior_saliency(boxes, width, height)
+    else:
+        found = saliency.get(image_id, graph.image_id)
+        if found is None:
+            report("skipped", "no saliency map", f"image {image_id} is not in {saliency.path}")
+            return None
+        smap, map_width, map_height = found
+        if width is None or height is None:
+            # boxes are in the image's pixels: check them against the size stage 01 saw
+            width, height = map_width, map_height
+            for obj in graph.objects:
+                problem = check_box(obj, width, height)
+                if problem:
+                    report("skipped", "box outside the image", problem)
+                    return None
+        # boxes are scaled by the graph's own image size (a VG image may be a resized COCO image)
+        values = box_saliency(smap, boxes, width, height)
+        if not np.all(np.isfinite(values)):
+            bad = [graph.objects[i].object_id for i in np.flatnonzero(~np.isfinite(values))]
+            report("skipped", "NaN saliency", f"object(s) {bad[:5]}")
+            return None
+        if values.sum() <= 0:
+            report("repaired", "zero saliency in every box: centre prior used")
+            values = prior_saliency(boxes, width, height)
+
+    children: list[dict[int, list[str]]] = [dict() for _ in graph.objects]
+    for r in relations:
+        children[index[r.subject_id]].setdefault(index[r.object_id], []).append(r.predicate)
+    return Prepared(image_id=image_id, graph_id=graph.image_id,
+                    nouns=[o.name for o in graph.objects],
+                    attributes=[[a for a in dict.fromkeys(o.attributes) if len(a.split()) <= 2] for o in graph.objects],
+                    object_ids=[o.object_id for o in graph.objects],
+                    children=[sorted(c.items()) for c in children],
+                    saliency=normalised(values))
+
+
+# ---------------------------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scene-graphs", required=True, help="Visual Genome scene_graphs.json")
+    parser.add_argument("--image-data", default=None,
+                        help="VG image_data.json: image sizes, and COCO ids as the output image ids")
+    parser.add_argument("--saliency", required=True, help="saliency HDF5 of 01_saliency.py, or 'none' for the centre prior")
+    parser.add_argument("--out", required=True, help="output JSONL")
+    parser.add_argument("--k", type=int, default=2, help="children visited per object")
+    parser.add_argument("--t-sal", type=float, default=0.8, help="saliency share to cover before the walk may stop")
+    parser.add_argument("--n-attr", type=int, default=4, help="most attributes per object")
+    parser.add_argument("--per-image", type=int, default=5, help="captions per image")
+    parser.add_argument("--paragraph", action="store_true", help="a jump starts a new sentence instead of 'and'")
+    parser.add_argument("--levels", default=None, choices=["caption", "paragraph", "labert"],
+                        help="length levels for 'level' (default: paragraph with --paragraph, else caption)")
+    parser.add_argument("--chunk-size", type=int, default=2000, help="graphs per resumable chunk")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: offline bert-base-uncased)")
+    shard.add_shard_args(parser)
+    args = parser.parse_args(argv)
+    args.levels = args.levels or ("paragraph" if args.paragraph else "caption")
+    if args.k < 1 or args.per_image < 1 or args.n_attr < 0 or not 0 <= args.t_sal <= 1:
+        parser.error("need --k >= 1, --per-image >= 1, --n-attr >= 0 and 0 <= --t-sal <= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    spec = shard.Shard.from_args(args)
+    out = Path(args.out)
+    part = shard.part_path(out, spec.shard_id, spec.num_shards)
+    problems_path = part.with_name(part.name + ".problems.tsv")
+    if shard.is_done(out, spec):
+        print(f"{part if part.exists() else out} already exists; nothing to do")
+        return 0
+    started = time.time()
+
+    # 1. graphs, and the output image id of each (the COCO id when image_data.json maps it)
+    try:
+        image_data = load_image_data(args.image_data) if args.image_data else None
+        graphs, load_problems = load_scene_graphs(args.scene_graphs, image_data, strict=False)
+    except (DataError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    problems: list[tuple] = []  # (image id, action, kind, detail)
+    if spec.shard_id == 0:  # graphs that do not parse are not assigned to shards: shard 0 reports them
+        problems += [(image_id, "skipped", load_problem_kind(reason), reason) for image_id, reason in load_problems]
+    output_id, seen = {}, {}
+    for g in graphs:
+        if image_data is not None and g.image_id not in image_data:
+            output_id[g.image_id] = (None, "not in image_data.json", f"image {g.image_id}")
+        elif image_data is not None and g.coco_id is None:
+            output_id[g.image_id] = (None, "no COCO id", f"VG image {g.image_id}")
+        else:
+            target = g.coco_id or g.image_id
+            if target in seen:
+                output_id[g.image_id] = (None, "duplicate image id", f"{target} is already captioned from graph {seen[target]}")
+            else:
+                seen[target] = g.image_id
+                output_id[g.image_id] = (target, "", "")
+    items = [g.image_id for g in graphs]
+    if len(set(items)) != len(items):
+        duplicates = [k for k, v in Counter(items).items() if v > 1]
+        sys.exit(f"error: {args.scene_graphs}: image id(s) {duplicates[:5]} appear more than once")
+    by_id = {g.image_id: g for g in graphs}
+
+    # 2. check this shard's graphs and compute their object saliency
+    saliency = None if args.saliency.lower() == "none" else SaliencySource(args.saliency)
+    prepared: dict[str, Prepared] = {}
+    for graph_id in tqdm(spec.select(items), desc="object saliency", unit="graph", disable=None):
+        target, kind, detail = output_id[graph_id]
+        if target is None:
+            problems.append((graph_id, "skipped", kind, detail))
+            continue
+        p = prepare(by_id[graph_id], target, saliency, problems)
+        if p is not None:
+            prepared[graph_id] = p
+
+    # 3. captions, chunk by chunk (a killed run resumes at the first missing chunk)
+    tokenizer = load_tokenizer(args.tokenizer)
+    keep_sentences = args.levels == "paragraph"
+
+    def process(chunk, path):
+        records = [r for graph_id in chunk if graph_id in prepared
+                   for r in caption_image(prepared[graph_id], args.seed, args)]
+        lengths = caption_lengths([r["caption"] for r in records], tokenizer, keep_sentences)
+        for r, n in zip(records, lengths):
+            r.update(n_tokens=n, level=length_to_level(n, args.levels), seed=args.seed)
+        files.write_jsonl(path, records)
+
+    mine = spec.select(items)
+    total = shard.count_chunks(items, spec, args.chunk_size)
+    pending = list(shard.pending_chunks(items, out, spec, args.chunk_size))
+    if len(pending) < total:
+        print(f"resuming: {total - len(pending)} of {total} chunks already done")
+    with tqdm(total=len(mine), desc="captions", unit="graph", disable=None) as bar:
+        bar.update(len(mine) - sum(len(c) for _, c, _ in pending))
+        final = shard.run_chunks(items, out, spec, args.chunk_size, process, progress=bar.update)
+
+    # 4. report: problems by reason, the problems file, the length table
+    write_problems(problems_path, problems)
+    counts = Counter((action, kind) for _, action, kind, _ in problems)
+    print(f"graphs: {len(graphs) + len(load_problems)} in {args.scene_graphs}, {len(mine)} in this shard, "
+          f"{len(prepared)} captioned ({args.per_image} captions each)")
+    for (action, kind), n in sorted(counts.items()):
+        examples = [i for i, a, k, _ in problems if a == action and k == kind][:5]
+        print(f"  {action:>8}: {n:6d}  {kind}  (e.g. image {', '.join(examples)})")
+    if problems:
+        print(f"  every skipped or repaired graph is listed in {problems_path}")
+    written = final if final is not None else part
+    lengths = [r["n_tokens"] for r in files.read_jsonl(written)]
+    stats = length_stats(lengths, args.levels)
+    print(format_table(stats, f"{written} ({args.levels} levels)"))
+    if stats["above"]:
+        print(f"{stats['above']} captions are longer than the last level (level null); they are kept")
+    if final is None:
+        print(f"shard {spec.shard_id} done; the output appears when all {spec.num_shards} shards are done")
+    print(f"done in {time.time() - started:.1f}s")
+    return 0
+
+
+def load_problem_kind(reason: str) -> str:
+    """The kind of a graph the loader rejected (clid.data.load_scene_graphs reasons)."""
+    if "does not exist" in reason:
+        return "relationship names a missing object"
+    if "outside" in reason:
+        return "box outside the image"
+    if "box" in reason:
+        return "invalid box"
+    return "malformed graph"
+
+
+def write_problems(path: Path, problems: list[tuple]) -> None:
+    """Every skipped, repaired or noted graph, one a line: image id, action, kind, detail."""
+    if not problems and not path.exists():
+        return
+    with files.atomic_path(path) as tmp, open(tmp, "w") as f:
+        f.write("image_id\taction\tkind\tdetail\n")
+        for row in problems:
+            f.write("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in row) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,425 @@
+"""Stage 03: paraphrase the self-generated captions (CLID step 3).
+
+In:  the JSONL of stage 02.
+Out: the same JSONL with ``caption`` paraphrased, the original kept as ``raw_caption``, the
+     paraphraser named in ``paraphraser``, and ``n_tokens`` / ``level`` recomputed.
+
+    python 03_paraphrase.py --in selfgen.jsonl --out paraphrased.jsonl                 # Pegasus, as the paper
+    python 03_paraphrase.py --in selfgen.jsonl --out paraphrased.jsonl --model rules   # offline rules
+
+``--model NAME_OR_PATH`` (default ``tuner007/pegasus_paraphrase``, the paper's) loads a seq2seq
+paraphraser with transformers and decodes with beam search, in batches, on the GPU when there is
+one. It never sees the image. Pegasus reads about 60 tokens while long captions are the point, so
+each caption is split at sentence breaks and then at "and" into pieces that fit; the pieces are
+paraphrased and joined again. A piece's paraphrase is rejected, and the piece kept as it was,
+when it loses one of the piece's object nouns or shrinks below ``--min-ratio`` (half) of its
+token length; rejections are counted.
+
+``--model rules`` is a deterministic rule-based paraphraser that works offline: it groups
+repeated objects ("a dog and a dog" -> "two dogs", up to ten), merges repeated predicates
+("wearing a hat and wearing a shirt" -> "wearing a hat and a shirt"), fixes articles, "and and"
+and the final punctuation.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+from tqdm import tqdm
+
+from clid import english as en
+from clid import files, shard
+from clid.files import DataError
+from clid.stats import format_table, length_stats
+from clid.text import caption_lengths, karpathy_tokens, length_to_level, load_tokenizer
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded at run time
+
+DEFAULT_MODEL = "tuner007/pegasus_paraphrase"
+
+# ---------------------------------------------------------------------------------------------
+# Noun phrases, as far as rules can find them
+
+ARTICLES = {"a", "an"}
+DETERMINERS = ARTICLES | {"the"} | set(en.NUMBER_WORDS.values())
+PREPOSITIONS = {"on", "in", "at", "of", "with", "near", "behind", "under", "above", "beside", "besides", "by",
+                "next", "along", "across", "over", "inside", "outside", "against", "beneath", "below", "between",
+                "from", "into", "onto", "to", "around", "for", "atop", "underneath", "within", "without",
+                "through", "toward", "towards", "beyond", "past", "among", "up", "down", "off", "out", "like",
+                "as", "top", "front", "and", "or", "while", "is", "are", "has", "have", "that", "which", "who"}
+# words ending in -ing/-ed that are nouns, not verbs
+ING_NOUNS = {"building", "ceiling", "painting", "clothing", "railing", "awning", "king", "ring", "string", "wing",
+             "thing", "evening", "morning", "icing", "frosting", "topping", "lettering", "writing", "bedding",
+             "siding", "pudding", "sing", "spring", "swing", "sling", "stuffing", "dressing", "seasoning",
+             "wedding", "sibling", "flowerbed", "seabed", "hundred", "steed", "bobsled"}
+
+
+def is_predicate_word(words: list[str], i: int) -> bool:
+    """True where a noun phrase ends: a preposition, a determiner, or a verb form (-ing, -ed)
+    that follows a noun rather than an article or another adjective ("a man riding", "a standing man")."""
+    w = words[i]
+    if w in PREPOSITIONS or w in DETERMINERS:
+        return True
+    if w.endswith(("ing", "ed")) and w not in ING_NOUNS and len(w) > 4:
+        before = words[i - 1] if i else ""
+        return not (before in DETERMINERS or before in en.SIZE_WORDS or before in en.COLOUR_WORDS
+                    or before.endswith(("ing", "ed")))
+    return False
+
+
+def noun_phrase_end(words: list[str], start: int) -> int:
+    """Index after the noun phrase that starts with the determiner at ``start``."""
+    j = start + 1
+    while j < len(words) and not is_predicate_word(words, j):
+        j += 1
+    return j
+
+
+def head_nouns(text: str) -> list[str]:
+    """The head noun (last word) of each noun phrase: each maximal run of words between
+    determiners, prepositions and verbs, e.g. "a man riding a brown horse next to trees" ->
+    ["man", "horse", "trees"]."""
+    words = karpathy_tokens(text)
+    nouns, run = [], []
+    for i in range(len(words) + 1):
+        if i == len(words) or is_predicate_word(words, i):
+            if run:
+                nouns.append(run[-1])
+            run = []
+        else:
+            run.append(words[i])
+    return nouns
+
+
+def lemma(word: str) -> str:
+    return en.singularize(word) if en.is_plural(word) else word
+
+
+# ---------------------------------------------------------------------------------------------
+# The rule-based paraphraser
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def sentences_of(text: str) -> list[str]:
+    return [s for s in (x.strip().rstrip(".!? ").strip() for x in _SENTENCE.split(text.strip())) if s]
+
+
+def _leading_np(words: list[str]) -> int:
+    """Length of the noun phrase at the start of a segment (0 unless it opens with "a"/"an")."""
+    if not words or words[0] not in ARTICLES:
+        return 0
+    end = noun_phrase_end(words, 0)
+    return end if end > 1 else 0
+
+
+def _trailing_np(words: list[str]) -> int:
+    """Start of a segment's final noun phrase ("a"/"an" ... up to the end), or -1."""
+    for k in range(len(words) - 1, -1, -1):
+        if words[k] in ARTICLES:
+            return k if noun_phrase_end(words, k) == len(words) and k + 1 < len(words) else -1
+        if words[k] in DETERMINERS:
+            return -1
+    return -1
+
+
+def _counted(np_words: list[str], count: int) -> list[str]:
+    """ "a red car" x 3 -> "three red cars"."""
+    return en.count_phrase(count, " ".join(np_words[1:])).split() if count > 1 else np_words
+
+
+def rules_sentence(sentence: str) -> str:
+    words = re.sub(r"[^a-z0-9' -]+", " ", sentence.lower()).split()
+    words = en.remove_doubled_words(" ".join(words)).split()  # also "and and"
+    while words and words[0] == "and":
+        words = words[1:]
+    while words and words[-1] == "and":
+        words = words[:-1]
+    segments, current = [], []
+    for w in words:
+        if w == "and":
+            segments.append(current)
+            current = []
+        else:
+            current.append(w)
+    segments.append(current)
+    segments = [s for s in segments if s]
+
+    # each output segment: [words, count, which noun phrase is counted ("lead" or "tail")]
+    out: list[list] = []
+    for seg in segments:
+        if out:
+            prev, prev_count, prev_mode = out[-1]
+            # merge a repeated predicate: "wearing a hat" + "wearing a shirt" -> "wearing a hat and a shirt"
+            shared = False
+            first_det = next((i for i, w in enumerate(seg) if w in DETERMINERS), 0)
+            tail = _trailing_np(prev)
+            if 0 < first_det and tail >= first_det and prev[tail - first_det:tail] == seg[:first_det]:
+                seg, shared = seg[first_det:], True
+            # group repeated objects, up to ten: "a dog" + "a dog" -> "two dogs"; a repeated clause
+            # counts its subject: "a man riding a horse" x 2 -> "two men riding a horse";
+            # "wearing a hat" + "(wearing) a hat" -> "wearing two hats"
+            lead = _leading_np(seg)
+            if lead and prev_count < 10:
+                if shared and lead == len(seg) and tail >= 0 and prev[tail:] == seg and prev_mode in ("tail", None):
+                    out[-1][1:] = [prev_count + 1, "tail"]
+                    continue
+                if not shared and prev == seg and prev_mode in ("lead", None):
+                    out[-1][1:] = [prev_count + 1, "lead"]
+                    continue
+        out.append([seg, 1, None])
+
+    pieces = []
+    for seg, count, mode in out:
+        if mode == "lead":
+            lead = _leading_np(seg)
+            seg = _counted(seg[:lead], count) + seg[lead:]
+        elif mode == "tail":
+            tail = _trailing_np(seg)
+            seg = seg[:tail] + _counted(seg[tail:], count)
+        pieces.append(" ".join(seg))
+    text = " and ".join(pieces)
+    # articles: "a" / "an" by the next word; none before a plural or a mass noun phrase
+    words = text.split()
+    fixed = []
+    for i, w in enumerate(words):
+        if w in ARTICLES and i + 1 < len(words):
+            end = noun_phrase_end(words, i)
+            head = words[end - 1] if end > i + 1 else ""
+            if head and (en.is_plural(head) or en.is_mass_noun(head)) and end - i <= 4:
+                continue
+            w = en.article(words[i + 1])
+        fixed.append(w)
+    return en.finish_sentence(en.remove_doubled_words(" ".join(fixed)))
+
+
+def rules_paraphrase(caption: str) -> str:
+    """The offline paraphrase of one caption (each sentence on its own)."""
+    return " ".join(rules_sentence(s) for s in sentences_of(caption)) or caption
+
+
+# ---------------------------------------------------------------------------------------------
+# Splitting long captions for a model that reads ~60 tokens, and joining them again
+
+def split_caption(caption: str, count_tokens: Callable[[list[str]], list[int]], budget: int) -> list[list[str]]:
+    """Sentences, each a list of pieces: "and"-joined runs of the sentence packed greedily while
+    the piece stays within ``budget`` model tokens."""
+    out = []
+    for sentence in sentences_of(caption):
+        segments = [s.strip() for s in re.split(r"\band\b", sentence) if s.strip()]
+        pieces = [segments[0]]
+        for seg in segments[1:]:
+            candidate = f"{pieces[-1]} and {seg}"
+            if count_tokens([candidate])[0] <= budget:
+                pieces[-1] = candidate
+            else:
+                pieces.append(seg)
+        out.append(pieces)
+    return out
+
+
+def join_caption(sentences: list[list[str]]) -> str:
+    """Pieces back into one caption: pieces joined with "and", sentences with periods."""
+    out = []
+    for pieces in sentences:
+        parts = []
+        for n, piece in enumerate(pieces):
+            piece = piece.strip().rstrip(".!?, ").strip()
+            if n and piece[:1].isupper() and not piece.startswith("I "):
+                piece = piece[0].lower() + piece[1:]
+            if piece:
+                parts.append(piece)
+        out.append(en.finish_sentence(" and ".join(parts)))
+    return " ".join(s for s in out if s)
+
+
+def check_paraphrase(original: str, paraphrase: str, tokenizer, min_ratio: float) -> str | None:
+    """Why a paraphrase is rejected, or None: it lost an object noun, or it is too short."""
+    have = {lemma(w) for w in karpathy_tokens(paraphrase)}
+    lost = [n for n in dict.fromkeys(head_nouns(original)) if lemma(n) not in have]
+    if lost:
+        return "lost noun"
+    before, after = caption_lengths([original, paraphrase], tokenizer)
+    if after < min_ratio * before:
+        return "too short"
+    return None
+
+
+class ModelParaphraser:
+    """A transformers seq2seq paraphraser (Pegasus and the like), beam search, batched."""
+
+    def __init__(self, name: str, device: str, num_beams: int, batch_size: int, max_length: int):
+        import torch
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        self.name, self.device, self.num_beams, self.batch_size = name, device, num_beams, batch_size
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(name)
+            self.model = AutoModelForSeq2SeqLM.from_pretrained(name).to(device).eval()
+        except Exception as err:  # OSError (not found), ValueError / ImportError (cannot convert)
+            detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+            if "protobuf" in str(err) or "tiktoken" in str(err):
+                detail = "its sentencepiece tokenizer needs the 'protobuf' package to load"
+            raise SystemExit(
+                f"error: the paraphraser '{name}' is not available offline ({detail}). Use --model rules, or "
+                f"download it where there is internet (HF_HUB_OFFLINE=0 huggingface-cli download {name} "
+                f"--local-dir DIR) and pass --model DIR.") from None
+        self.max_length = min(max_length, getattr(self.tokenizer, "model_max_length", max_length) or max_length)
+        self.torch = torch
+        self.calls = 0  # generate() calls, for the log
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return [len(ids) for ids in self.tokenizer(texts)["input_ids"]]
+
+    def __call__(self, pieces: list[str]) -> list[str]:
+        """Paraphrase pieces in batches (sorted by length to limit padding), in the input order."""
+        order = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
+        out = [""] * len(pieces)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start:start + self.batch_size]
+            batch = self.tokenizer([pieces[i] for i in idx], return_tensors="pt", padding=True,
+                                   truncation=True, max_length=self.max_length).to(self.device)
+            with self.torch.no_grad():
+                generated = self.model.generate(**batch, num_beams=self.num_beams, num_return_sequences=1,
+                                                max_length=self.max_length)
+            self.calls += 1
+            for i, text in zip(idx, self.tokenizer.batch_decode(generated, skip_special_tokens=True)):
+                out[i] = text.strip()
+        return out
+
+
+def paraphrase_captions(captions: list[str], model: ModelParaphraser, tokenizer, budget: int,
+                        min_ratio: float, counts: Counter) -> list[str]:
+    """Split, paraphrase all pieces at once, check each piece, join again."""
+    split = [split_caption(c, model.count_tokens, budget) for c in captions]
+    pieces = [p for sentences in split for pieces in sentences for p in pieces]
+    fits = [n <= model.max_length for n in model.count_tokens(pieces)] if pieces else []
+    todo = [p for p, ok in zip(pieces, fits) if ok]
+    done = iter(model(todo)) if todo else iter(())
+    results = iter([next(done) if ok else None for ok in fits])
+    out = []
+    for sentences in split:
+        joined, rejected = [], 0
+        for piece_list in sentences:
+            new = []
+            for piece in piece_list:
+                candidate = next(results)
+                counts["pieces"] += 1
+                reason = "too long for the model" if candidate is None else \
+                    check_paraphrase(piece, candidate, tokenizer, min_ratio)
+                if reason:
+                    counts[f"piece kept: {reason}"] += 1
+                    rejected += 1
+                    new.append(piece)
+                else:
+                    new.append(candidate)
+            joined.append(new)
+        counts["captions with a kept piece" if rejected else "captions fully paraphrased"] += 1
+        out.append(join_caption(joined))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--in", dest="inp", required=True, help="self-generated captions (JSONL of 02)")
+    parser.add_argument("--out", required=True, help="output JSONL")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="'rules', or a seq2seq model folder or hub name")
+    parser.add_argument("--num-beams", type=int, default=10, help="beam width")
+    parser.add_argument("--batch-size", type=int, default=32, help="pieces per generate() call")
+    parser.add_argument("--max-length", type=int, default=60, help="model tokens read and written per piece")
+    parser.add_argument("--piece-tokens", type=int, default=50, help="split captions into pieces of at most this many model tokens")
+    parser.add_argument("--min-ratio", type=float, default=0.5, help="reject paraphrases shorter than this share of the original")
+    parser.add_argument("--levels", default="caption", choices=["caption", "paragraph", "labert"],
+                        help="length levels for 'level' (paragraph: sentence breaks count as tokens)")
+    parser.add_argument("--chunk-size", type=int, default=2000, help="captions per resumable chunk")
+    parser.add_argument("--tokenizer", default=None, help="length tokenizer folder (default: offline bert-base-uncased)")
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    shard.add_shard_args(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    spec = shard.Shard.from_args(args)
+    out = Path(args.out)
+    if shard.is_done(out, spec):
+        print(f"{out} already exists; nothing to do")
+        return 0
+    started = time.time()
+    try:
+        records = list(files.read_jsonl(args.inp, required=("id", "image_id", "caption")))
+    except (DataError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    by_id = {}
+    for number, r in enumerate(records, 1):
+        if str(r["id"]) in by_id:
+            sys.exit(f"error: {args.inp}: line {number}: id {r['id']} appears twice")
+        by_id[str(r["id"])] = r
+    ids = list(by_id)
+
+    tokenizer = load_tokenizer(args.tokenizer)
+    keep_sentences = args.levels == "paragraph"
+    counts: Counter = Counter()
+    if args.model == "rules":
+        name = "rules"
+
+        def paraphrase(captions):
+            return [rules_paraphrase(c) for c in captions]
+    else:
+        import torch
+
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model = ModelParaphraser(args.model, device, args.num_beams, args.batch_size, args.max_length)
+        name = args.model.rstrip("/")
+
+        def paraphrase(captions):
+            return paraphrase_captions(captions, model, tokenizer, args.piece_tokens, args.min_ratio, counts)
+
+    def process(chunk, path):
+        batch = [by_id[i] for i in chunk]
+        raw = [r["caption"] for r in batch]
+        new = paraphrase(raw)
+        lengths = caption_lengths(new, tokenizer, keep_sentences)
+        out_records = []
+        for r, original, caption, n in zip(batch, raw, new, lengths):
+            out_records.append({**r, "caption": caption, "raw_caption": original, "paraphraser": name,
+                                "n_tokens": n, "level": length_to_level(n, args.levels)})
+            counts["changed" if caption != original else "unchanged"] += 1
+        files.write_jsonl(path, out_records)
+
+    mine = spec.select(ids)
+    total = shard.count_chunks(ids, spec, args.chunk_size)
+    pending = list(shard.pending_chunks(ids, out, spec, args.chunk_size))
+    if len(pending) < total:
+        print(f"resuming: {total - len(pending)} of {total} chunks already done")
+    todo = sum(len(c) for _, c, _ in pending)
+    run_started = time.time()
+    with tqdm(total=len(mine), desc=f"paraphrase ({name})", unit="caption", disable=None) as bar:
+        bar.update(len(mine) - todo)
+        final = shard.run_chunks(ids, out, spec, args.chunk_size, process, progress=bar.update)
+    run_time = time.time() - run_started
+
+    written = final if final is not None else shard.part_path(out, spec.shard_id, spec.num_shards)
+    print(f"{todo} captions paraphrased by {name} in {run_time:.1f}s ({todo / max(run_time, 1e-9):.0f} captions/s): "
+          + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    lengths = [r["n_tokens"] for r in files.read_jsonl(written)]
+    print(format_table(length_stats(lengths, args.levels), f"{written} ({args.levels} levels)"))
+    if final is None:
+        print(f"shard {spec.shard_id} done; the output appears when all {spec.num_shards} shards are done")
+    print(f"done in {time.time() - started:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
