@@ -1,0 +1,380 @@
+"""07_eval.py and clid.metrics on real COCO captions: the numbers equal pycocoevalcap's own, the
+control precision counts every test image, the checkpoint path generates, caches and reports."""
+import importlib.util
+import json
+import os
+import sys
+import time
+import types
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from clid import metrics
+from clid.files import DataError, FeatureStore, read_json, write_h5_groups, write_json, write_jsonl
+from clid.text import LEVEL_SETS, caption_length, caption_lengths
+
+from conftest import ROOT, run_script
+
+QUALITY = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
+
+
+def coco_val_captions(coco_annotations) -> dict[int, list[str]]:
+    data = read_json(coco_annotations / "captions_val2014.json")
+    captions = defaultdict(list)
+    for ann in data["annotations"]:
+        captions[ann["image_id"]].append(ann["caption"].strip())
+    return data, captions
+
+
+def joined(a: str, b: str) -> str:
+    """Two captions as one longer one: "A dog on a bed and a cat next to it"."""
+    return f"{a.rstrip(' .')} and {b[0].lower()}{b[1:]}"
+
+
+def pycocoevalcap_direct(refs: dict, hyps: dict, meteor) -> dict:
+    """What COCOEvalCap.evaluate computes, called the way it calls the scorers."""
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.rouge.rouge import Rouge
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    tokenizer = PTBTokenizer()
+    gts = tokenizer.tokenize({i: [{"caption": c} for c in refs[i]] for i in hyps})
+    res = tokenizer.tokenize({i: [{"caption": hyps[i]}] for i in hyps})
+    bleu, _ = Bleu(4).compute_score(gts, res)
+    out = dict(zip(QUALITY[:4], bleu))
+    out["METEOR"] = meteor.compute_score(gts, res)[0]
+    out["ROUGE_L"] = Rouge().compute_score(gts, res)[0]
+    out["CIDEr"] = Cider().compute_score(gts, res)[0]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# --generated equals pycocoevalcap called directly
+
+
+def test_generated_equals_pycocoevalcap_on_real_coco(coco_annotations, tmp_path):
+    """120 real COCO val images: the shortest caption is the level-1 "generation", the longest the
+    level-2 one, the two joined the level-3 one; the other captions are the references."""
+    data, captions = coco_val_captions(coco_annotations)
+    chosen = sorted(captions)[::250][:150]
+    test_ids, other_ids = chosen[:120], chosen[120:]
+    generated, used = [], defaultdict(set)
+    for n, image_id in enumerate(test_ids):
+        ordered = sorted(captions[image_id], key=len)
+        short, long = ordered[0], ordered[-1]
+        used[image_id] |= {short, long}
+        generated.append({"image_id": image_id, "level": 1, "caption": "" if n == 7 else short})
+        if n >= 5:  # the first five images get no level-2 caption: misses
+            generated.append({"image_id": image_id, "level": 2, "caption": long})
+        generated.append({"image_id": image_id, "level": 3, "caption": joined(short, long)})
+    generated.append({"image_id": other_ids[0], "level": 1, "caption": captions[other_ids[0]][0]})
+    keep = set(chosen)
+    coco = {"images": [im for im in data["images"] if im["id"] in keep],
+            "annotations": [a for a in data["annotations"]
+                            if a["image_id"] in keep and a["caption"].strip() not in used[a["image_id"]]]}
+    write_json(tmp_path / "captions.json", coco)
+    (tmp_path / "test_ids.txt").write_text("\n".join(map(str, test_ids + [1, 2])) + "\n")
+    write_jsonl(tmp_path / "mine.jsonl", generated)
+
+    out = tmp_path / "eval"
+    run_script(ROOT / "07_eval.py", "--refs", tmp_path / "captions.json", "--test-ids", tmp_path / "test_ids.txt",
+               "--generated", tmp_path / "mine.jsonl", "--out", out, "--spice", "off")
+    result = read_json(out / "metrics.json")
+    assert result["n_test_images"] == 120 and result["skipped"]["test ids without an image in --refs"] == 2
+    run = result["runs"]["mine"]
+    assert run["skipped"]["captions of images outside the test images"] == 1
+
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    refs = defaultdict(list)
+    for a in coco["annotations"]:
+        refs[str(a["image_id"])].append(a["caption"])
+    meteor = Meteor()
+    for level, (low, high) in enumerate(LEVEL_SETS["caption"][:3], 1):
+        given = {str(g["image_id"]): g["caption"] for g in generated
+                 if g["level"] == level and g["image_id"] in test_ids and g["caption"]}
+        lengths = dict(zip(given, caption_lengths(list(given.values()))))
+        in_range = {i: c for i, c in given.items() if low <= lengths[i] <= high}
+        row = run["levels"][str(level)]
+        assert row["n_images"] == 120 and row["n_in_range"] == len(in_range) > 10
+        assert row["control_precision"] == pytest.approx(len(in_range) / 120)  # all images in the denominator
+        assert row["n_missing"] == 120 - len(given)
+        assert row["length_error"] == pytest.approx(
+            np.mean([max(low - n, 0, n - high) for n in lengths.values()]))
+        expected = pycocoevalcap_direct(refs, in_range, meteor)
+        for name in QUALITY:
+            assert row[name] == pytest.approx(expected[name], rel=1e-9, abs=1e-12), (level, name)
+    assert run["levels"]["1"]["n_empty"] == 1 and run["levels"]["2"]["n_missing"] == 5
+    assert 0 < run["levels"]["3"]["control_precision"] < 1  # some joined captions overshoot 29 tokens
+    assert run["levels"]["4"]["n_captions"] == 0 and run["levels"]["4"]["CIDEr"] is None
+    assert result["spice"].startswith("n/a")
+    del meteor
+
+
+# ---------------------------------------------------------------------------------------------
+# The checkpoint path, with a stand-in captioner
+
+
+def load_eval_script():
+    spec = importlib.util.spec_from_file_location("eval_script_07", ROOT / "07_eval.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeCaptioner:
+    """Stands in for a trained model: 'trusted' answers every level with one COCO caption,
+    'clid' joins captions until it reaches the requested length."""
+
+    levels = LEVEL_SETS["caption"]
+
+    def __init__(self, path, pool):
+        self.name, self.pool, self.tokenizer = os.path.basename(path), pool, None
+
+    def caption(self, image_id, level) -> str:
+        pool = self.pool[image_id]
+        text = pool[0]
+        if self.name == "trusted":
+            return text
+        low = self.levels[level - 1][0]
+        for extra in pool[1:]:
+            if caption_length(text) >= low:
+                break
+            text = joined(text, extra)
+        return text
+
+
+@pytest.fixture
+def demo_like_world(coco_annotations, tmp_path):
+    """Karpathy refs (30 test, 10 train images), long refs, features for 28 test images, a
+    self-generated file, and two checkpoint folders."""
+    _, captions = coco_val_captions(coco_annotations)
+    ids = [i for i in sorted(captions) if len(captions[i]) >= 5][1::400][:40]
+    images, pool, long_images = [], {}, []
+    for n, image_id in enumerate(ids):
+        caps = captions[image_id]
+        split = "test" if n < 30 else "train"
+        images.append({"cocoid": image_id, "filename": f"{image_id}.jpg", "split": split,
+                       "sentences": [{"raw": c, "tokens": c.lower().split()} for c in caps[:3]]})
+        pool[str(image_id)] = caps[3:] + caps[:3]
+        if split == "test":
+            sentences = []
+            for a, b, c in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
+                for text in (joined(caps[a], caps[b]), joined(joined(caps[a], caps[b]), caps[c])):
+                    level = (caption_length(text) // 10) + 1
+                    if level in (3, 4):
+                        sentences.append({"raw": text, "level": level})
+            long_images.append({"cocoid": image_id, "filename": f"{image_id}.jpg", "split": "test",
+                                "sentences": sentences})
+    write_json(tmp_path / "captions.json", {"images": images})
+    write_json(tmp_path / "long_refs.json", {"images": long_images})
+    rng = np.random.default_rng(0)
+    test_ids = [str(i) for i in ids[:30]]
+    write_h5_groups(tmp_path / "features.h5",
+                    [(i, {"features": rng.normal(size=(4, 8)).astype(np.float32),
+                          "boxes": np.array([[0, 0, 10, 10]] * 4, np.float32)}, {"width": 64, "height": 48})
+                     for i in test_ids[2:]])  # two test images have no features
+    write_jsonl(tmp_path / "selfgen.jsonl", [{"id": f"{i}-0", "image_id": i, "caption": joined(*pool[i][:2])}
+                                             for i in test_ids])
+    for name in ("trusted", "clid"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(name.encode())
+    return tmp_path, test_ids, pool
+
+
+def install_fake_captioner(monkeypatch, pool, calls):
+    model_module = types.ModuleType("clid.model")
+    decode_module = types.ModuleType("clid.decode")
+    model_module.load_checkpoint = lambda path: FakeCaptioner(path, pool)
+
+    def generate_captions(model, features, image_ids, levels, batch_size=64, device="cpu"):
+        assert isinstance(features, FeatureStore)
+        calls.append((model.name, list(image_ids), list(levels), batch_size, device))
+        return {level: {i: model.caption(i, level) for i in image_ids if features.get(i) is not None}
+                for level in levels}
+
+    decode_module.generate_captions = generate_captions
+    monkeypatch.setitem(sys.modules, "clid.model", model_module)
+    monkeypatch.setitem(sys.modules, "clid.decode", decode_module)
+
+
+def test_checkpoint_runs_generate_cache_and_report(demo_like_world, monkeypatch):
+    world, test_ids, pool = demo_like_world
+    calls = []
+    install_fake_captioner(monkeypatch, pool, calls)
+    script = load_eval_script()
+    out = world / "eval"
+    argv = ["--refs", str(world / "captions.json"), "--features", str(world / "features.h5"),
+            "--checkpoint", str(world / "trusted"), "--checkpoint", str(world / "clid"),
+            "--long-refs", str(world / "long_refs.json"), "--selfgen", str(world / "selfgen.jsonl"),
+            "--out", str(out), "--batch-size", "16"]
+    script.main(argv)
+
+    assert [c[0] for c in calls] == ["trusted", "clid"]
+    assert calls[0][1] == test_ids[2:] and calls[0][2] == list(range(1, 8)) and calls[0][3:] == (16, "cpu")
+    result = read_json(out / "metrics.json")
+    assert list(result["runs"]) == ["trusted", "clid"] and result["level_set"] == "caption"
+    for name in ("trusted", "clid"):
+        run = result["runs"][name]
+        assert run["skipped"]["test images without region features (counted as misses)"] == 2
+        model = FakeCaptioner(name, pool)
+        for level, (low, high) in enumerate(LEVEL_SETS["caption"], 1):
+            hits = sum(low <= caption_length(model.caption(i, level)) <= high for i in test_ids[2:])
+            row = run["levels"][str(level)]
+            assert row["n_images"] == 30 and row["n_missing"] == 2
+            assert row["control_precision"] == pytest.approx(hits / 30)
+    trusted, clid = result["runs"]["trusted"]["levels"], result["runs"]["clid"]["levels"]
+    assert trusted["3"]["control_precision"] < 0.1 and clid["3"]["control_precision"] > 0.5
+    assert clid["2"]["CIDEr"] > 0.5 and trusted["4"]["n_in_range"] == 0 and trusted["4"]["CIDEr"] is None
+
+    long_refs = read_json(world / "long_refs.json")["images"]
+    for level in ("3", "4"):
+        with_refs = sum(any(s["level"] == int(level) for s in im["sentences"]) for im in long_refs)
+        row = result["runs"]["clid"]["long_refs"][level]
+        assert row["n_images"] == with_refs > 0 and row["n_scored"] <= with_refs
+    assert result["runs"]["clid"]["long_refs"]["3"]["n_scored"] > 0
+    assert result["runs"]["clid"]["long_refs"]["3"]["CIDEr"] > 0
+
+    report = (out / "report.md").read_text()
+    for text in ("Control precision (%)", "| trusted |", "| clid |", "Against the long references",
+                 "### Image", "long reference, level 3", "![control_precision.png]", "SPICE"):
+        assert text in report, text
+    for png in ("control_precision.png", "quality_vs_control.png", "length_histograms.png"):
+        blob = (out / png).read_bytes()
+        assert blob.startswith(b"\x89PNG") and len(blob) > 10_000
+    cached = metrics.read_generated(out / "generated" / "clid.jsonl")
+    assert cached[3][test_ids[5]] == FakeCaptioner("clid", pool).caption(test_ids[5], 3)
+
+    # a re-run reuses the generated captions and gives the same numbers
+    script.main(argv)
+    assert len(calls) == 2 and read_json(out / "metrics.json") == result
+    # a changed checkpoint is generated again, the other one is not
+    os.utime(world / "clid" / "model.safetensors", ns=(time.time_ns(), time.time_ns() + 10**9))
+    args, features = script.parse_args(argv), FeatureStore(world / "features.h5")
+    for name in ("trusted", "clid"):
+        levels, again, _ = script.generate_run(world / name, out / "generated" / f"{name}.jsonl", args,
+                                               test_ids, features, None)
+        assert levels == LEVEL_SETS["caption"]
+        assert again[3][test_ids[5]] == FakeCaptioner(name, pool).caption(test_ids[5], 3)
+    features.close()
+    assert [c[0] for c in calls] == ["trusted", "clid", "clid"]
+
+    with pytest.raises(SystemExit, match="trained with levels"):
+        script.main(argv[:-2] + ["--out", str(world / "eval2"), "--levels", "labert"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input, SPICE, the metric definitions
+
+
+def test_bad_generated_file_is_one_clear_line(fixtures, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    write_jsonl(bad, [{"image_id": 391895, "level": 1, "caption": "A bus on a street."},
+                      {"image_id": 391895, "level": 9, "caption": "A red bus."}])
+    proc = run_script(ROOT / "07_eval.py", "--refs", fixtures / "dataset_coco_sample.json", "--generated", bad,
+                      "--out", tmp_path / "out", check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1] == f"error: {bad}: record 2 (image 391895): level 9 is outside 1..7"
+    assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("record, problem", [
+    ({"image_id": 1, "level": "two", "caption": "a dog"}, "'level' must be a level number"),
+    ({"image_id": 1, "level": 1, "caption": None}, "'caption' must be a string"),
+    ({"image_id": 1, "level": 1, "caption": "a cat"}, "a second caption for image 1 at level 1"),
+    ({"image_id": 1, "caption": "a cat"}, "missing key(s) ['level']"),
+])
+def test_read_generated_rejects_bad_records(tmp_path, record, problem):
+    path = tmp_path / "gen.jsonl"
+    write_jsonl(path, [{"image_id": 1, "level": 1, "caption": "a dog on a bed"}, record])
+    with pytest.raises(DataError, match="2") as err:
+        metrics.read_generated(path, 7)
+    assert problem in str(err.value) and str(path) in str(err.value)
+
+
+def test_long_refs_need_a_level_per_sentence(tmp_path):
+    script = load_eval_script()
+    path = tmp_path / "long.json"
+    write_json(path, {"images": [{"cocoid": 5, "filename": "5.jpg", "split": "test",
+                                  "sentences": [{"raw": "a long description", "level": 3}, {"raw": "no level"}]}]})
+    with pytest.raises(DataError, match=r"images\[0\] \(image 5\) sentences\[1\]: needs an integer 'level'"):
+        script.load_long_refs(path)
+
+
+def test_spice_without_corenlp_is_na_and_fast(monkeypatch, tmp_path):
+    start = time.time()
+    ok, reason = metrics.spice_status(probe_timeout=2.0)
+    assert time.time() - start < 5 and (reason.startswith("ok") if ok else reason.startswith("n/a: "))
+
+    monkeypatch.setattr(metrics, "_spice_lib", lambda: tmp_path)  # no CoreNLP jars here
+    monkeypatch.setattr(metrics, "_reachable", lambda host, port, timeout: (False, "no route to host"))
+    ok, reason = metrics.spice_status()
+    assert not ok and "stanford-corenlp-3.6.0.jar" in reason and "no route to host" in reason
+    scorer = metrics.CocoScorer(spice="auto")
+    assert scorer.spice_reason == reason
+    assert scorer._score_spice({"1": ["a dog"]}, {"1": ["a dog"]}) is None
+
+
+def test_spice_failure_is_reported_not_raised(monkeypatch):
+    import subprocess
+
+    import pycocoevalcap.spice.spice as spice_module
+
+    class BrokenSpice:
+        def compute_score(self, gts, res):
+            raise subprocess.CalledProcessError(1, ["java", "-jar", "spice-1.0.jar"])
+
+    monkeypatch.setattr(spice_module, "Spice", BrokenSpice)
+    scorer = metrics.CocoScorer(spice="off")
+    scorer.spice_ok = True
+    assert scorer._score_spice({"1": ["a dog"]}, {"1": ["a dog"]}) is None
+    assert scorer.spice_reason.startswith("n/a: SPICE failed (CalledProcessError")
+    assert not scorer.spice_ok
+
+
+def test_length_control_counts_every_image():
+    generated = {1: {"1": "A dog.", "2": "A man riding a wave on top of a board.", "3": "...",
+                     "9": "not a test image"},
+                 2: {"1": "A brown dog lying on a blue couch next to a sleeping cat."}}
+    control = metrics.length_control(generated, ["1", "2", "3", "4"], "caption")
+    one, two = control[1].summary(), control[2].summary()
+    assert control[1].lengths == {"1": 3, "2": 11}  # "..." has no word: a miss, like image 4's
+    assert one["n_in_range"] == 1 and one["control_precision"] == 0.25
+    assert one["n_empty"] == 1 and one["n_missing"] == 2 and one["length_error"] == 1.0  # (0 + 2) / 2
+    assert two["control_precision"] == 0.25 and two["length_error"] == 0 and two["mean_length"] == 14
+    assert control[3].summary()["control_precision"] == 0 and control[3].summary()["length_error"] is None
+    assert metrics.control_precision(generated, ["1", "2", "3", "4"]) == {
+        n: control[n].summary()["control_precision"] for n in range(1, 8)}
+
+
+def test_paragraph_levels_count_sentence_breaks():
+    paragraph = "A man stands on a beach. He holds a surfboard. The sky is blue."
+    words = caption_length(paragraph)  # 14 words + "."
+    assert metrics.counts_sentences("paragraph") and not metrics.counts_sentences("caption")
+    control = metrics.length_control({2: {"p": paragraph}}, ["p"], "paragraph")
+    assert control[2].lengths["p"] == words + 2  # two sentence breaks inside count as "." tokens
+
+
+def test_distinct_n_and_length_error():
+    captions = ["a dog on a bed", "a dog on a couch"]
+    # unigrams: a, dog, on, bed, couch = 5 unique of 10; bigrams: 5 unique of 8
+    assert metrics.distinct_n(captions, 1) == 0.5
+    assert metrics.distinct_n(captions, 2) == 5 / 8
+    assert metrics.distinct_n(["dog"], 2) is None
+    assert [metrics.length_error(n, 10, 19) for n in (3, 10, 19, 25)] == [7, 0, 0, 6]
+
+
+def test_run_names(tmp_path):
+    script = load_eval_script()
+    args = script.parse_args(["--refs", "r.json", "--out", "o", "--checkpoint", "runs/clid/",
+                              "--generated", "other/clid.jsonl"])
+    with pytest.raises(SystemExit, match="several runs are named"):
+        script.run_list(args)
+    args.name = ["ours", "theirs"]
+    assert script.run_list(args) == [("ours", "checkpoint", "runs/clid/"), ("theirs", "generated", "other/clid.jsonl")]
+    args.name = ["ours"]
+    with pytest.raises(SystemExit, match="1 --name for 2 runs"):
+        script.run_list(args)
