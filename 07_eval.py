@@ -28,6 +28,8 @@ import os
 import sys
 from pathlib import Path
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
+
 from clid.data import (detect_format, karpathy_test_ids, load_coco_captions, load_jsonl_captions,
                        load_karpathy, load_paragraphs, read_id_list)
 from clid.files import DataError, FeatureStore, atomic_path, natural_key, read_json, read_jsonl, write_json
@@ -396,7 +398,6 @@ def plot_length_histograms(path, sources: dict[str, list[int] | dict[int, list[i
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import matplotlib
 
     matplotlib.use("Agg")

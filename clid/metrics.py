@@ -197,6 +197,9 @@ class CocoScorer:
     def __init__(self, spice: str = "auto"):
         if spice not in ("auto", "off"):
             raise ValueError(f"spice must be 'auto' or 'off', not {spice!r}")
+        if shutil.which("java") is None:
+            raise SystemExit("error: pycocoevalcap's PTB tokenizer and METEOR need Java 8 or newer on the "
+                             "PATH (e.g. apt-get install openjdk-17-jre-headless)")
         self._tokens: dict[str, str] = {}
         self._meteor = None
         self._spice = None
@@ -290,6 +293,9 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
     if unknown:
         raise ValueError(f"captions for level(s) {unknown}, outside the {len(levels)} levels {levels}")
     refs = {str(i): list(r) for i, r in refs.items()}
+    bare = [i for i, r in refs.items() if not any(has_words(t) for t in r)]
+    if bare:
+        raise ValueError(f"{len(bare)} evaluated images have no reference caption (first: {bare[0]})")
     image_ids = sorted(refs, key=natural_key)
     control = length_control(generated, image_ids, levels, tokenizer, keep_sentences)
     long_refs = {int(level): {str(i): list(r) for i, r in by_image.items() if str(i) in refs}
