@@ -1,0 +1,268 @@
+"""00_demo_data.py: the demo world is deterministic, readable by the clid loaders, COCO-like in caption
+length, truthful (captions and long references name only what is drawn), and its region features come
+from the pixels."""
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, run_script
+
+from clid.data import load_captions, load_image_data, load_karpathy, load_scene_graphs, vg_to_coco_ids
+from clid.files import FeatureStore, read_json
+from clid.text import caption_lengths, length_to_level, level_range
+
+SCRIPT = ROOT / "00_demo_data.py"
+FILES = ("captions.json", "scene_graphs.json", "scene_graphs_clean.json", "image_data.json", "long_refs.json")
+
+
+def load_demo_module():
+    spec = importlib.util.spec_from_file_location("demo_data", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["demo_data"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_demo_module()
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory):
+    """Two builds of the same small world (seed 3) and one with a noise-free graph (seed 5)."""
+    root = tmp_path_factory.mktemp("worlds")
+    a, b, clean = root / "a", root / "b", root / "clean"
+    run_script(SCRIPT, "--out", a, "--small", "--seed", 3, "--preview", 4)
+    run_script(SCRIPT, "--out", b, "--small", "--seed", 3)
+    run_script(SCRIPT, "--out", clean, "--small", "--seed", 5, "--graph-noise", 0, "--skip-features")
+    return {"a": a, "b": b, "clean": clean}
+
+
+def category_lexicon(demo) -> dict[str, str]:
+    """Every noun a caption may use for an object -> the graph name it must match."""
+    from clid import english as en
+
+    lexicon = {}
+    for category in list(demo.CATEGORIES) + ["shirt", "dress"] + list(demo.BACKGROUND_NAMES):
+        words = [w for w, _ in demo.NOUNS.get(category, ((category, 1),))] + (
+            [demo.YOUNG[category]] if category in demo.YOUNG else [])
+        for word in words:
+            lexicon[word] = lexicon[en.pluralize(word)] = category
+    lexicon["person"] = lexicon["people"] = "person"  # either a man or a woman
+    return lexicon
+
+
+def named_objects(text: str, lexicon: dict) -> set[str]:
+    return {lexicon[w] for w in re.findall(r"[a-z]+", text.lower()) if w in lexicon}
+
+
+def graph_names(graph: dict) -> set[str]:
+    names = {o["names"][0] for o in graph["objects"]}
+    if names & {"man", "woman"}:
+        names.add("person")
+    return names
+
+
+# ---------------------------------------------------------------------------------------------
+
+def test_same_seed_gives_identical_world(worlds):
+    a, b = worlds["a"], worlds["b"]
+    for name in FILES:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    images = sorted(p.name for p in (a / "images").iterdir())
+    assert images == sorted(p.name for p in (b / "images").iterdir()) and len(images) == 72
+    assert all((a / "images" / n).read_bytes() == (b / "images" / n).read_bytes() for n in images)
+    fa, fb = FeatureStore(a / "features.h5"), FeatureStore(b / "features.h5")
+    assert fa.ids() == fb.ids()
+    for image_id in fa.ids():
+        ra, rb = fa.get(image_id), fb.get(image_id)
+        assert np.array_equal(ra.features, rb.features) and np.array_equal(ra.boxes, rb.boxes)
+    # another seed is another world
+    assert read_json(a / "captions.json") != read_json(worlds["clean"] / "captions.json")
+
+
+def test_every_file_loads_through_the_clid_loaders(worlds):
+    out = worlds["a"]
+    records = load_karpathy(out / "captions.json")
+    assert [r.split for r in records].count("train") == 48
+    assert [r.split for r in records].count("val") == 12 and [r.split for r in records].count("test") == 12
+    assert [r.image_id for r in records] == [str(i) for i in range(1, 73)]
+    from PIL import Image
+
+    for r in records:
+        assert len(r.captions) == 5 and len(set(r.raw)) == 5
+        with Image.open(out / "images" / r.filename) as image:
+            assert image.size == (160, 160) and image.mode == "RGB"
+    # VG ids differ from caption ids and map back through image_data.json
+    image_data = load_image_data(out / "image_data.json")
+    assert set(vg_to_coco_ids(image_data).values()) == {r.image_id for r in records}
+    assert not set(image_data) & {r.image_id for r in records}
+    graphs = load_scene_graphs(out / "scene_graphs.json", out / "image_data.json", strict=True)
+    clean = load_scene_graphs(out / "scene_graphs_clean.json", out / "image_data.json", strict=True)
+    assert len(graphs) == len(clean) == 72
+    for g in graphs:
+        assert g.coco_id is not None and g.width == g.height == 160
+        assert 2 <= sum(o.name not in ("shirt", "dress", "sky", "grass", "sand", "water", "road", "snow", "floor",
+                                       "wall") for o in g.objects)
+    assert sum(len(g.relations) for g in clean) > 5 * len(clean)
+    # features: one group per caption id, row 0 the whole image, then one row per true object box
+    store = FeatureStore(out / "features.h5")
+    assert store.ids() == [r.image_id for r in records] and store.feature_dim() == 1280
+    for g in clean:
+        regions = store.get(g.coco_id)
+        assert regions.cls_prob is None and regions.features.dtype == np.float32
+        assert np.isfinite(regions.features).all() and (regions.features.std(axis=1) > 0).all()
+        assert regions.boxes[0].tolist() == [0, 0, 160, 160]
+        assert sorted(map(tuple, regions.boxes[1:].tolist())) == sorted(
+            tuple(float(v) for v in o.box) for o in g.objects)
+        assert (regions.boxes[:, 2] > regions.boxes[:, 0]).all() and (regions.boxes[:, 3] > regions.boxes[:, 1]).all()
+        assert regions.boxes.min() >= 0 and regions.boxes.max() <= 160
+    # the stats command reads both caption files
+    for name in ("captions.json", "long_refs.json"):
+        stats = json.loads(run_script("-m", "clid.stats", out / name, "--json").stdout.strip().splitlines()[-1])
+        assert stats["n"] == sum(len(r.captions) for r in load_captions(out / name))
+    with Image.open(out / "preview.png") as sheet:
+        assert sheet.width >= 4 * 160 and sheet.height >= 160
+
+
+def test_noise_free_graph_is_the_truth_and_captions_name_only_its_objects(worlds, demo):
+    out = worlds["clean"]
+    assert (out / "scene_graphs.json").read_bytes() == (out / "scene_graphs_clean.json").read_bytes()
+    assert not (out / "features.h5").exists()
+    lexicon = category_lexicon(demo)
+    graphs = {g["image_id"] - demo.VG_ID_OFFSET: g for g in read_json(out / "scene_graphs.json")}
+    checked = 0
+    for image in read_json(out / "captions.json")["images"]:
+        names = graph_names(graphs[image["cocoid"]])
+        for sentence in image["sentences"]:
+            named = named_objects(sentence["raw"], lexicon)
+            assert named <= names, (image["cocoid"], sentence["raw"], named - names)
+            checked += len(named)
+    assert checked > 300
+
+
+def test_noisy_graph_differs_from_the_truth_as_a_generator_would(worlds, demo):
+    out = worlds["a"]
+    clean = {g["image_id"]: g for g in read_json(out / "scene_graphs_clean.json")}
+    noisy = {g["image_id"]: g for g in read_json(out / "scene_graphs.json")}
+    hallucinated = changed_attributes = changed_predicates = 0
+    for vg_id, truth in clean.items():
+        true_objects = {o["object_id"]: o for o in truth["objects"]}
+        objects = {o["object_id"]: o for o in noisy[vg_id]["objects"]}
+        hallucinated += sum(i not in true_objects for i in objects)
+        changed_attributes += sum(set(o["attributes"]) != set(objects[i]["attributes"]) for i, o in true_objects.items())
+        kept = {r["relationship_id"]: r["predicate"] for r in noisy[vg_id]["relationships"]}
+        changed_predicates += sum(kept.get(r["relationship_id"]) != r["predicate"] for r in truth["relationships"])
+    assert hallucinated > 10 and changed_attributes > 30 and changed_predicates > 30
+    # and the trusted captions still name only true objects
+    lexicon = category_lexicon(demo)
+    for image in read_json(out / "captions.json")["images"]:
+        names = graph_names(clean[demo.VG_ID_OFFSET + image["cocoid"]])
+        for sentence in image["sentences"]:
+            assert named_objects(sentence["raw"], lexicon) <= names, sentence["raw"]
+
+
+def test_long_references_are_true_and_at_their_levels(worlds, demo):
+    out = worlds["a"]
+    data = read_json(out / "long_refs.json")
+    assert {im["split"] for im in data["images"]} == {"test"} and len(data["images"]) == 12
+    lexicon = category_lexicon(demo)
+    clean = {g["image_id"] - demo.VG_ID_OFFSET: g for g in read_json(out / "scene_graphs_clean.json")}
+    per_level = {3: [], 4: [], 5: [], 6: []}  # level -> number of references of each image that has some
+    for image in data["images"]:
+        texts = [s["raw"] for s in image["sentences"]]
+        assert len(texts) == len(set(texts))
+        for sentence, length in zip(image["sentences"], caption_lengths(texts)):
+            low, high = level_range(sentence["level"])
+            assert low <= length <= high and length_to_level(length) == sentence["level"]
+            assert named_objects(sentence["raw"], lexicon) <= graph_names(clean[image["cocoid"]]), sentence["raw"]
+        for level in per_level:
+            n = sum(s["level"] == level for s in image["sentences"])
+            if n:
+                per_level[level].append(n)
+    # several per image and level, except where a scene holds too little for the longest levels
+    assert len(per_level[3]) >= 11 and len(per_level[4]) >= 9 and len(per_level[6]) >= 7, per_level
+    assert all(np.mean(counts) >= 2.5 for counts in per_level.values()), per_level
+
+
+def test_features_come_from_the_pixels(demo):
+    """Same scene, same colour: a ball and a car give clearly different features, two balls similar ones;
+    and a blue ball differs from a red one."""
+    from PIL import Image
+
+    encoder = demo.RegionEncoder()
+    background = Image.new("RGB", (160, 160), (80, 150, 60))
+
+    def crop_of(category, colour, box):
+        thing = demo.Thing(category, box, colour=colour, rgb=demo.COLOURS[colour], mode="ground")
+        image = background.copy().convert("RGBA")
+        image.alpha_composite(demo.paint_thing(thing), box[:2])
+        return demo.crop_regions(image.convert("RGB"), [box], 64, 128)[1][0]
+
+    balls = [crop_of("ball", "red", b) for b in ((20, 30, 50, 60), (90, 80, 130, 120), (60, 100, 84, 124))]
+    cars = [crop_of("car", "red", b) for b in ((10, 40, 73, 70), (80, 100, 150, 133), (40, 20, 82, 40))]
+    blue = [crop_of("ball", "blue", (20, 30, 50, 60))]
+    f = encoder(np.stack(balls + cars + blue))
+    f = f / np.linalg.norm(f, axis=1, keepdims=True)
+    sim = f @ f.T
+    same = [sim[i, j] for group in ((0, 1, 2), (3, 4, 5)) for i in group for j in group if i < j]
+    across = [sim[i, j] for i in (0, 1, 2) for j in (3, 4, 5)]
+    assert min(same) > max(across) + 0.05, (same, across)
+    assert sim[0, 6] < min(sim[0, 1], sim[0, 2])  # colour shows too
+
+
+def test_world_features_tell_categories_apart(worlds):
+    """Nearest-centroid (leave-one-out) on the small world's object rows recognises categories far above chance."""
+    out = worlds["a"]
+    store = FeatureStore(out / "features.h5")
+    xs, ys = [], []
+    for g in read_json(out / "scene_graphs_clean.json"):
+        regions = store.get(g["image_id"] - 1_000_000)
+        rows = {tuple(b): i for i, b in enumerate(regions.boxes.tolist())}
+        for o in g["objects"]:
+            i = rows[(o["x"], o["y"], o["x"] + o["w"], o["y"] + o["h"])]
+            xs.append(regions.features[i])
+            ys.append(o["names"][0])
+    x = np.asarray(xs) / np.linalg.norm(xs, axis=1, keepdims=True)
+    labels = sorted(set(ys))
+    y = np.asarray([labels.index(v) for v in ys])
+    sums = np.stack([x[y == k].sum(0) for k in range(len(labels))])
+    counts = np.bincount(y, minlength=len(labels))
+    correct = 0
+    for i in range(len(x)):
+        centroids = sums.copy()
+        centroids[y[i]] -= x[i]
+        n = counts.astype(float)
+        n[y[i]] -= 1
+        valid = n > 0
+        scores = np.where(valid, (centroids / np.maximum(n, 1)[:, None]) @ x[i], -np.inf)
+        correct += int(np.argmax(scores) == y[i])
+    accuracy = correct / len(x)
+    assert len(labels) >= 20 and accuracy > 0.5, accuracy
+
+
+def test_rerun_is_skipped_and_bad_flags_fail_clearly(worlds):
+    out = worlds["a"]
+    before = {name: (out / name).stat().st_mtime_ns for name in FILES + ("features.h5",)}
+    proc = run_script(SCRIPT, "--out", out, "--small", "--seed", 3)
+    assert "already complete" in proc.stdout
+    assert before == {name: (out / name).stat().st_mtime_ns for name in FILES + ("features.h5",)}
+    proc = run_script(SCRIPT, "--out", out, "--graph-noise", "1.5", check=False)
+    assert proc.returncode == 2 and "--graph-noise must be in [0, 1]" in proc.stderr
+
+
+def test_caption_lengths_of_the_default_world_follow_coco(tmp_path):
+    """The issue's targets on the full default world (3,500 images x 5 captions), drawn without features."""
+    out = tmp_path / "full"
+    run_script(SCRIPT, "--out", out, "--skip-features", "--refs-per-level", "1")
+    stats = json.loads(run_script("-m", "clid.stats", out / "captions.json", "--json").stdout.strip().splitlines()[-1])
+    assert stats["n"] == 3500 * 5
+    level = {row["level"]: row["pct"] for row in stats["levels"]}
+    above_19 = 100.0 - level[1] - level[2]
+    assert level[2] >= 80.0 and above_19 < 3.0 and above_19 > 0.0, stats
+    assert 11.0 <= stats["mean"] <= 13.0, stats
