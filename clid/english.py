@@ -140,6 +140,10 @@ MASS_NOUNS = {"grass", "water", "snow", "sand", "dirt", "mud", "hair", "fur", "f
               "chocolate", "cream", "salt", "sugar", "metal", "plastic"}
 
 
+# nouns of which a scene has one: first mentioned with "the" ("the blue sky")
+UNIQUE_NOUNS = {"sky", "sun", "moon", "horizon", "ocean", "sea", "ground"}
+
+
 def is_plural(noun: str) -> bool:
     """True for plural nouns ("trees", "people", "glasses"); judged by the last word."""
     last = noun.strip().rsplit(" ", 1)[-1].lower()
@@ -157,11 +161,14 @@ def is_mass_noun(noun: str) -> bool:
 
 
 def mention(noun: str, attributes=(), definite: bool = False) -> str:
-    """A first mention with its adjectives ("a small red ball", "tall trees", "green grass")
-    or a re-mention ("the ball", "the trees"). Plural and mass nouns take no "a"/"an"."""
+    """A first mention with its adjectives ("a small red ball", "tall trees", "green grass",
+    "the blue sky") or a re-mention ("the ball", "the trees"). Plural and mass nouns take no
+    "a"/"an"; a scene's unique things (sky, sea, ground) take "the"."""
     if definite:
         return f"the {noun}"
     phrase = " ".join(order_attributes([a for a in attributes if a != noun]) + [noun])
+    if noun in UNIQUE_NOUNS:
+        return f"the {phrase}"
     if is_plural(noun) or is_mass_noun(noun):
         return phrase
     return with_article(phrase)
@@ -221,6 +228,8 @@ def predicate_phrase(predicate: str) -> str:
     if not words or words[0] in _AUXILIARIES:
         return "with"
     first = words[0]
+    if words in (["left", "of"], ["right", "of"]):
+        return f"to the {first} of"
     if first in ("has", "have", "having", "had"):
         return " ".join(["with"] + words[1:])
     base = _verb_base(first)

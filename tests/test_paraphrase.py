@@ -1,0 +1,231 @@
+"""Stage 03: the rule-based paraphraser, and the transformers path with a tiny random Pegasus."""
+import importlib.util
+import json
+import re
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from clid import files
+from clid.text import caption_lengths, length_to_level
+
+from conftest import ROOT, run_script
+
+
+def run(*args, **kwargs):
+    """The stage as a subprocess, with one thread per process: on a busy machine, spinning OpenMP
+    threads make small torch ops many times slower."""
+    return run_script(*args, env={"OMP_NUM_THREADS": "1"}, **kwargs)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for in-process model tests (see ``run``); restored afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+spec = importlib.util.spec_from_file_location("stage03", ROOT / "03_paraphrase.py")
+stage03 = importlib.util.module_from_spec(spec)
+sys.modules["stage03"] = stage03
+spec.loader.exec_module(stage03)
+
+# captions as stage 02 writes them
+CAPTIONS = [
+    "A window and a window and a tall brick building.",
+    "A man wearing a red hat and wearing a blue shirt and a dog.",
+    "A large white plate on a wooden table and next to a cup and next to a cup.",
+    "Green grass and a spotted dog catching a frisbee and a man sitting on a bench.",
+    "A woman holding an umbrella. A bus on a street.",
+    "A small brown dog on the grass and behind a kite and a kite and a kite.",
+]
+
+
+def world_captions(n, seed=0):
+    """Stage-02-like captions: noun phrases joined by predicates and jumps, repeated objects."""
+    rng = np.random.default_rng(seed)
+    nouns = ["man", "woman", "dog", "kite", "window", "apple", "umbrella", "bench", "car", "tree", "elephant"]
+    adjectives = ["red", "large", "striped", "small", "wooden", "white", "orange"]
+    predicates = ["on", "next to", "riding", "wearing", "behind", "holding", "under", "in front of"]
+
+    def np_():
+        noun = str(rng.choice(nouns))
+        return " ".join(["a"] + [str(a) for a in rng.choice(adjectives, size=int(rng.integers(0, 3)), replace=False)]
+                        + [noun])
+
+    out = []
+    for _ in range(n):
+        parts = [np_()]
+        for _ in range(int(rng.integers(0, 8))):
+            if rng.random() < 0.4:
+                parts.append("and " + (parts[-1].split(" and ")[-1] if rng.random() < 0.5 else np_()))
+            else:
+                parts.append(str(rng.choice(predicates)) + " " + np_())
+        text = " ".join(parts)
+        out.append(text[0].upper() + text[1:] + ".")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules
+
+@pytest.mark.parametrize("caption, expected", [
+    ("A dog and a dog.", "Two dogs."),
+    ("a dog and a dog and a dog and a cat", "Three dogs and a cat."),
+    ("A man and a man and a man and a man and a man and a man and a man and a man and a man and a man.", "Ten men."),
+    ("A box and a box and a box and a box and a box and a box and a box and a box and a box and a box and a box.",
+     "Ten boxes and a box."),
+    ("A red car and a red car on a street.", "A red car and a red car on a street."),
+    ("A red car and a red car.", "Two red cars."),
+    ("A man wearing a hat and wearing a shirt.", "A man wearing a hat and a shirt."),
+    ("a man with a hat and with a hat and with a scarf", "A man with two hats and a scarf."),
+    ("A man riding a horse and a man riding a horse.", "Two men riding a horse."),
+    ("a apple on a orange table and an dog", "An apple on an orange table and a dog."),
+    ("A dog and and a cat", "A dog and a cat."),
+    ("and a dog on on the grass and", "A dog on the grass."),
+    ("a kite in the sky .. ", "A kite in the sky."),
+    ("A dog. a cat and a cat", "A dog. Two cats."),
+    ("A window and a window and a tall building.", "Two windows and a tall building."),
+    ("A a man next to a trees.", "A man next to trees."),
+])
+def test_rules(caption, expected):
+    assert stage03.rules_paraphrase(caption) == expected
+
+
+def test_rules_are_fast_and_keep_every_noun():
+    captions = world_captions(3000)
+    start = time.perf_counter()
+    out = [stage03.rules_paraphrase(c) for c in captions]
+    rate = len(captions) / (time.perf_counter() - start)
+    assert rate > 2000, f"{rate:.0f} captions/s"
+    assert sum(a != b for a, b in zip(captions, out)) > 300  # grouping and merging happen
+    for before, after in zip(captions, out):
+        have = {stage03.lemma(w) for w in re.findall(r"[a-z]+", after.lower())}
+        assert {stage03.lemma(n) for n in stage03.head_nouns(before)} <= have, (before, after)
+        assert after[0].isupper() and after.endswith(".") and ".." not in after
+
+
+def test_check_paraphrase():
+    from clid.text import load_tokenizer
+
+    tok = load_tokenizer()
+    assert stage03.check_paraphrase("a dog and a dog on a bench", "two dogs on a bench", tok, 0.5) is None
+    assert stage03.check_paraphrase("a man riding a horse", "a person riding a horse", tok, 0.5) == "lost noun"
+    assert stage03.check_paraphrase("a small brown dog next to trees", "a dog near a tree", tok, 0.5) is None
+    long = "a large red striped kite flying over a tall green tree next to a small white house"
+    assert stage03.check_paraphrase(long, "a kite tree house", tok, 0.5) == "too short"
+
+
+def test_rules_from_the_shell_keeps_fields_and_shards(tmp_path):
+    records = [{"id": f"{i // 3}_{i % 3}", "image_id": str(i // 3), "caption": c, "objects": [i, i + 1],
+                "n_tokens": 0, "level": None, "seed": 0} for i, c in enumerate(CAPTIONS + world_captions(30, 1))]
+    files.write_jsonl(tmp_path / "selfgen.jsonl", records)
+    proc = run("03_paraphrase.py", "--in", tmp_path / "selfgen.jsonl", "--out", tmp_path / "one.jsonl",
+                      "--model", "rules", "--chunk-size", "7")
+    assert "captions/s" in proc.stdout and "60-69" in proc.stdout
+    for shard_id in range(2):
+        run("03_paraphrase.py", "--in", tmp_path / "selfgen.jsonl", "--out", tmp_path / "two.jsonl",
+                   "--model", "rules", "--chunk-size", "7", "--shard-id", shard_id, "--num-shards", 2)
+    assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "two.jsonl").read_bytes()
+    out = {r["id"]: r for r in files.read_jsonl(tmp_path / "one.jsonl")}
+    assert len(out) == len(records)
+    lengths = dict(zip(out, caption_lengths([r["caption"] for r in out.values()])))
+    for r in records:
+        new = out[r["id"]]
+        assert new["raw_caption"] == r["caption"] and new["paraphraser"] == "rules"
+        assert new["caption"] == stage03.rules_paraphrase(r["caption"])
+        assert new["objects"] == r["objects"] and new["image_id"] == r["image_id"] and new["seed"] == 0
+        assert new["n_tokens"] == lengths[r["id"]] and new["level"] == length_to_level(new["n_tokens"])
+    assert out["0_0"]["caption"] == "Two windows and a tall brick building."
+
+
+def test_unavailable_model_names_the_rules_option(tmp_path):
+    files.write_jsonl(tmp_path / "in.jsonl", [{"id": "1_0", "image_id": "1", "caption": "A dog."}])
+    proc = run("03_paraphrase.py", "--in", tmp_path / "in.jsonl", "--out", tmp_path / "out.jsonl", check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "tuner007/pegasus_paraphrase" in last and "--model rules" in last and "not available offline" in last
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The transformers path, with a tiny randomly initialised Pegasus
+
+@pytest.fixture(scope="module")
+def tiny_pegasus(tmp_path_factory):
+    """A Pegasus of the real architecture, randomly initialised, with a sentencepiece vocabulary
+    trained on a few hundred captions, saved as a model folder."""
+    import sentencepiece as spm
+    import torch
+    from transformers import PegasusConfig, PegasusForConditionalGeneration, PegasusTokenizer
+
+    folder = tmp_path_factory.mktemp("tiny_pegasus")
+    (folder / "corpus.txt").write_text("\n".join(world_captions(400, 5) + CAPTIONS))
+    spm.SentencePieceTrainer.train(input=str(folder / "corpus.txt"), model_prefix=str(folder / "spiece"),
+                                   vocab_size=150, hard_vocab_limit=False, pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
+                                   minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(folder / "spiece.model"))
+    # Pegasus layout: pad, eos, two masks, <unk_2..102>, then the sentencepiece pieces from <unk> on
+    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<mask_1>", 0.0), ("<mask_2>", 0.0)]
+    vocab += [(f"<unk_{i}>", -100.0) for i in range(2, 103)]
+    vocab += [(sp.id_to_piece(i), sp.get_score(i)) for i in range(2, sp.get_piece_size())]
+    tokenizer = PegasusTokenizer(vocab=vocab, model_max_length=60)
+    torch.manual_seed(0)
+    config = PegasusConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
+                           encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+                           max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
+                           eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)
+    tokenizer.save_pretrained(folder)
+    PegasusForConditionalGeneration(config).save_pretrained(folder)
+    return folder
+
+
+def test_split_and_join(one_thread, tiny_pegasus):
+    model = stage03.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=2, batch_size=4, max_length=24)
+    long = ("A man riding a horse and a dog next to a bench and a large red kite over a tree and a woman holding "
+            "an umbrella and a car behind a tall white building and a small apple on a wooden table. A kite and a dog.")
+    sentences = stage03.split_caption(long, model.count_tokens, budget=20)
+    assert len(sentences) == 2 and len(sentences[0]) >= 3
+    for piece in (p for s in sentences for p in s):
+        assert model.count_tokens([piece])[0] <= 20 or " and " not in piece
+    assert sentences[1] == ["A kite and a dog"]
+    # joining the pieces unchanged gives the caption back; each piece keeps its nouns
+    assert stage03.join_caption(sentences) == long
+    assert stage03.join_caption([["A dog.", "A cat on a mat."], ["Two kites"]]) == "A dog and a cat on a mat. Two kites."
+
+
+def test_model_batches_rejects_and_rejoins(one_thread, tiny_pegasus, tmp_path):
+    from clid.text import load_tokenizer
+
+    model = stage03.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=2, batch_size=3, max_length=24)
+    pieces = ["a dog on a bench", "a man", "a red kite over a tall tree", "a cat", "two dogs", "an apple", "a car"]
+    batched = model(pieces)
+    assert model.calls == 3 and len(batched) == 7  # 7 pieces in batches of 3
+    single = [model([p])[0] for p in pieces[:3]]
+    assert batched[:3] == single  # sorted for batching, returned in the input order
+
+    counts = __import__("collections").Counter()
+    out = stage03.paraphrase_captions(CAPTIONS, model, load_tokenizer(), budget=16, min_ratio=0.5, counts=counts)
+    assert counts["piece kept: lost noun"] > 0  # random weights lose the nouns: the pieces are kept
+    assert counts["pieces"] > len(CAPTIONS)  # long captions were split
+    for before, after in zip(CAPTIONS, out):
+        have = {stage03.lemma(w) for w in re.findall(r"[a-z]+", after.lower())}
+        assert {stage03.lemma(n) for n in stage03.head_nouns(before)} <= have
+        assert caption_lengths([after])[0] >= 0.5 * caption_lengths([before])[0]
+        assert after.count(".") == before.count(".")  # the sentences survive the split and join
+
+    files.write_jsonl(tmp_path / "in.jsonl", [{"id": f"{i}_0", "image_id": str(i), "caption": c, "objects": [i]}
+                                              for i, c in enumerate(CAPTIONS)])
+    proc = run("03_paraphrase.py", "--in", tmp_path / "in.jsonl", "--out", tmp_path / "out.jsonl",
+                      "--model", tiny_pegasus, "--num-beams", "2", "--max-length", "24", "--piece-tokens", "16",
+                      "--batch-size", "4")
+    assert "piece kept: lost noun" in proc.stdout
+    records = list(files.read_jsonl(tmp_path / "out.jsonl"))
+    assert [r["raw_caption"] for r in records] == CAPTIONS
+    assert all(r["paraphraser"] == str(tiny_pegasus) for r in records)
+    assert [r["caption"] for r in records] == out  # the same as in-process: deterministic beam search
