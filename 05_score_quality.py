@@ -1,0 +1,160 @@
+"""Stage 05: score every self-generated caption with the two base models (Eq. 1 and Eq. 2).
+
+    python 05_score_quality.py --trusted runs/trusted --extended runs/extended \\
+        --selfgen paraphrased.jsonl --features features.h5 --out quality.h5
+
+In:  the trusted model M_theta and the extended model M_theta~ (04), the self-generated captions
+     (JSONL), the region features. Optionally ``--captions`` (the trusted caption file): only
+     captions of train-split images are scored, and ``--include-trusted`` scores the trusted captions
+     too (for the separation plot).
+Out: the quality HDF5: ``id``, ``logp_trusted``, ``logp_extended``, ``u`` (+ ``source``), where
+
+    u_j = log p(y_j | x_j; theta) - log p(y_j | x_j; theta~)                     (Eq. 1)
+    log p(y | x) = (1/m) * sum_t log P(w_t | w_<t, x)                            (Eq. 2)
+
+``--mode prefix`` (default, the authors' definition): all text masked, the true prefix revealed,
+position t read; one pass per position, made fast without changing the numbers (see
+clid/scoring.py). ``--mode pseudo`` and ``--mode onepass`` are documented approximations.
+Per-item stage: ``--shard-id/--num-shards`` (SLURM array defaults), chunked and resumable.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from clid import data, shard
+from clid.files import DataError, FeatureStore, read_jsonl, write_arrays, read_arrays
+from clid.model import load_checkpoint
+from clid.scoring import MODES, caption_logprobs
+from clid.text import get_levels
+from clid.train import RegionCache, make_examples
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trusted", required=True, help="checkpoint of the model trained on trusted captions")
+    p.add_argument("--extended", required=True, help="checkpoint of the model trained on the extended set")
+    p.add_argument("--selfgen", required=True, help="self-generated (paraphrased) captions JSONL")
+    p.add_argument("--features", required=True)
+    p.add_argument("--out", required=True, help="quality HDF5")
+    p.add_argument("--mode", choices=MODES, default="prefix")
+    p.add_argument("--count-padding", action="store_true",
+                   help='average over the level\'s full padded length, "." padding included (the authors\' code); '
+                        'default: over the caption\'s own tokens and its final "." (the paper)')
+    p.add_argument("--captions", help="trusted caption file: score only captions of its train-split images")
+    p.add_argument("--include-trusted", action="store_true", help="also score the trusted captions (needs --captions)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--chunk-size", type=int, default=4096, help="captions per resumable chunk")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    shard.add_shard_args(p)
+    return p.parse_args(argv)
+
+
+def load_items(args):
+    """(caption id, image id, text, source) of everything to score, and skip counts."""
+    skipped = Counter()
+    train_ids = None
+    trusted_items = []
+    if args.captions:
+        records = data.load_captions(args.captions)
+        train = [r for r in records if r.split in ("train", "restval")]
+        train_ids = {r.image_id for r in train}
+        if args.include_trusted:
+            trusted_items = [(f"trusted:{r.image_id}#{j}", r.image_id, text, "trusted")
+                             for r in train for j, text in enumerate(r.captions)]
+    elif args.include_trusted:
+        sys.exit("error: --include-trusted needs --captions")
+    items = []
+    for rec in read_jsonl(args.selfgen, required=("id", "image_id", "caption")):
+        if train_ids is not None and str(rec["image_id"]) not in train_ids:
+            skipped["selfgen: image not in the training split"] += 1
+            continue
+        items.append((str(rec["id"]), str(rec["image_id"]), rec["caption"], "selfgen"))
+    return items + trusted_items, skipped
+
+
+def score_chunk(chunk, path, models, features, regions, args, bar):
+    """Score one chunk of captions with both models; write its part of the quality file."""
+    tokenizer = models[0].tokenizer
+    paragraphs = models[0].levels == get_levels("paragraph")  # keep "." sentence breaks of paragraphs
+    examples, skipped = make_examples([(c, i, t) for c, i, t, _ in chunk], tokenizer, models[0].levels, "selfgen",
+                                      features, keep_sentences=paragraphs)
+    source = {c: s for c, _, _, s in chunk}
+    logp = [caption_logprobs(m, examples, regions, args.mode, args.batch_size, args.device, args.count_padding,
+                             progress=(bar.update if k == 1 else None)) for k, m in enumerate(models)]
+    bar.update(len(chunk) - len(examples))
+    write_arrays(path, {"id": np.asarray(examples.caption_ids, dtype=object),
+                        "logp_trusted": logp[0].astype(np.float32), "logp_extended": logp[1].astype(np.float32),
+                        "u": (logp[0] - logp[1]).astype(np.float32),
+                        "source": np.asarray([source[c] for c in examples.caption_ids], dtype=object)})
+    return skipped
+
+
+def report(out: Path) -> None:
+    """Print the share of positive u per source and plot the histograms (the separation figure)."""
+    q = read_arrays(out)
+    print(f"{out}: {len(q['id'])} scored captions")
+    sources = sorted(set(q["source"]))
+    for name in sources:
+        u = q["u"][q["source"] == name]
+        print(f"  {name:8s} n={len(u):7d}  mean u={u.mean():+.4f}  positive u: {100 * (u > 0).mean():.1f}%")
+    if len(sources) > 1:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from clid.files import atomic_path
+
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        bins = np.linspace(np.percentile(q["u"], 0.5), np.percentile(q["u"], 99.5), 60)
+        for name in sources:
+            ax.hist(q["u"][q["source"] == name], bins=bins, alpha=0.6, density=True, label=name)
+        ax.set_xlabel("u = log p(y|x; trusted) - log p(y|x; extended)")
+        ax.set_ylabel("density")
+        ax.legend()
+        fig.tight_layout()
+        plot = out.with_name(out.stem + "_histogram.png")
+        with atomic_path(plot) as tmp:
+            fig.savefig(tmp, format="png", dpi=120)
+        print(f"  histogram: {plot}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from tqdm import tqdm
+
+    out = Path(args.out)
+    spec = shard.Shard.from_args(args)
+    try:
+        items, skipped = load_items(args)
+        features = FeatureStore(args.features)
+    except (DataError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    models = [load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)]
+    if models[0].levels != models[1].levels or models[0].config.output_vocab != models[1].config.output_vocab:
+        sys.exit("error: the trusted and extended checkpoints use different length levels or output vocabularies")
+    regions = RegionCache(features, use_cls_prob=models[0].config.num_classes > 0)
+    mine = len(spec.select(items))
+    print(f"scoring {mine} of {len(items)} captions (shard {spec.shard_id}/{spec.num_shards}) "
+          f"in {args.mode} mode on {args.device}")
+    bar = tqdm(total=mine, desc="05 score", unit="cap", dynamic_ncols=True)
+    done = shard.run_chunks(items, out, spec, args.chunk_size,
+                            lambda chunk, path: skipped.update(score_chunk(chunk, path, models, features, regions, args, bar)))
+    bar.close()
+    for reason, count in sorted(skipped.items()):
+        print(f"  not scored {count}: {reason}")
+    if done is not None:
+        report(done)
+    else:
+        print(f"shard {spec.shard_id} done; the last shard to finish merges (or: python -m clid.shard merge {out} "
+              f"--num-shards {spec.num_shards})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Eq. 2: length-normalised caption log-likelihoods under a (non-autoregressive) captioner.
+
+    log p(y | x) = (1/m) * sum_t log P(w_t | w_<t, x)
+
+Modes (``prefix`` is the default and the authors' definition):
+
+- ``prefix``: mask every text token, reveal the true prefix w_<t, read position t: one encoder pass
+  per position. Made fast without changing the numbers: captions are grouped by level (the text
+  length of a pass) and sorted by caption length, so no pass is spent on padding; finished captions
+  drop out of the batch; the LM head runs only at the scored position, through the fused
+  ``clid.ops.token_logprob_hidden`` (no [P, V] logits).
+- ``pseudo``: reveal every other token and mask only position t (a pseudo-log-likelihood; the
+  authors' ``past_only=False`` branch). An approximation.
+- ``onepass``: mask everything, one pass, read every position. The cheapest approximation.
+
+``m`` is the caption's length by the project's convention (its tokens and the final "."). The
+authors' code also averages over the "." tokens that pad the caption to its level's highest length;
+``count_padding=True`` reproduces that.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import ops
+from .model import Captioner
+from .text import eos_id
+from .train import Examples, RegionCache
+
+MODES = ("prefix", "pseudo", "onepass")
+
+
+def _batches(examples: Examples, model: Captioner, batch_size: int, count_padding: bool):
+    """Groups of example indices with the same level, longest first inside a group."""
+    highs = np.array([model.levels[lv - 1][1] for lv in examples.levels])
+    lengths = highs if count_padding else np.array([len(t) for t in examples.tokens])
+    order = np.lexsort((-lengths, np.array(examples.levels)))  # by level, then longest first
+    levels = np.array(examples.levels)[order]
+    for level in np.unique(levels):
+        members = order[levels == level]
+        for start in range(0, len(members), batch_size):
+            chunk = members[start:start + batch_size]
+            yield chunk, lengths[chunk]
+
+
+@torch.no_grad()
+def caption_logprobs(model: Captioner, examples: Examples, regions: RegionCache, mode: str = "prefix",
+                     batch_size: int = 64, device="cpu", count_padding: bool = False, progress=None) -> np.ndarray:
+    """Eq. 2 for every example, as float64 [N] in the order of ``examples``."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}")
+    model.eval()
+    tok = model.tokenizer
+    end, mask_id = eos_id(tok), tok.mask_token_id
+    weight, bias = model.output_weight, model.head.bias
+    out = np.full(len(examples), np.nan)
+    for chunk, lengths in _batches(examples, model, batch_size, count_padding):
+        level = examples.levels[chunk[0]]
+        high = model.levels[level - 1][1]
+        targets = torch.tensor([examples.tokens[i] + [end] * (high - len(examples.tokens[i])) for i in chunk])
+        feats, pos, rmask = (t.to(device) for t in regions.batch([examples.image_ids[i] for i in chunk]))
+        targets = targets.to(device)
+        classes = model.to_output(targets)
+        levels = torch.full((len(chunk),), level, dtype=torch.long, device=device)
+        total = torch.zeros(len(chunk), dtype=torch.float64, device=device)
+        n_max = int(lengths.max())
+        if mode == "onepass":
+            ids = torch.full_like(targets, mask_id)
+            states = model.encode(feats, pos, rmask, ids, levels)[:, :n_max]
+            scored = torch.arange(n_max, device=device)[None, :] < torch.as_tensor(lengths, device=device)[:, None]
+            logp = ops.token_logprob_hidden(model.hidden(states, scored), weight, bias, classes[:, :n_max][scored])
+            total.index_add_(0, scored.nonzero()[:, 0], logp.double())
+        else:
+            for t in range(n_max):
+                n = int((lengths > t).sum())  # captions are longest first: the first n are unfinished
+                if mode == "prefix":
+                    ids = torch.full((n, high), mask_id, dtype=torch.long, device=device)
+                    ids[:, :t] = targets[:n, :t]
+                else:
+                    ids = targets[:n].clone()
+                    ids[:, t] = mask_id
+                states = model.encode(feats[:n], pos[:n], rmask[:n], ids, levels[:n])
+                logp = ops.token_logprob_hidden(model.hidden(states[:, t]), weight, bias, classes[:n, t])
+                total[:n] += logp.double()
+        out[chunk] = (total.cpu() / torch.as_tensor(lengths, dtype=torch.float64)).numpy()
+        if progress is not None:
+            progress(len(chunk))
+    return out
+
+
+@torch.no_grad()
+def caption_logprobs_eager(model: Captioner, examples: Examples, regions: RegionCache, batch_size: int = 64,
+                           device="cpu", count_padding: bool = False, seed: int = 0) -> np.ndarray:
+    """A faithful eager re-implementation of the authors' prefix scoring loop (the benchmark's peer).
+
+    Random batches (captions of any level, padded with [PAD] to the batch's longest level), one pass
+    per position up to the batch's longest padded length, a full-vocabulary softmax at every position
+    of every pass, then a gather. Returns the same numbers as :func:`caption_logprobs`.
+    """
+    model.eval()
+    tok = model.tokenizer
+    end, mask_id, pad = eos_id(tok), tok.mask_token_id, tok.pad_token_id
+    out = np.full(len(examples), np.nan)
+    order = np.random.default_rng(seed).permutation(len(examples))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        highs = [model.levels[examples.levels[i] - 1][1] for i in chunk]
+        T = max(highs)
+        targets = torch.full((len(chunk), T), pad, dtype=torch.long)
+        for row, (i, high) in enumerate(zip(chunk, highs)):
+            ids = examples.tokens[i]
+            targets[row, :high] = torch.tensor(ids + [end] * (high - len(ids)))
+        feats, pos, rmask = (t.to(device) for t in regions.batch([examples.image_ids[i] for i in chunk]))
+        targets = targets.to(device)
+        levels = torch.tensor([examples.levels[i] for i in chunk], device=device)
+        masked = torch.where(targets != pad, mask_id, pad)
+        probs_at = torch.zeros(targets.shape, dtype=torch.float32, device=device)
+        everywhere = torch.ones_like(targets, dtype=torch.bool)
+        for t in range(T):
+            masked[:, :t] = targets[:, :t]
+            states = model.encode(feats, pos, rmask, masked, levels)
+            probs = model.logits_from_hidden(model.hidden(states, everywhere)).softmax(-1).view(*targets.shape, -1)
+            probs = probs.gather(2, model.to_output(targets).clamp(min=0)[..., None]).squeeze(2)
+            probs_at[:, t] = probs[:, t]
+        lengths = torch.tensor(highs if count_padding else [len(examples.tokens[i]) for i in chunk], device=device)
+        scored = torch.arange(T, device=device)[None, :] < lengths[:, None]
+        logp = (probs_at.double().log() * scored).sum(1) / lengths
+        out[chunk] = logp.cpu().numpy()
+    return out
