@@ -26,14 +26,13 @@ from pathlib import Path
 
 import torch
 
-from clid import data
-from clid.files import DataError, FeatureStore, read_jsonl
+from clid.files import DataError, FeatureStore
 from clid.rng import item_seed
 from clid.text import get_levels, load_tokenizer
 from clid.model import build_model, count_parameters, preset_config
 from clid.train import (RegionCache, Trainer, TrainSettings, epoch_batches, init_distributed, make_examples,
                         read_train_state, checkpoint_exists, load_init_weights, quick_control_precision,
-                        corpus_vocab)
+                        corpus_vocab, training_items)
 
 
 def parse_args(argv=None):
@@ -67,38 +66,26 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def load_training_captions(args, features: FeatureStore, tokenizer, levels, rank: int):
+def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
     """Trusted (+ self-generated) training examples, with every skipped caption counted."""
-    records = data.load_captions(args.captions)
-    train = [r for r in records if r.split in ("train", "restval")]
-    val_ids = [r.image_id for r in records if r.split == "val" and r.image_id in features]
-    items = [(f"{r.image_id}#{j}", r.image_id, text) for r in train for j, text in enumerate(r.captions)]
-    examples, skipped = make_examples(items, tokenizer, levels, "trusted", features)
-    if args.data == "extended":
-        if not args.selfgen:
-            sys.exit("error: --data extended needs --selfgen FILE")
-        train_ids = {r.image_id for r in train}
-        selfgen, outside = [], 0
-        for rec in read_jsonl(args.selfgen, required=("id", "image_id", "caption")):
-            if str(rec["image_id"]) in train_ids:
-                selfgen.append((str(rec["id"]), str(rec["image_id"]), rec["caption"]))
-            else:
-                outside += 1
-        if outside:
-            skipped["selfgen: image not in the training split"] += outside
-        paragraphs = levels == get_levels("paragraph")  # keep "." sentence breaks of paragraph captions
-        more, more_skipped = make_examples(selfgen, tokenizer, levels, "selfgen", features, keep_sentences=paragraphs)
-        examples.extend(more)
-        skipped.update(more_skipped)
+    if args.data == "extended" and not args.selfgen:
+        sys.exit("error: --data extended needs --selfgen FILE")
+    items = training_items(args.captions, args.selfgen if args.data == "extended" else None)
+    examples, skipped = make_examples(items.trusted, tokenizer, levels, "trusted", features)
+    # paragraph captions keep their "." sentence breaks
+    more, more_skipped = make_examples(items.selfgen, tokenizer, levels, "selfgen", features,
+                                       keep_sentences=levels == get_levels("paragraph"))
+    examples.extend(more)
+    skipped.update(items.skipped + more_skipped)
     if rank == 0:
         kinds = Counter(examples.sources)
         print(f"training captions: {len(examples)} ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); "
-              f"validation images: {len(val_ids)}")
+              f"validation images: {len(items.val_ids)}")
         for reason, count in sorted(skipped.items()):
             print(f"  skipped {count}: {reason}")
     if not len(examples):
         sys.exit(f"error: no training captions left from {args.captions}")
-    return examples, val_ids
+    return examples, [i for i in items.val_ids if i in features]
 
 
 def main(argv=None):
@@ -122,7 +109,7 @@ def main(argv=None):
     if args.init_from:
         load_init_weights(model, args.init_from)
     try:
-        examples, val_ids = load_training_captions(args, features, model.tokenizer, config.levels, rank)
+        examples, val_ids = load_examples(args, features, model.tokenizer, config.levels, rank)
     except DataError as err:
         sys.exit(f"error: {err}")
 

@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clid import data, shard
+from clid import shard
 from clid.files import DataError, FeatureStore, read_jsonl, write_arrays, read_arrays
 from clid.model import load_checkpoint
 from clid.scoring import MODES, caption_logprobs
 from clid.text import get_levels
-from clid.train import RegionCache, make_examples
+from clid.train import RegionCache, make_examples, training_items
 
 
 def parse_args(argv=None):
@@ -57,25 +57,17 @@ def parse_args(argv=None):
 
 def load_items(args):
     """(caption id, image id, text, source) of everything to score, and skip counts."""
-    skipped = Counter()
-    train_ids = None
-    trusted_items = []
-    if args.captions:
-        records = data.load_captions(args.captions)
-        train = [r for r in records if r.split in ("train", "restval")]
-        train_ids = {r.image_id for r in train}
-        if args.include_trusted:
-            trusted_items = [(f"trusted:{r.image_id}#{j}", r.image_id, text, "trusted")
-                             for r in train for j, text in enumerate(r.captions)]
-    elif args.include_trusted:
+    if args.include_trusted and not args.captions:
         sys.exit("error: --include-trusted needs --captions")
-    items = []
-    for rec in read_jsonl(args.selfgen, required=("id", "image_id", "caption")):
-        if train_ids is not None and str(rec["image_id"]) not in train_ids:
-            skipped["selfgen: image not in the training split"] += 1
-            continue
-        items.append((str(rec["id"]), str(rec["image_id"]), rec["caption"], "selfgen"))
-    return items + trusted_items, skipped
+    if not args.captions:
+        items = [(str(r["id"]), str(r["image_id"]), r["caption"], "selfgen")
+                 for r in read_jsonl(args.selfgen, required=("id", "image_id", "caption"))]
+        return items, Counter()
+    found = training_items(args.captions, args.selfgen)
+    items = [(*item, "selfgen") for item in found.selfgen]
+    if args.include_trusted:
+        items += [(f"trusted:{c}", i, t, "trusted") for c, i, t in found.trusted]
+    return items, found.skipped
 
 
 def score_chunk(chunk, path, models, features, regions, args, bar):

@@ -85,6 +85,37 @@ def make_examples(items: list[tuple[str, str, str]], tokenizer, levels, source: 
     return out, skipped
 
 
+@dataclass
+class CaptionItems:
+    """Training captions as ``(caption id, image id, text)``: trusted (train split) and self-generated."""
+
+    trusted: list[tuple[str, str, str]]
+    selfgen: list[tuple[str, str, str]]
+    val_ids: list[str]  # validation images (for the quick control-precision check)
+    skipped: Counter
+
+
+def training_items(captions_path, selfgen_path=None) -> CaptionItems:
+    """Trusted captions of the train split (Karpathy "restval" included) and the self-generated
+    captions of train-split images; self-generated captions of other images are counted, not used."""
+    from .data import load_captions
+    from .files import read_jsonl
+
+    records = load_captions(captions_path)
+    train = [r for r in records if r.split in ("train", "restval")]
+    trusted = [(f"{r.image_id}#{j}", r.image_id, text) for r in train for j, text in enumerate(r.captions)]
+    skipped, selfgen = Counter(), []
+    if selfgen_path:
+        train_ids = {r.image_id for r in train}
+        for rec in read_jsonl(selfgen_path, required=("id", "image_id", "caption")):
+            if str(rec["image_id"]) in train_ids:
+                selfgen.append((str(rec["id"]), str(rec["image_id"]), rec["caption"]))
+            else:
+                skipped["selfgen: image not in the training split"] += 1
+    val_ids = [r.image_id for r in records if r.split == "val"]
+    return CaptionItems(trusted, selfgen, val_ids, skipped)
+
+
 def corpus_vocab(paths, tokenizer) -> list[int]:
     """Sorted token ids used by the captions of these files, plus "." and [UNK] (an output shortlist)."""
     from .data import load_captions
@@ -243,6 +274,9 @@ def save_checkpoint(folder, model: Captioner, optimizer, state: dict, config_ext
     lines = (previous_log.read_text().splitlines() if previous_log.exists() else []) + log_lines
     (staging / "train_log.jsonl").write_text("".join(line + "\n" for line in lines))
     if folder.exists():
+        for item in folder.iterdir():  # carry over files the stage keeps there (e.g. selection_log.jsonl)
+            if item.is_file() and not (staging / item.name).exists():
+                shutil.copy2(item, staging / item.name)
         shutil.rmtree(old, ignore_errors=True)
         folder.rename(old)
     staging.rename(folder)
