@@ -3,7 +3,9 @@
 // Every op checks its arguments, then dispatches on the device: CPU kernels live in csrc/cpu/,
 // CUDA kernels in csrc/cuda/ (compiled, and CLID_WITH_CUDA defined, only when PyTorch has CUDA).
 // The Python wrappers and the plain PyTorch references are in clid/ops.py.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/utils/pybind.h>  // pybind11 with the at::Tensor <-> torch.Tensor casters
 
 #include <string>
 

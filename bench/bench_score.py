@@ -1,0 +1,247 @@
+"""Benchmark of the fused Eq. 2 scoring kernels (clid.ops) against their peers on this machine.
+
+In:  nothing (random inputs of the issue's sizes; --device cuda on a GPU machine).
+Out: a table on stdout, one row per (path, peer) with both times and their ratio measured in the
+     same run, the target and whether it is met; --json FILE also writes the rows.
+
+    python bench/bench_score.py                  # CPU, all rows (about 2 minutes on 2 cores)
+    python bench/bench_score.py --no-compile     # skip the torch.compile peer (its compile is slow)
+
+Timing: the methods of a section run round-robin for --rounds rounds and each keeps its fastest
+round, so a busy machine slows every method alike instead of whichever happened to run last.
+Peak extra memory is the rise of the process's resident high-water mark (VmHWM, reset through
+/proc/self/clear_refs) during one call, measured in a fresh subprocess after a warm-up call on a
+small problem, so the inputs, the loaded libraries and the thread pool are excluded. The fused
+path's own buffers are also counted by construction (they do not depend on the machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+import clid.ops as ops  # noqa: E402
+
+SEQ_SHAPE = (64, 24, 30522)            # [N, T, V] of the issue's table
+HIDDEN_SHAPE = (1536, 768, 30522)      # P, H, V
+
+
+# ---------------------------------------------------------------------------------------------
+# The computations being compared
+
+def eager_seq_logprob(logits, targets, mask):
+    """The plain PyTorch way: a full log-softmax tensor, gather, masked mean."""
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None])[..., 0]
+    return (logp * mask).sum(1) / mask.sum(1)
+
+
+def read_bound_reduction(logits):
+    """The memory limit: one plain reduction over the same logits (no exp, no gather)."""
+    return logits.sum(-1)
+
+
+def eager_hidden(hidden, weight, bias, targets):
+    logits = torch.nn.functional.linear(hidden, weight, bias)
+    return torch.log_softmax(logits, dim=-1).gather(1, targets[:, None])[:, 0]
+
+
+def bare_matmul(hidden, weight):
+    """The compute limit: the product h W^T alone."""
+    return hidden @ weight.T
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs, timing, memory
+
+def seq_inputs(device, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    N, T, V = SEQ_SHAPE
+    logits = (torch.randn(N, T, V, generator=gen) * 3).to(device)
+    targets = torch.randint(0, V, (N, T), generator=gen).to(device)
+    mask = torch.ones(N, T, device=device)
+    return logits, targets, mask
+
+
+def hidden_inputs(device, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    P, H, V = HIDDEN_SHAPE
+    hidden = torch.randn(P, H, generator=gen).to(device)
+    weight = (torch.randn(V, H, generator=gen) / math.sqrt(H)).to(device)
+    bias = torch.randn(V, generator=gen).to(device)
+    targets = torch.randint(0, V, (P,), generator=gen).to(device)
+    return hidden, weight, bias, targets
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_round_robin(methods: dict, rounds: int, device: str) -> dict:
+    """Fastest time of each method over `rounds` rounds, methods interleaved within each round."""
+    best = {name: math.inf for name in methods}
+    for fn in methods.values():            # warm-up: builds, compiles, first-touch allocations
+        fn(); sync(device)
+    for _ in range(rounds):
+        for name, fn in methods.items():
+            sync(device)
+            start = time.perf_counter()
+            fn()
+            sync(device)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+MEMORY_PROBE = """
+import gc, sys, torch
+sys.path.insert(0, {root!r}); sys.path.insert(0, {bench!r})
+import bench_score as b, clid.ops as ops
+torch.set_num_threads({threads})
+def call(which, h, w, bias, y):
+    if which == "fused":
+        return ops.token_logprob_hidden(h, w, bias, y)
+    return b.eager_hidden(h, w, bias, y) if which == "eager" else b.bare_matmul(h, w)
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+hidden, weight, bias, targets = b.hidden_inputs("cpu")
+call({which!r}, hidden[:8], weight[:1000], bias[:1000], targets[:8] % 1000)   # warm-up on a small problem
+gc.collect()
+open("/proc/self/clear_refs", "w").write("5")         # reset the high-water mark to the current RSS
+before = status("VmRSS:")
+out = call({which!r}, hidden, weight, bias, targets)
+print(status("VmHWM:") - before)
+"""
+
+
+def peak_extra_memory(which: str, threads: int) -> int | None:
+    """Bytes the resident high-water mark rises during one call (None where it cannot be measured)."""
+    code = MEMORY_PROBE.format(root=str(ROOT), bench=str(ROOT / "bench"), threads=threads, which=which)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    if proc.returncode != 0:
+        print(f"memory probe {which} failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
+    return int(proc.stdout.strip().splitlines()[-1])
+
+
+def own_buffers_bytes(threads: int) -> int:
+    """The hidden path's own buffers by construction (float32 inputs): per thread one row-block x
+    vocabulary-tile logits buffer; per (tile, row) one log-sum-exp state; one target logit per row."""
+    P, _, V = HIDDEN_SHAPE
+    ext = ops.extension()
+    block, tile = ext.hidden_row_block(), ext.hidden_vocab_tile()
+    n_tiles = -(-V // tile)
+    return threads * (block * tile + 16) * 4 + n_tiles * P * 8 + P * 4
+
+
+# ---------------------------------------------------------------------------------------------
+
+def row(rows, path, peer, ours, theirs, target, ok):
+    rows.append(dict(path=path, peer=peer, ours_s=ours, peer_s=theirs, target=target, ok=ok))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--rounds", type=int, default=7, help="timing rounds per method (fastest kept)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if ops.extension() is None:
+        sys.exit(f"the extension did not build: {ops.build_error()}")
+    device = args.device
+    print(f"device {device}, {args.threads} threads, torch {torch.__version__}, {ops.extension().build_info()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    rows = []
+
+    # seq_logprob at [64, 24, 30522] fp32
+    logits, targets, mask = seq_inputs(device)
+    methods = {
+        "fused": lambda: ops.seq_logprob(logits, targets, mask),
+        "eager": lambda: eager_seq_logprob(logits, targets, mask),
+        "read-bound sum": lambda: read_bound_reduction(logits),
+    }
+    compile_note = None
+    if not args.no_compile:
+        try:
+            compiled = torch.compile(eager_seq_logprob)
+            compiled(logits, targets, mask)
+            methods["torch.compile"] = lambda: compiled(logits, targets, mask)
+        except Exception as err:  # report the peer's failure instead of hiding the row
+            compile_note = f"peer failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:120]}"
+    t = time_round_robin(methods, args.rounds, device)
+    shape = "x".join(map(str, SEQ_SHAPE))
+    row(rows, f"seq_logprob [{shape}] fp32", "eager log_softmax+gather", t["fused"], t["eager"],
+        "faster", t["fused"] < t["eager"])
+    if "torch.compile" in t:
+        row(rows, "seq_logprob", "torch.compile(eager)", t["fused"], t["torch.compile"],
+            ">= 2x faster", t["torch.compile"] >= 2 * t["fused"])
+    else:
+        row(rows, "seq_logprob", "torch.compile(eager)", t["fused"], None, ">= 2x faster", None)
+    row(rows, "seq_logprob", "read-bound logits.sum(-1)", t["fused"], t["read-bound sum"],
+        "within 1.5x", t["fused"] <= 1.5 * t["read-bound sum"])
+    del logits
+
+    # token_logprob_hidden at P=1536, H=768, V=30522 fp32
+    hidden, weight, bias, targets = hidden_inputs(device)
+    t = time_round_robin({
+        "fused": lambda: ops.token_logprob_hidden(hidden, weight, bias, targets),
+        "eager": lambda: eager_hidden(hidden, weight, bias, targets),
+        "matmul": lambda: bare_matmul(hidden, weight),
+    }, max(3, args.rounds // 2), device)
+    P, H, V = HIDDEN_SHAPE
+    row(rows, f"token_logprob_hidden P={P} H={H} V={V}", "eager linear+log_softmax+gather", t["fused"], t["eager"],
+        "faster", t["fused"] < t["eager"])
+    row(rows, "token_logprob_hidden", "bare matmul h W^T", t["fused"], t["matmul"],
+        "within 1.10x", t["fused"] <= 1.10 * t["matmul"])
+    logits_bytes = P * V * 4
+    memory = {}
+    if device == "cpu":
+        memory = {w: peak_extra_memory(w, args.threads) for w in ("fused", "eager", "matmul")}
+        fused_mem = memory["fused"]
+        row(rows, "token_logprob_hidden", "peak extra memory / logits size",
+            None if fused_mem is None else fused_mem / logits_bytes, None, "<= 5%",
+            None if fused_mem is None else fused_mem <= 0.05 * logits_bytes)
+
+    # The table
+    print(f"\n{'path':42} {'peer':34} {'ours':>9} {'peer':>9} {'ratio':>7}  {'target':13} ok")
+    for r in rows:
+        ours, theirs = r["ours_s"], r["peer_s"]
+        if r["peer"].startswith("peak extra memory"):
+            cells = f"{'':>9} {'':>9} {ours * 100 if ours is not None else float('nan'):6.2f}%"
+        elif theirs is None:
+            cells = f"{ours * 1e3:7.1f}ms {'-':>9} {'-':>7}"
+        else:
+            ratio = theirs / ours                      # > 1: ours is faster
+            cells = f"{ours * 1e3:7.1f}ms {theirs * 1e3:7.1f}ms {ratio:6.2f}x"
+        ok = "-" if r["ok"] is None else ("yes" if r["ok"] else "NO")
+        print(f"{r['path']:42} {r['peer']:34} {cells}  {r['target']:13} {ok}")
+    print("\nratio = peer time / fused time (above 1: the fused kernel is faster).")
+    if compile_note:
+        print(f"torch.compile: {compile_note}")
+    if memory:
+        mib = lambda b: "n/a" if b is None else f"{b / 2**20:.1f} MiB"  # noqa: E731
+        print(f"peak extra memory during one call: fused {mib(memory['fused'])}, eager {mib(memory['eager'])}, "
+              f"bare matmul {mib(memory['matmul'])}; logits would be {mib(logits_bytes)}; the fused path's own "
+              f"buffers by construction: {mib(own_buffers_bytes(args.threads))}.")
+    if args.json:
+        args.json.write_text(json.dumps(dict(device=device, threads=args.threads, rows=rows, memory=memory,
+                                             compile_note=compile_note), indent=1))
+
+
+if __name__ == "__main__":
+    main()
