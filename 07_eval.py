@@ -42,10 +42,9 @@ MARKERS = "osD^vP"
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--refs", required=True, help="reference captions (Karpathy JSON, COCO captions JSON, ...)")
-    p.add_argument("--split", default="test", help="the split of --refs to evaluate on")
+    p.add_argument("--split", default="test", help="the split of --refs to evaluate on (default: test)")
     p.add_argument("--test-ids", default=None,
                    help="evaluate these image ids instead of --split (a file, or 'karpathy' for the "
                         "Karpathy 5k test ids; the default for an official COCO captions file)")
@@ -60,12 +59,12 @@ def parse_args(argv=None):
     p.add_argument("--levels", default=None, choices=sorted(LEVEL_SETS),
                    help="level set (default: the checkpoints' own, else caption)")
     p.add_argument("--score-captions", default="in-range", choices=["in-range", "all"],
-                   help="which captions get quality scores (the paper: in-range only)")
+                   help="which captions get quality scores (default and the paper: in-range)")
     p.add_argument("--spice", default="auto", choices=["auto", "off"],
-                   help="auto: run SPICE when Stanford CoreNLP is there or can be downloaded")
-    p.add_argument("--examples", type=int, default=3, help="test images shown with their captions in report.md")
-    p.add_argument("--batch-size", type=int, default=64, help="generation batch size")
-    p.add_argument("--device", default="cpu", help="generation device (cpu, cuda, cuda:1, ...)")
+                   help="auto (default): run SPICE when Stanford CoreNLP is there or can be downloaded")
+    p.add_argument("--examples", type=int, default=3, help="test images shown with their captions in report.md (default: 3)")
+    p.add_argument("--batch-size", type=int, default=64, help="generation batch size (default: 64)")
+    p.add_argument("--device", default="cpu", help="generation device: cpu (default), cuda, cuda:1, ...")
     p.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")
     p.add_argument("--tokenizer", default=None, help="tokenizer for caption lengths (default: offline bert-base-uncased)")
     p.add_argument("--out", required=True, help="output folder")
@@ -168,7 +167,7 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     from clid.decode import generate_captions
     from clid.model import load_checkpoint
 
-    model = load_checkpoint(checkpoint)
+    model = load_checkpoint(checkpoint, device=args.device)
     levels = get_levels(model.levels)
     if wanted_levels is not None and levels != wanted_levels:
         raise SystemExit(f"error: {checkpoint} was trained with levels {levels}, not {wanted_levels}")
@@ -177,7 +176,7 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
         raise SystemExit(f"error: {features.path} holds none of the {len(image_ids)} test images")
     print(f"{checkpoint}: generating captions for {len(have)} test images at {len(levels)} levels")
     generated = generate_captions(model, features, have, list(range(1, len(levels) + 1)),
-                                  batch_size=args.batch_size, device=args.device)
+                                  batch_size=args.batch_size, device=args.device, progress=True)
     write_generated(cache, generated)
     write_json(meta_path, {"key": key, "levels": [list(l) for l in levels],
                            "no_features": len(image_ids) - len(have)}, indent=1)
@@ -403,6 +402,8 @@ def main(argv=None) -> None:
     matplotlib.use("Agg")
     out = Path(args.out)
     runs = run_list(args)
+    if args.checkpoint and args.features is None:
+        raise SystemExit("error: --checkpoint needs --features")
     tokenizer = load_tokenizer(args.tokenizer)
 
     # 1. the test images and their references
@@ -419,8 +420,6 @@ def main(argv=None) -> None:
     features = None
     for name, kind, path in runs:
         if kind == "checkpoint":
-            if args.features is None:
-                raise SystemExit("error: --checkpoint needs --features")
             features = features or FeatureStore(args.features)
             run_levels, captions, no_features = generate_run(path, out / "generated" / f"{name}.jsonl",
                                                              args, image_ids, features, levels)

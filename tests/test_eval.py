@@ -188,10 +188,10 @@ def demo_like_world(coco_annotations, tmp_path):
 def install_fake_captioner(monkeypatch, pool, calls):
     model_module = types.ModuleType("clid.model")
     decode_module = types.ModuleType("clid.decode")
-    model_module.load_checkpoint = lambda path: FakeCaptioner(path, pool)
+    model_module.load_checkpoint = lambda path, device="cpu": FakeCaptioner(path, pool)
 
-    def generate_captions(model, features, image_ids, levels, batch_size=64, device="cpu"):
-        assert isinstance(features, FeatureStore)
+    def generate_captions(model, features, image_ids, levels, batch_size=64, device="cpu", progress=False):
+        assert isinstance(features, FeatureStore) and progress
         calls.append((model.name, list(image_ids), list(levels), batch_size, device))
         return {level: {i: model.caption(i, level) for i in image_ids if features.get(i) is not None}
                 for level in levels}
