@@ -1,7 +1,6 @@
 """07_eval.py and clid.metrics on real COCO captions: the numbers equal pycocoevalcap's own, the
 control precision counts every test image, the checkpoint path generates, caches and reports."""
 import importlib.util
-import json
 import os
 import sys
 import time
