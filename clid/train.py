@@ -191,16 +191,12 @@ def masked_lm_loss(logits, targets, eos: int, eos_weight: float = 0.5, smoothing
 def quick_control_precision(model: Captioner, features: FeatureStore, image_ids: list[str], device) -> dict:
     """Share of ``image_ids`` whose caption decoded at each level has a length inside that level."""
     from .decode import generate_captions
-    from .text import caption_lengths
+    from .metrics import control_precision
 
     levels = list(range(1, model.config.num_levels + 1))
     captions = generate_captions(model, features, image_ids, levels, device=device)
-    result = {}
-    for level in levels:
-        low, high = model.levels[level - 1]
-        lengths = caption_lengths([captions[level][i] for i in image_ids], model.tokenizer)
-        result[f"cp{level}"] = round(sum(low <= n <= high for n in lengths) / len(image_ids), 3)
-    return result
+    shares = control_precision(captions, image_ids, model.levels, model.tokenizer)
+    return {f"cp{level}": round(share, 3) for level, share in shares.items()}
 
 
 # ---------------------------------------------------------------------------------------------
