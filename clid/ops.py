@@ -122,7 +122,10 @@ def extension(verbose: bool = False):
     try:
         _extension = _build(verbose=verbose or os.environ.get("CLID_OPS_VERBOSE") == "1")
     except Exception as err:  # a compiler error, a missing ninja, a broken toolchain: fall back
-        _build_error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        compiler = [line for line in lines if "error:" in line]            # the compiler's own message
+        errors = [line for line in lines if "error" in line.lower()]
+        _build_error = f"{type(err).__name__}: {(compiler or errors or lines or [''])[0][:300]}"
     return _extension
 
 
@@ -131,13 +134,17 @@ def build_error() -> str | None:
     return _build_error
 
 
-def _kernel_module(op: str):
-    """The extension for ``op``, or None after warning once per op that the reference is used."""
+def _kernel_module(op: str, *tensors):
+    """The extension for ``op`` on these tensors, or None after warning once per op that the
+    reference is used (no extension, or GPU tensors and a build without CUDA kernels)."""
     ext = extension()
+    reason = None if ext is not None else f"the C++ extension is unavailable ({_build_error}; " \
+                                          f"CLID_OPS_VERBOSE=1 shows the build log)"
+    if ext is not None and any(t is not None and t.is_cuda for t in tensors) and not ext.with_cuda():
+        ext, reason = None, "the extension was built without CUDA kernels"
     if ext is None and op not in _warned:
         _warned.add(op)
-        warnings.warn(f"clid.ops.{op}: the C++ extension is unavailable ({_build_error}); "
-                      f"using the slower PyTorch reference", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"clid.ops.{op}: {reason}; using the slower PyTorch reference", RuntimeWarning, stacklevel=3)
     return ext
 
 
@@ -235,19 +242,17 @@ def seq_logprob(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor)
     logits [N, T, V] float32/float16/bfloat16 (contiguous along V), targets [N, T] integer, mask [N, T]
     (nonzero = scored). One read of the logits, online log-sum-exp, no log-softmax tensor. Targets are
     checked only where mask is set. m_n = 0 gives NaN. float64 logits use the reference."""
-    ext = _kernel_module("seq_logprob")
+    ext = _kernel_module("seq_logprob", logits)
     if ext is None or logits.dtype == torch.float64:
         return seq_logprob_reference(logits, targets, mask)
-    _check_cuda_tensor("seq_logprob", ext, logits)
     return ext.seq_logprob(logits, targets, mask)
 
 
 def token_logprob(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """log_softmax(logits[..., V])[targets] -> targets.shape float32, without a log-softmax tensor."""
-    ext = _kernel_module("token_logprob")
+    ext = _kernel_module("token_logprob", logits)
     if ext is None or logits.dtype == torch.float64:
         return token_logprob_reference(logits, targets)
-    _check_cuda_tensor("token_logprob", ext, logits)
     return ext.token_logprob(logits, targets)
 
 
@@ -259,10 +264,9 @@ def token_logprob_hidden(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
     None, targets [P]. No [P, V] logits buffer: fixed-size row blocks x vocabulary tiles, each one
     GEMM into a small buffer and an online log-sum-exp. Half-precision hidden states are upcast
     once on the CPU ([P, H] float32). float64 inputs use the reference."""
-    ext = _kernel_module("token_logprob_hidden")
+    ext = _kernel_module("token_logprob_hidden", hidden, weight)
     if ext is None or torch.float64 in (hidden.dtype, weight.dtype):
         return token_logprob_hidden_reference(hidden, weight, bias, targets)
-    _check_cuda_tensor("token_logprob_hidden", ext, hidden, weight, bias)
     return ext.token_logprob_hidden(hidden, weight, bias, targets)
 
 
@@ -272,7 +276,7 @@ def segment_mean(values: torch.Tensor, lengths: torch.Tensor | None = None,
 
     Either ``lengths`` [N] (consecutive runs) or ``segment_ids`` [P] (any order; the positions of a
     segment are summed in their order, in float64, so the result is deterministic)."""
-    ext = _kernel_module("segment_mean")
+    ext = _kernel_module("segment_mean", values)
     if ext is None or values.dtype == torch.float64:
         return segment_mean_reference(values, lengths, segment_ids, num_segments)
     if (lengths is None) == (segment_ids is None):
@@ -280,7 +284,6 @@ def segment_mean(values: torch.Tensor, lengths: torch.Tensor | None = None,
     if segment_ids is not None:
         order, lengths = _lengths_from_ids(segment_ids, num_segments)
         values = values[order]
-    _check_cuda_tensor("segment_mean", ext, values)
     return ext.segment_mean(values, _as_long(lengths).to(values.device))
 
 

@@ -23,7 +23,7 @@ namespace cpu {
 namespace {
 
 constexpr int kW = 16;     // floats per vector
-constexpr int kChunk = 8;  // vectors per chunk (512 bytes of fp32 logits)
+constexpr int kChunk = 8;  // vectors per chunk (512 bytes of fp32 logits); add() sums 8 pairwise
 constexpr int kPrefetch = 1024;  // elements ahead
 
 typedef float vf __attribute__((vector_size(kW * sizeof(float))));
@@ -102,18 +102,41 @@ inline vf vexp(vf x) {
 }
 #endif
 
+// True if a > b in some lane (false for NaN lanes: a NaN maximum makes the sum NaN anyway).
+inline bool any_greater(vf a, vf b) {
+#if defined(__AVX512F__)
+    return _mm512_cmp_ps_mask((__m512)a, (__m512)b, _CMP_GT_OQ) != 0;
+#else
+    vi gt = a > b;
+    int32_t lanes[kW];
+    std::memcpy(lanes, &gt, sizeof lanes);
+    int32_t any = 0;
+    for (int i = 0; i < kW; ++i) any |= lanes[i];
+    return any != 0;
+#endif
+}
+
 // Lane-wise online state: M the maximum seen by each lane, S the sum of exp(z - M).
 struct VecState {
     vf M = splat(-INFINITY);
     vf S = splat(0.0f);
 
-    // Add n vectors whose lane-wise maximum is cm.
+    // Add n (1 or kChunk) vectors whose lane-wise maximum is cm. The running sum is rescaled
+    // only when some lane's maximum grows, which after the first chunks of a row is rare.
     inline void add(const vf* x, int n, vf cm) {
         vf newM = vmax(M, cm);
         vf ref = newM == splat(-INFINITY) ? splat(0.0f) : newM;  // avoid -inf - -inf
-        vf sum = vexp(x[0] - ref);
-        for (int k = 1; k < n; ++k) sum += vexp(x[k] - ref);
-        S = S * vexp(M - ref) + sum;
+        vf sum;
+        if (n == kChunk) {  // pairwise: shallow rounding, short dependency chains
+            vf e[kChunk];
+            for (int k = 0; k < kChunk; ++k) e[k] = vexp(x[k] - ref);
+            sum = ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
+        } else {
+            sum = vexp(x[0] - ref);
+            for (int k = 1; k < n; ++k) sum += vexp(x[k] - ref);
+        }
+        if (any_greater(newM, M)) S = S * vexp(M - ref);
+        S += sum;
         M = newM;
     }
 
@@ -139,7 +162,7 @@ LseState row_state(const T* z, int64_t V) {
         // core busy long enough that the hardware prefetcher alone leaves the stream idle.
         for (int k = 0; k < kChunk; ++k) __builtin_prefetch(z + i + kPrefetch + k * kW);
         for (int k = 0; k < kChunk; ++k) x[k] = load(z + i + k * kW);
-        // pairwise maximum and sum keep the chunk's rounding shallow
+        // pairwise maximum (the sum is pairwise too, in add)
         vf cm = vmax(vmax(vmax(x[0], x[1]), vmax(x[2], x[3])), vmax(vmax(x[4], x[5]), vmax(x[6], x[7])));
         st.add(x, kChunk, cm);
     }
