@@ -199,21 +199,24 @@ def spectral_residual(gray: torch.Tensor, sigma: float = 2.5, mirror: bool = Tru
     mirror image (half its size on each side), which makes it continuous across the borders,
     and the centre is cut out afterwards.
     """
-    gray = gray.double()
+    gray = gray.float()
     h, w = gray.shape[-2:]
     if mirror:
         gray = F.pad(gray[:, None], (w // 2, w // 2, h // 2, h // 2), mode="reflect")[:, 0]
     spectrum = torch.fft.fft2(gray)
     log_amplitude = torch.log(spectrum.abs().clamp_min(1e-12))
-    # the spectral residual: log amplitude minus its 3 x 3 local average (the spectrum is periodic)
+    # the spectral residual R = log amplitude - its 3 x 3 local average (the spectrum is periodic)
     local_mean = F.avg_pool2d(F.pad(log_amplitude[:, None], (1, 1, 1, 1), mode="circular"), 3, stride=1)[:, 0]
-    residual = log_amplitude - local_mean
-    # back to the image domain with the original phase, squared, smoothed
-    saliency = torch.fft.ifft2(torch.polar(torch.exp(residual), torch.angle(spectrum))).abs() ** 2
-    saliency = gaussian_blur(saliency, sigma)
+    # back to the image domain with the original phase P, squared: |ifft(exp(R + iP))|^2, where
+    # exp(R + iP) = spectrum * exp(R - log amplitude) = spectrum * exp(-local mean)
+    saliency = torch.fft.ifft2(spectrum * torch.exp(-local_mean)).abs() ** 2
+    # smoothed by a Gaussian, applied in the Fourier domain (a circular blur, as the FFT sees the image)
+    fy, fx = torch.fft.fftfreq(gray.shape[-2]), torch.fft.fftfreq(gray.shape[-1])
+    transfer = torch.exp(-2 * math.pi ** 2 * sigma ** 2 * (fy[:, None] ** 2 + fx[None, :] ** 2))
+    saliency = torch.fft.ifft2(torch.fft.fft2(saliency) * transfer).real
     if mirror:
         saliency = saliency[:, h // 2:h // 2 + h, w // 2:w // 2 + w]
-    return normalise01(saliency).float()
+    return normalise01(saliency)
 
 
 # ---------------------------------------------------------------------------------------------

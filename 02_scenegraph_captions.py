@@ -3,8 +3,9 @@
 In:  Visual Genome ``scene_graphs.json`` (+ ``image_data.json`` for sizes and the VG-to-COCO id
      map), and the saliency HDF5 of stage 01 (or ``--saliency none``).
 Out: JSONL, one caption a line: ``id`` ("<image_id>_<n>"), ``image_id``, ``caption``, ``objects``
-     (object ids in mention order), ``n_tokens``, ``level``, ``seed``; plus
-     ``OUT.problems.tsv`` listing every graph that was skipped or repaired, with the reason.
+     (object ids in mention order), ``n_tokens``, ``level``, ``seed``; plus ``OUT.problems.tsv``
+     (with shards: one per part) listing every graph that was skipped, repaired or noted, by
+     image id (the COCO id when mapped, else the graph's id), with the reason.
 
     python 02_scenegraph_captions.py --scene-graphs scene_graphs.json --image-data image_data.json \
         --saliency saliency.h5 --out selfgen.jsonl
@@ -19,9 +20,9 @@ The walk (one caption; randomness keyed by (seed, graph id, caption number)):
      seen before is mentioned again as "the <noun>" and not expanded further (no loops);
   4. when the walk ends with less than ``--t-sal`` of the total saliency covered, it jumps to an
      unexplored object drawn by saliency, joined with "and" (``--paragraph``: a new sentence);
-  5. each first mention gets a random number (0..``--n-attr``) of the object's attributes, each
-     relationship its predicate as a verb phrase; finally a random number of the last mentioned
-     objects (0 .. all but one) is cut off.
+  5. each first mention gets a random number (0..``--n-attr``) of the object's attributes
+     (attributes of more than two words are not used), each relationship its predicate as a verb
+     phrase; finally a random number of the last mentioned objects (0 .. all but one) is cut off.
 
 Bad graphs never stop the run and are never dropped silently: graphs that cannot be captioned
 (malformed, relationships naming missing objects, boxes outside the image, empty, NaN saliency,
@@ -434,6 +435,9 @@ def main(argv=None) -> int:
         print(f"  {action:>8}: {n:6d}  {kind}  (e.g. image {', '.join(examples)})")
     if problems:
         print(f"  every skipped or repaired graph is listed in {problems_path}")
+    if saliency is not None and counts[("skipped", "no saliency map")] == len(mine) > 0:
+        print(f"note: no graph found its map in {args.saliency}; maps are looked up by the output image id "
+              f"(the COCO id with --image-data): run 01_saliency.py with --list captions.json or image_data.json")
     written = final if final is not None else part
     lengths = [r["n_tokens"] for r in files.read_jsonl(written)]
     stats = length_stats(lengths, args.levels)

@@ -158,10 +158,10 @@ def rules_sentence(sentence: str) -> str:
             prev, prev_count, prev_mode = out[-1]
             # merge a repeated predicate: "wearing a hat" + "wearing a shirt" -> "wearing a hat and a shirt"
             shared = False
-            first_det = next((i for i, w in enumerate(seg) if w in DETERMINERS), 0)
+            first = next((i for i, w in enumerate(seg) if w in ARTICLES), 0)  # seg = predicate + "a ..."
             tail = _trailing_np(prev)
-            if 0 < first_det and tail >= first_det and prev[tail - first_det:tail] == seg[:first_det]:
-                seg, shared = seg[first_det:], True
+            if 0 < first and tail >= first and prev[tail - first:tail] == seg[:first]:
+                seg, shared = seg[first:], True
             # group repeated objects, up to ten: "a dog" + "a dog" -> "two dogs"; a repeated clause
             # counts its subject: "a man riding a horse" x 2 -> "two men riding a horse";
             # "wearing a hat" + "(wearing) a hat" -> "wearing two hats"

@@ -91,6 +91,9 @@ def world_captions(n, seed=0):
     ("a kite in the sky .. ", "A kite in the sky."),
     ("A dog. a cat and a cat", "A dog. Two cats."),
     ("A window and a window and a tall building.", "Two windows and a tall building."),
+    ("A dog next to a cup and to the left of a woman.", "A dog next to a cup and to the left of a woman."),
+    ("A house on a road and on the road.", "A house on a road and on the road."),
+    ("A cup to the left of a ball and to the left of a book.", "A cup to the left of a ball and a book."),
     ("A a man next to a trees.", "A man next to trees."),
 ])
 def test_rules(caption, expected):
