@@ -216,6 +216,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("token_logprob_hidden", &token_logprob_hidden, "log_softmax(hidden W^T + b)[targets] -> [P]");
     m.def("hidden_row_block", []() { return clid::cpu::kHiddenRowBlock; });
     m.def("hidden_vocab_tile", []() { return clid::cpu::kHiddenVocabTile; });
+    m.def("hidden_slab_rows", []() { return clid::cpu::kHiddenSlabRows; });
 
     // ---- sampler ops (C2) ----
 }

@@ -229,6 +229,26 @@ def test_hidden_matches_float64(ext, dtype, P, H, V, with_bias):
     assert_within(got, exact, bound, f"token_logprob_hidden {dtype} P={P} H={H} V={V}")
 
 
+def test_hidden_more_rows_than_a_slab(ext):
+    """Rows are processed in slabs (bounded memory); the last, partial slab and its partial row
+    block are right, and the result does not depend on the thread count."""
+    gen = torch.Generator().manual_seed(11)
+    P, H, V = ext.hidden_slab_rows() + ext.hidden_row_block() + 37, 12, 700
+    hidden = torch.randn(P, H, generator=gen)
+    weight = torch.randn(V, H, generator=gen) * 0.5
+    targets = torch.randint(0, V, (P,), generator=gen)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = ops.token_logprob_hidden(hidden, weight, None, targets)
+    finally:
+        torch.set_num_threads(threads)
+    got = ops.token_logprob_hidden(hidden, weight, None, targets)
+    exact, bound = hidden_expected(hidden, weight, None, targets)
+    assert_within(got, exact, bound, "hidden, several slabs")
+    assert bitwise_equal(one, got)
+
+
 def test_hidden_extreme_logits(ext):
     """Logits near +-1e4 through the hidden path: a weight row aligned with the hidden state."""
     gen = torch.Generator().manual_seed(5)

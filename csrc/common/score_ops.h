@@ -23,8 +23,9 @@ void segment_mean(const float* values, const int64_t* offsets, int64_t n_segment
 // vocabulary tiles of a fixed size, row blocks of a fixed size, one single-threaded GEMM per
 // (row block, tile) unit, per-unit log-sum-exp states merged in tile order. `hidden` is float32
 // [P, H] with row stride ldh; `weight` [V, H] of type wdtype with row stride ldw; `bias` float32
-// [V] or null. Extra memory: per thread one row-block x tile buffer (+ a converted weight tile for
-// half types), plus 2 floats per (tile, row).
+// [V] or null. Rows are processed in slabs of kHiddenSlabRows. Extra memory: per thread one
+// row-block x tile buffer (+ a converted weight tile for half types), plus 2 floats per
+// (tile, row of a slab) and 1 per row of a slab.
 void hidden_logprob(const float* hidden, int64_t P, int64_t H, int64_t ldh,
                     const void* weight, DType wdtype, int64_t V, int64_t ldw,
                     const float* bias, const int64_t* targets, float* out, int num_threads);
@@ -32,6 +33,7 @@ void hidden_logprob(const float* hidden, int64_t P, int64_t H, int64_t ldh,
 // The fixed tiling of hidden_logprob (exposed for the memory accounting in the benchmark).
 constexpr int64_t kHiddenRowBlock = 128;
 constexpr int64_t kHiddenVocabTile = 512;
+constexpr int64_t kHiddenSlabRows = 32 * kHiddenRowBlock;  // 4096 rows
 
 }  // namespace cpu
 

@@ -225,55 +225,62 @@ void hidden_logprob(const float* hidden, int64_t P, int64_t H, int64_t ldh,
                     const void* weight, DType wdtype, int64_t V, int64_t ldw,
                     const float* bias, const int64_t* targets, float* out, int num_threads) {
     const int64_t PB = kHiddenRowBlock, VT = kHiddenVocabTile;
-    const int64_t n_blocks = (P + PB - 1) / PB, n_tiles = (V + VT - 1) / VT;
-    // Per (tile, row) partial states and each row's target logit (written by the one unit whose
-    // tile holds the target, so no two threads write the same float).
-    std::vector<LseState> partial(n_tiles * P);
-    std::vector<float> target_logit(P, std::numeric_limits<float>::quiet_NaN());
+    const int64_t n_tiles = (V + VT - 1) / VT;
     const at::ScalarType wtype = wdtype == DType::f32 ? at::kFloat : wdtype == DType::f16 ? at::kHalf : at::kBFloat16;
     const int64_t welem = wdtype == DType::f32 ? 4 : 2;
+    // Per (tile, row) partial states of one slab of rows and each row's target logit (written by
+    // the one unit whose tile holds the target, so no two threads write the same float).
+    const int64_t slab_rows = std::min(P, kHiddenSlabRows);
+    std::vector<LseState> partial(n_tiles * slab_rows);
+    std::vector<float> target_logit(slab_rows);
 
-    // Work units (tile, block) in tile-major order: consecutive units share a weight tile in cache.
-    // Which thread runs a unit does not change its result: each unit is one single-threaded GEMM
-    // of a fixed shape (MKL/OpenBLAS run sequentially inside an OpenMP parallel region) and an
-    // epilogue that touches only its own rows' partial states.
+    // Slabs of kHiddenSlabRows rows bound the partial states' memory whatever P is; a slab is a
+    // whole number of row blocks, so every row still belongs to the same fixed-size GEMM.
+    for (int64_t s0 = 0; s0 < P; s0 += kHiddenSlabRows) {
+        const int64_t sp = std::min(kHiddenSlabRows, P - s0);
+        const int64_t n_blocks = (sp + PB - 1) / PB;
+        std::fill(target_logit.begin(), target_logit.end(), std::numeric_limits<float>::quiet_NaN());
+        // Work units (tile, block) in tile-major order: consecutive units share a weight tile in
+        // cache. Which thread runs a unit does not change its result: each unit is one
+        // single-threaded GEMM of a fixed shape (MKL/OpenBLAS run sequentially inside an OpenMP
+        // parallel region) and an epilogue that touches only its own rows' partial states.
 #pragma omp parallel num_threads(num_threads)
-    {
-        Buffer tile(PB * VT), wbuf(wdtype == DType::f32 ? 0 : VT * H);
-        auto tile_t = at::from_blob(tile.ptr, {PB, VT}, at::kFloat);
-        auto wconv_t = at::from_blob(wbuf.ptr, {wdtype == DType::f32 ? 0 : VT, H}, at::kFloat);
-        int64_t converted_tile = -1;
+        {
+            Buffer tile(PB * VT), wbuf(wdtype == DType::f32 ? 0 : VT * H);
+            auto tile_t = at::from_blob(tile.ptr, {PB, VT}, at::kFloat);
+            auto wconv_t = at::from_blob(wbuf.ptr, {wdtype == DType::f32 ? 0 : VT, H}, at::kFloat);
+            int64_t converted_tile = -1;
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t unit = 0; unit < n_blocks * n_tiles; ++unit) {
-            const int64_t t = unit / n_blocks, b = unit % n_blocks;
-            const int64_t p0 = b * PB, pb = std::min(PB, P - p0);
-            const int64_t v0 = t * VT, vt = std::min(VT, V - v0);
-            auto a = at::from_blob(const_cast<float*>(hidden + p0 * ldh), {pb, H}, {ldh, 1}, at::kFloat);
-            auto w = at::from_blob(const_cast<char*>(static_cast<const char*>(weight) + v0 * ldw * welem),
-                                   {vt, H}, {ldw, 1}, wtype);
-            if (wdtype != DType::f32) {  // half types: convert the tile once per thread and tile
-                if (converted_tile != t) { wconv_t.narrow(0, 0, vt).copy_(w); converted_tile = t; }
-                w = wconv_t.narrow(0, 0, vt);
-            }
-            auto c = tile_t.narrow(0, 0, pb).narrow(1, 0, vt);  // [pb, vt] with row stride VT
-            at::mm_out(c, a, w.t());
-            for (int64_t r = 0; r < pb; ++r) {
-                float* z = tile.ptr + r * VT;
-                if (bias != nullptr)
-                    for (int64_t j = 0; j < vt; ++j) z[j] += bias[v0 + j];
-                const int64_t p = p0 + r;
-                partial[t * P + p] = row_state(z, vt);
-                const int64_t y = targets[p];
-                if (y >= v0 && y < v0 + vt) target_logit[p] = z[y - v0];
+            for (int64_t unit = 0; unit < n_blocks * n_tiles; ++unit) {
+                const int64_t t = unit / n_blocks, b = unit % n_blocks;
+                const int64_t r0 = b * PB, pb = std::min(PB, sp - r0);  // rows s0 + r0 ...
+                const int64_t v0 = t * VT, vt = std::min(VT, V - v0);
+                auto a = at::from_blob(const_cast<float*>(hidden + (s0 + r0) * ldh), {pb, H}, {ldh, 1}, at::kFloat);
+                auto w = at::from_blob(const_cast<char*>(static_cast<const char*>(weight) + v0 * ldw * welem),
+                                       {vt, H}, {ldw, 1}, wtype);
+                if (wdtype != DType::f32) {  // half types: convert the tile once per thread and tile
+                    if (converted_tile != t) { wconv_t.narrow(0, 0, vt).copy_(w); converted_tile = t; }
+                    w = wconv_t.narrow(0, 0, vt);
+                }
+                auto c = tile_t.narrow(0, 0, pb).narrow(1, 0, vt);  // [pb, vt] with row stride VT
+                at::mm_out(c, a, w.t());
+                for (int64_t r = 0; r < pb; ++r) {
+                    float* z = tile.ptr + r * VT;
+                    if (bias != nullptr)
+                        for (int64_t j = 0; j < vt; ++j) z[j] += bias[v0 + j];
+                    partial[t * sp + r0 + r] = row_state(z, vt);
+                    const int64_t y = targets[s0 + r0 + r];
+                    if (y >= v0 && y < v0 + vt) target_logit[r0 + r] = z[y - v0];
+                }
             }
         }
-    }
-    // Merge the tiles of each row in tile order.
+        // Merge the tiles of each row in tile order.
 #pragma omp parallel for num_threads(num_threads) schedule(static)
-    for (int64_t p = 0; p < P; ++p) {
-        LseState st = lse_empty();
-        for (int64_t t = 0; t < n_tiles; ++t) st = lse_merge(st, partial[t * P + p]);
-        out[p] = lse_logprob(st, target_logit[p]);
+        for (int64_t r = 0; r < sp; ++r) {
+            LseState st = lse_empty();
+            for (int64_t t = 0; t < n_tiles; ++t) st = lse_merge(st, partial[t * sp + r]);
+            out[s0 + r] = lse_logprob(st, target_logit[r]);
+        }
     }
 }
 
