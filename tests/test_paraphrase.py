@@ -129,11 +129,11 @@ def test_rules_from_the_shell_keeps_fields_and_shards(tmp_path):
                 "n_tokens": 0, "level": None, "seed": 0} for i, c in enumerate(CAPTIONS + world_captions(30, 1))]
     files.write_jsonl(tmp_path / "selfgen.jsonl", records)
     proc = run("03_paraphrase.py", "--in", tmp_path / "selfgen.jsonl", "--out", tmp_path / "one.jsonl",
-                      "--model", "rules", "--chunk-size", "7")
+               "--model", "rules", "--chunk-size", "7")
     assert "captions/s" in proc.stdout and "60-69" in proc.stdout
     for shard_id in range(2):
         run("03_paraphrase.py", "--in", tmp_path / "selfgen.jsonl", "--out", tmp_path / "two.jsonl",
-                   "--model", "rules", "--chunk-size", "7", "--shard-id", shard_id, "--num-shards", 2)
+            "--model", "rules", "--chunk-size", "7", "--shard-id", shard_id, "--num-shards", 2)
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "two.jsonl").read_bytes()
     out = {r["id"]: r for r in files.read_jsonl(tmp_path / "one.jsonl")}
     assert len(out) == len(records)
@@ -145,6 +145,14 @@ def test_rules_from_the_shell_keeps_fields_and_shards(tmp_path):
         assert new["objects"] == r["objects"] and new["image_id"] == r["image_id"] and new["seed"] == 0
         assert new["n_tokens"] == lengths[r["id"]] and new["level"] == length_to_level(new["n_tokens"])
     assert out["0_0"]["caption"] == "Two windows and a tall brick building."
+
+    # resume: a chunk left by a killed run is kept as it is, the rest is done
+    files.write_jsonl(tmp_path / "three.jsonl.chunk-000000", [{**r, "caption": "Kept."} for r in records[:7]])
+    proc = run("03_paraphrase.py", "--in", tmp_path / "selfgen.jsonl", "--out", tmp_path / "three.jsonl",
+               "--model", "rules", "--chunk-size", "7")
+    assert "resuming: 1 of 6 chunks already done" in proc.stdout
+    three = {r["id"]: r["caption"] for r in files.read_jsonl(tmp_path / "three.jsonl")}
+    assert three == {i: "Kept." if n < 7 else out[i]["caption"] for n, i in enumerate(r["id"] for r in records)}
 
 
 def test_unavailable_model_names_the_rules_option(tmp_path):
@@ -225,8 +233,8 @@ def test_model_batches_rejects_and_rejoins(one_thread, tiny_pegasus, tmp_path):
     files.write_jsonl(tmp_path / "in.jsonl", [{"id": f"{i}_0", "image_id": str(i), "caption": c, "objects": [i]}
                                               for i, c in enumerate(CAPTIONS)])
     proc = run("03_paraphrase.py", "--in", tmp_path / "in.jsonl", "--out", tmp_path / "out.jsonl",
-                      "--model", tiny_pegasus, "--num-beams", "2", "--max-length", "24", "--piece-tokens", "16",
-                      "--batch-size", "4")
+               "--model", tiny_pegasus, "--num-beams", "2", "--max-length", "24", "--piece-tokens", "16",
+               "--batch-size", "4")
     assert "piece kept: lost noun" in proc.stdout
     records = list(files.read_jsonl(tmp_path / "out.jsonl"))
     assert [r["raw_caption"] for r in records] == CAPTIONS

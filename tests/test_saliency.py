@@ -76,7 +76,7 @@ def test_spectral_residual_finds_the_odd_object():
 def test_folder_list_failures_and_rerun(tmp_path, photo_folder):
     out = tmp_path / "sal.h5"
     proc = run("01_saliency.py", "--images", photo_folder, "--out", out, "--map-side", "48",
-                      "--batch-size", "2", "--preview", "2", check=False)
+               "--batch-size", "2", "--preview", "2", check=False)
     assert proc.returncode == 1
     assert "broken.jpg" in proc.stderr and "1 image(s) failed" in proc.stderr
     maps = maps_of(out)
@@ -110,7 +110,7 @@ def test_lists_key_maps_by_dataset_id(tmp_path, photo_folder):
     (tmp_path / "list.txt").write_text("coffee.jpg\nrocket\n")
 
     proc = run("01_saliency.py", "--images", photo_folder, "--list", tmp_path / "captions.json",
-                      "--out", tmp_path / "a.h5", check=False)
+               "--out", tmp_path / "a.h5", check=False)
     assert proc.returncode == 1 and "gone.jpg" in proc.stderr and "missing" in proc.stderr
     assert sorted(maps_of(tmp_path / "a.h5")) == ["100", "101", "102"]
     run("01_saliency.py", "--images", photo_folder, "--list", tmp_path / "image_data.json", "--out", tmp_path / "b.h5")
@@ -130,7 +130,7 @@ def test_shards_equal_one_run_and_resume_skips_done_chunks(tmp_path, photo_folde
     run("01_saliency.py", *common, "--out", tmp_path / "one.h5", check=False)
     for shard_id in (0, 1):
         run("01_saliency.py", *common, "--out", tmp_path / "two.h5", "--shard-id", shard_id,
-                   "--num-shards", "2", check=False)
+            "--num-shards", "2", check=False)
     one, two = maps_of(tmp_path / "one.h5"), maps_of(tmp_path / "two.h5")
     assert sorted(one) == sorted(two) == sorted(PHOTOS)
     for key in one:
@@ -199,7 +199,7 @@ def test_emlnet_names_match_the_official_checkpoints_and_load(one_thread, tmp_pa
     out = tmp_path / "eml.h5"
     weights = [tmp_path / "res_imagenet.pth", tmp_path / "res_imagenet.pth", tmp_path / "res_decoder.pth"]
     proc = run("01_saliency.py", "--images", photo_folder, "--out", out, "--method", "emlnet",
-                      "--weights", *weights, "--emlnet-size", "64", "96", check=False)
+               "--weights", *weights, "--emlnet-size", "64", "96", check=False)
     assert proc.returncode == 1 and "broken.jpg" in proc.stderr  # the corrupt file, nothing else
     maps = maps_of(out)
     assert sorted(maps) == sorted(PHOTOS) and all(a["method"] == "emlnet" for _, a in maps.values())
@@ -207,9 +207,9 @@ def test_emlnet_names_match_the_official_checkpoints_and_load(one_thread, tmp_pa
 
     # no weights, and a decoder given where an encoder belongs: one clear line each
     proc = run("01_saliency.py", "--images", photo_folder, "--out", tmp_path / "x.h5", "--method", "emlnet",
-                      check=False)
+               check=False)
     assert proc.returncode == 2 and "--weights" in proc.stderr and "Traceback" not in proc.stderr
     proc = run("01_saliency.py", "--images", photo_folder, "--out", tmp_path / "x.h5", "--method", "emlnet",
-                      "--weights", tmp_path / "res_decoder.pth", check=False)
+               "--weights", tmp_path / "res_decoder.pth", check=False)
     assert proc.returncode == 1 and "not an EML-Net ResNet-50 encoder checkpoint" in proc.stderr
     assert "Traceback" not in proc.stderr

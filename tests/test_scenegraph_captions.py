@@ -242,8 +242,8 @@ def test_records_bad_graphs_and_coco_ids(tmp_path):
 
     out = tmp_path / "selfgen.jsonl"
     proc = run("02_scenegraph_captions.py", "--scene-graphs", tmp_path / "scene_graphs.json",
-                      "--image-data", tmp_path / "image_data.json", "--saliency", tmp_path / "saliency.h5",
-                      "--out", out, "--per-image", "3")
+               "--image-data", tmp_path / "image_data.json", "--saliency", tmp_path / "saliency.h5",
+               "--out", out, "--per-image", "3")
     rows = [line.split("\t") for line in (tmp_path / "selfgen.jsonl.problems.tsv").read_text().splitlines()[1:]]
     by_image = {}
     for image_id, action, kind, _ in rows:
@@ -279,8 +279,20 @@ def test_one_shard_equals_three_and_t_sal_raises_length(tmp_path):
     run("02_scenegraph_captions.py", *common, "--out", tmp_path / "one.jsonl")
     for shard_id in range(3):
         run("02_scenegraph_captions.py", *common, "--out", tmp_path / "three.jsonl",
-                   "--shard-id", shard_id, "--num-shards", 3)
+            "--shard-id", shard_id, "--num-shards", 3)
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "three.jsonl").read_bytes()
+    # resume: the chunks of a killed run are kept, the missing ones written
+    for index in (0, 2):
+        marker = {"id": f"x{index}", "image_id": "0", "caption": "Kept.", "objects": [1], "n_tokens": 2,
+                  "level": 1, "seed": 0}
+        files.write_jsonl(tmp_path / f"again.jsonl.chunk-{index:06d}", [marker])
+    proc = run("02_scenegraph_captions.py", *common, "--out", tmp_path / "again.jsonl")
+    assert "resuming: 2 of 10 chunks already done" in proc.stdout
+    again = list(files.read_jsonl(tmp_path / "again.jsonl"))
+    assert {"x0", "x2"} <= {r["id"] for r in again}
+    kept = {str(10 + i) for i in (0, 1, 2, 3, 8, 9, 10, 11)}  # the images of chunks 0 and 2
+    assert [r for r in again if r["id"][0] != "x"] == [r for r in files.read_jsonl(tmp_path / "one.jsonl")
+                                                       if r["image_id"] not in kept]
     records = list(files.read_jsonl(tmp_path / "one.jsonl"))
     assert any(r["level"] is None for r in records)  # longer than 25 tokens: kept, level null
     assert all(r["level"] is None for r in records if r["n_tokens"] > 25)
