@@ -426,7 +426,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", required=True, help="image folder")
-    parser.add_argument("--list", default=None, help="captions JSON, VG image_data.json / scene_graphs.json, or a text list")
+    parser.add_argument("--list", default=None,
+                        help="captions JSON, VG image_data.json / scene_graphs.json, or a text list")
     parser.add_argument("--out", required=True, help="output HDF5")
     parser.add_argument("--method", default="spectral", choices=["spectral", "emlnet"])
     parser.add_argument("--weights", nargs="+", default=None,

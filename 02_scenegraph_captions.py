@@ -334,7 +334,8 @@ def parse_args(argv=None):
     parser.add_argument("--scene-graphs", required=True, help="Visual Genome scene_graphs.json")
     parser.add_argument("--image-data", default=None,
                         help="VG image_data.json: image sizes, and COCO ids as the output image ids")
-    parser.add_argument("--saliency", required=True, help="saliency HDF5 of 01_saliency.py, or 'none' for the centre prior")
+    parser.add_argument("--saliency", required=True,
+                        help="saliency HDF5 of 01_saliency.py, or 'none' for the centre prior")
     parser.add_argument("--out", required=True, help="output JSONL")
     parser.add_argument("--k", type=int, default=2, help="children visited per object")
     parser.add_argument("--t-sal", type=float, default=0.8, help="saliency share to cover before the walk may stop")
@@ -382,7 +383,8 @@ def main(argv=None) -> int:
         else:
             target = g.coco_id or g.image_id
             if target in seen:
-                output_id[g.image_id] = (None, "duplicate image id", f"{target} is already captioned from graph {seen[target]}")
+                output_id[g.image_id] = (None, "duplicate image id",
+                                         f"{target} is already captioned from graph {seen[target]}")
             else:
                 seen[target] = g.image_id
                 output_id[g.image_id] = (target, "", "")

@@ -338,8 +338,10 @@ def parse_args(argv=None):
     parser.add_argument("--num-beams", type=int, default=10, help="beam width")
     parser.add_argument("--batch-size", type=int, default=32, help="pieces per generate() call")
     parser.add_argument("--max-length", type=int, default=60, help="model tokens read and written per piece")
-    parser.add_argument("--piece-tokens", type=int, default=50, help="split captions into pieces of at most this many model tokens")
-    parser.add_argument("--min-ratio", type=float, default=0.5, help="reject paraphrases shorter than this share of the original")
+    parser.add_argument("--piece-tokens", type=int, default=50,
+                        help="split captions into pieces of at most this many model tokens")
+    parser.add_argument("--min-ratio", type=float, default=0.5,
+                        help="reject paraphrases shorter than this share of the original")
     parser.add_argument("--levels", default="caption", choices=["caption", "paragraph", "labert"],
                         help="length levels for 'level' (paragraph: sentence breaks count as tokens)")
     parser.add_argument("--chunk-size", type=int, default=2000, help="captions per resumable chunk")

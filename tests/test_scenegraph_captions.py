@@ -40,7 +40,8 @@ def random_graph(rng, image_id, width=320, height=240, n_objects=None):
         objects.append({"object_id": image_id * 100 + k, "x": int(rng.integers(0, width - w)),
                         "y": int(rng.integers(0, height - h)), "w": w, "h": h,
                         "names": [str(rng.choice(NAMES))],
-                        "attributes": [str(a) for a in rng.choice(ATTRIBUTES, size=int(rng.integers(0, 5)), replace=False)]})
+                        "attributes": [str(a) for a in rng.choice(ATTRIBUTES, size=int(rng.integers(0, 5)),
+                                                                  replace=False)]})
     relationships = []
     for r in range(int(rng.integers(n // 2, 2 * n))):
         a, b = rng.choice(n, size=2, replace=False)
