@@ -288,3 +288,359 @@ def segment_mean(values: torch.Tensor, lengths: torch.Tensor | None = None,
 
 
 # ---- sampler ops (C2) ----
+# Smooth-step data selection (DESIGN.md step 6) and the percentile threshold T_i.
+#
+#     kth_value(u, k) -> float                              k-th smallest, 1-based
+#     percentile_threshold(u, q, method="linear") -> float  numpy.percentile(u, q[, method])
+#     smoothstep_weights(u, threshold, s) -> float64 array  f(u) = 0.5 (1 + tanh((u - T) / s))
+#     smoothstep_sample(u, threshold, s, k, seed, iteration, mode="successive") -> int64 indices
+#
+# Each has a plain NumPy reference (`*_reference`) that the tests compare against and that the
+# wrappers fall back to; the sampler's reference computes the same per-item keys bit for bit.
+
+import math as _math
+
+import numpy as _np
+
+_SAMPLER_MODES = ("successive", "bernoulli")
+_UINT64 = 1 << 64
+
+
+def _sampler_input(u, op: str) -> torch.Tensor:
+    """u as a contiguous 1-D float32/float64 tensor (numpy arrays and half precision accepted)."""
+    if not isinstance(u, torch.Tensor):
+        u = torch.as_tensor(_np.asarray(u))
+    if u.dim() != 1:
+        raise ValueError(f"clid.ops.{op}: u must be 1-D, got shape {tuple(u.shape)}")
+    if u.dtype in (torch.float16, torch.bfloat16):
+        u = u.float()  # exact
+    if u.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"clid.ops.{op}: u must be a floating-point tensor, got {u.dtype}")
+    return u.contiguous()
+
+
+def _first_nan_reference(values: _np.ndarray) -> int:
+    bad = _np.flatnonzero(_np.isnan(values))
+    return int(bad[0]) if bad.size else -1
+
+
+def _raise_nan(op: str, index: int, m: int):
+    raise ValueError(f"clid.ops.{op}: u[{index}] is NaN (the first NaN of {m} values)")
+
+
+def _check_uint64(value, name: str, op: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, _np.integer)) or not 0 <= int(value) < _UINT64:
+        raise ValueError(f"clid.ops.{op}: {name} must be an integer in [0, 2**64), got {value!r}")
+    return int(value)
+
+
+# ---- k-th value and percentile ----------------------------------------------------------------
+
+def kth_value_reference(u, k: int) -> float:
+    """The k-th smallest (1-based) of u: ``numpy.partition(u, k - 1)[k - 1]``."""
+    values = _sampler_input(u, "kth_value").cpu().numpy()
+    if not 1 <= k <= len(values):
+        raise ValueError(f"clid.ops.kth_value: k must be in [1, {len(values)}], got {k}")
+    bad = _first_nan_reference(values)
+    if bad >= 0:
+        _raise_nan("kth_value", bad, len(values))
+    return float(_np.partition(values, k - 1)[k - 1])
+
+
+def kth_value(u, k: int) -> float:
+    """The k-th smallest value of the 1-D float tensor u, k = 1 .. len(u) (k = 1 is the minimum).
+
+    Equal to ``numpy.partition(u, k - 1)[k - 1]``: a radix select over order-preserving integer keys
+    (16-bit digits; CPU and CUDA), exact, always one of the values of u. -0.0 orders before +0.0,
+    so where numpy could return either zero this returns the one at rank k in that order (the two
+    compare equal). A NaN anywhere is an error naming its first index.
+    """
+    u = _sampler_input(u, "kth_value")
+    k = int(k)
+    if not 1 <= k <= len(u):
+        raise ValueError(f"clid.ops.kth_value: k must be in [1, {len(u)}], got {k}")
+    ext = _kernel_module("kth_value", u)
+    if ext is None:
+        return kth_value_reference(u, k)
+    return float(ext.sampler_kth_value(u, k))
+
+
+def _percentile_index(m: int, q: float) -> tuple[int, float]:
+    """numpy's 'linear' rule: virtual index (m - 1) * q / 100 -> (floor, fractional part)."""
+    virtual = (m - 1) * (q / 100.0)  # the same float64 operations as numpy
+    below = min(int(_math.floor(virtual)), m - 1)
+    return below, virtual - below
+
+
+def percentile_threshold(u, q: float, method: str = "linear") -> float:
+    """The q-th percentile of u (0 <= q <= 100), equal to ``numpy.percentile(u, q, method=method)``.
+
+    The index rule: with v = (M - 1) * q / 100 (float64) and j = floor(v),
+      method="lower":  the (j + 1)-th smallest value, kth_value(u, j + 1) (an order statistic);
+      method="linear": numpy's default (the authors' np.percentile(scores, p)): the (j + 1)-th and
+                       (j + 2)-th smallest a, b interpolated as numpy does, in u's dtype:
+                       a + (b - a) g, or b - (b - a)(1 - g) when g = v - j >= 0.5.
+    The threshold T_i of step 6 is percentile_threshold(u, c * i).
+    """
+    u = _sampler_input(u, "percentile_threshold")
+    if len(u) == 0:
+        raise ValueError("clid.ops.percentile_threshold: u is empty")
+    q = float(q)
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"clid.ops.percentile_threshold: q must be in [0, 100], got {q}")
+    if method not in ("linear", "lower"):
+        raise ValueError(f"clid.ops.percentile_threshold: method must be 'linear' or 'lower', got {method!r}")
+    m = len(u)
+    below, gamma = _percentile_index(m, q)
+    a = kth_value(u, below + 1)
+    if method == "lower" or below + 1 >= m:
+        return a
+    b = kth_value(u, below + 2) if gamma != 0.0 else a
+    scalar = _np.float32 if u.dtype == torch.float32 else _np.float64
+    a, b = scalar(a), scalar(b)
+    diff = b - a  # numpy's _lerp with a Python-scalar q: arithmetic in u's dtype
+    value = b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
+    return float(value)
+
+
+# ---- the sampler's reference: the kernels' per-item math in NumPy, bit for bit ----------------
+# (csrc/common/philox.h and csrc/common/sampler_math.h spell out the same operations.)
+
+def _philox4x32_10(c0, c1, c2, c3, k0: int, k1: int):
+    """Philox4x32-10 on uint32 arrays (Salmon et al. 2011)."""
+    m0, m1 = _np.uint64(0xD2511F53), _np.uint64(0xCD9E8D57)
+    k0, k1 = _np.uint32(k0), _np.uint32(k1)
+    w0, w1 = _np.uint32(0x9E3779B9), _np.uint32(0xBB67AE85)
+    c0, c1, c2, c3 = (_np.asarray(c, dtype=_np.uint32) for c in (c0, c1, c2, c3))
+    with _np.errstate(over="ignore"):
+        for round_ in range(10):
+            if round_:
+                k0, k1 = k0 + w0, k1 + w1
+            p0 = m0 * c0.astype(_np.uint64)
+            p1 = m1 * c2.astype(_np.uint64)
+            c0, c1, c2, c3 = ((p1 >> _np.uint64(32)).astype(_np.uint32) ^ c1 ^ k0, p1.astype(_np.uint32),
+                              (p0 >> _np.uint64(32)).astype(_np.uint32) ^ c3 ^ k1, p0.astype(_np.uint32))
+    return c0, c1, c2, c3
+
+
+def _item_bits52(m: int, seed: int, iteration: int) -> _np.ndarray:
+    """The 52 random bits of items 0..m-1: Philox block (i >> 1, iteration) under key seed, words
+    0-1 for even i, 2-3 for odd i, top 52 of their 64 bits."""
+    pair = _np.arange((m + 1) // 2, dtype=_np.uint64)
+    x = _philox4x32_10(pair.astype(_np.uint32), (pair >> _np.uint64(32)).astype(_np.uint32),
+                       _np.full(pair.shape, iteration & 0xFFFFFFFF, _np.uint32),
+                       _np.full(pair.shape, iteration >> 32, _np.uint32), seed & 0xFFFFFFFF, seed >> 32)
+    top = lambda hi, lo: ((hi.astype(_np.uint64) << _np.uint64(32)) | lo.astype(_np.uint64)) >> _np.uint64(12)
+    bits = _np.empty(2 * len(pair), _np.uint64)
+    bits[0::2], bits[1::2] = top(x[0], x[1]), top(x[2], x[3])
+    return bits[:m]
+
+
+_H = float.fromhex
+_LN2_HI, _LN2_LO = _H("0x1.62e42fee00000p-1"), _H("0x1.a39ef35793c76p-33")
+_INV_LN2, _SHIFTER, _SQRT2 = _H("0x1.71547652b82fep+0"), _H("0x1.8p52"), _H("0x1.6a09e667f3bcdp+0")
+_ZERO_WEIGHT_KEY = _np.uint64(0x7FF0000000000000)
+
+
+def _one_plus_exp(y: _np.ndarray) -> _np.ndarray:
+    """1 + exp(y) for y in [-40, 700], the operations of sampler_math.h's one_plus_exp."""
+    t = y * _INV_LN2 + _SHIFTER
+    n = t - _SHIFTER
+    r = (y - n * _LN2_HI) - n * _LN2_LO
+    r2 = r * r
+    r4 = r2 * r2
+    r8 = r4 * r4
+    p0 = 0.5 + r * _H("0x1.5555555555555p-3")
+    p1 = _H("0x1.5555555555555p-5") + r * _H("0x1.1111111111111p-7")
+    p2 = _H("0x1.6c16c16c16c17p-10") + r * _H("0x1.a01a01a01a01ap-13")
+    p3 = _H("0x1.a01a01a01a01ap-16") + r * _H("0x1.71de3a556c734p-19")
+    p4 = _H("0x1.27e4fb7789f5cp-22") + r * _H("0x1.ae64567f544e4p-26")
+    p5 = _H("0x1.1eed8eff8d898p-29")
+    q = ((p0 + r2 * p1) + r4 * (p2 + r2 * p3)) + r8 * (p4 + r2 * p5)
+    expm1_r = r + r2 * q
+    n_bits = t.view(_np.uint64) - _np.float64(_SHIFTER).view(_np.uint64)
+    scale = ((n_bits + _np.uint64(1023)) << _np.uint64(52)).view(_np.float64)
+    return 1.0 + (scale + scale * expm1_r)
+
+
+def _exponential_from_bits(j52: _np.ndarray) -> _np.ndarray:
+    """E = -log(1 - j 2^-52), the operations of sampler_math.h's exponential_from_bits."""
+    u = 2.0 - (_np.uint64(0x3FF0000000000000) | j52).view(_np.float64)
+    ub = u.view(_np.uint64)
+    e = (ub >> _np.uint64(52)).astype(_np.int64) - 1023
+    m = ((ub & _np.uint64(0x000FFFFFFFFFFFFF)) | _np.uint64(0x3FF0000000000000)).view(_np.float64)
+    high = m > _SQRT2
+    m = _np.where(high, m * 0.5, m)
+    e = _np.where(high, e + 1, e)
+    f = m - 1.0
+    s = f / (2.0 + f)
+    z = s * s
+    z2 = z * z
+    z4 = z2 * z2
+    z8 = z4 * z4
+    a0 = _H("0x1.5555555555555p-2") + z * _H("0x1.999999999999ap-3")
+    a1 = _H("0x1.2492492492492p-3") + z * _H("0x1.c71c71c71c71cp-4")
+    a2 = _H("0x1.745d1745d1746p-4") + z * _H("0x1.3b13b13b13b14p-4")
+    a3 = _H("0x1.1111111111111p-4") + z * _H("0x1.e1e1e1e1e1e1ep-5")
+    p = z * (((a0 + z2 * a1) + z4 * (a2 + z2 * a3)) + z8 * _H("0x1.af286bca1af28p-5"))
+    two_s = s + s
+    log_m = two_s + two_s * p
+    ed = e.astype(_np.float64)
+    return 0.0 - (ed * _LN2_HI + (ed * _LN2_LO + log_m))
+
+
+def _weight_denominator(u: _np.ndarray, threshold: float, s: float) -> _np.ndarray:
+    """D = 1 / f(u) = 1 + exp(-2 (u - T) / s), +inf for a zero weight (sampler_math.h)."""
+    u = u.astype(_np.float64)
+    with _np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        slope = _np.float64(-2.0) / _np.float64(s)
+        y = (u - threshold) * slope
+        smooth = _one_plus_exp(_np.where((y >= -40.0) & (y <= 700.0), y, 0.0))
+        den = _np.where(y > 700.0, _np.inf, _np.where(y < -40.0, 1.0, smooth))
+    return _np.where((u == threshold) | _math.isinf(s), 2.0, den)
+
+
+def _check_weight_params(threshold, s, op: str) -> tuple[float, float]:
+    threshold, s = float(threshold), float(s)
+    if _math.isnan(threshold):
+        raise ValueError(f"clid.ops.{op}: threshold is NaN")
+    if _math.isnan(s) or s < 0:
+        raise ValueError(f"clid.ops.{op}: s must be >= 0 (0 = hard step, inf = constant), got {s}")
+    return threshold, s
+
+
+def smoothstep_weights(u, threshold: float, s: float) -> _np.ndarray:
+    """The weights f(u) = 0.5 * (1 + tanh((u - T) / s)) as the kernels compute them (float64).
+
+    Computed as 1 / (1 + exp(-2 (u - T) / s)), the same function without the rounding of
+    tanh to -1: f is zero only for u < T - 350 s. s = 0 is the hard step (1 above T, 0 below),
+    s = inf the constant 1/2, and u == T gives 1/2 for any s.
+    """
+    threshold, s = _check_weight_params(threshold, s, "smoothstep_weights")
+    values = _sampler_input(u, "smoothstep_weights").cpu().numpy()
+    return 1.0 / _weight_denominator(values, threshold, s)
+
+
+def smoothstep_keys_reference(u, threshold: float, s: float, seed: int, iteration: int) -> _np.ndarray:
+    """Every item's exponential key E_i / f_i as the uint64 bits of a non-negative double
+    (0x7FF0000000000000, the bits of +inf, for a zero weight); the kernels' keys bit for bit."""
+    threshold, s = _check_weight_params(threshold, s, "smoothstep_sample")
+    values = _sampler_input(u, "smoothstep_sample").cpu().numpy()
+    seed = _check_uint64(seed, "seed", "smoothstep_sample")
+    iteration = _check_uint64(iteration, "iteration", "smoothstep_sample")
+    den = _weight_denominator(values, threshold, s)
+    with _np.errstate(invalid="ignore", over="ignore"):
+        key = (_exponential_from_bits(_item_bits52(len(values), seed, iteration)) * den).view(_np.uint64)
+    return _np.minimum(key, _ZERO_WEIGHT_KEY)
+
+
+def _k_smallest(keys: _np.ndarray, k: int) -> _np.ndarray:
+    """Sorted indices of the k smallest keys, ties by index."""
+    return _np.sort(_np.argsort(keys, kind="stable")[:k])
+
+
+def smoothstep_sample_reference(u, threshold: float, s: float, k: int | None, seed: int, iteration: int,
+                                mode: str = "successive") -> torch.Tensor:
+    """smoothstep_sample in NumPy (materialises every key): the same indices as the kernels."""
+    tensor = _sampler_input(u, "smoothstep_sample")
+    values = tensor.cpu().numpy()
+    k = _check_sample_args(len(values), k, mode)
+    bad = _first_nan_reference(values)
+    if bad >= 0:
+        _raise_nan("smoothstep_sample", bad, len(values))
+    keys = smoothstep_keys_reference(values, threshold, s, seed, iteration)
+    if mode == "bernoulli":
+        seed, iteration = int(seed), int(iteration)
+        v = (_np.uint64(0x3FF0000000000000) | _item_bits52(len(values), seed, iteration)).view(_np.float64) - 1.0
+        chosen = _np.flatnonzero(v < 1.0 / _weight_denominator(values, float(threshold), float(s)))
+    elif k in (0, len(values)):
+        chosen = _np.arange(k)
+    else:
+        chosen = _k_smallest(keys, k)
+        positive = int((keys < _ZERO_WEIGHT_KEY).sum())
+        if positive < k:
+            _warn_fill(positive, len(values), k)
+            order = _np.where(keys < _ZERO_WEIGHT_KEY, _np.uint64(0), ~_order_keys(values))
+            chosen = _k_smallest(order, k)
+    return torch.from_numpy(chosen.astype(_np.int64)).to(tensor.device)
+
+
+def _order_keys(values: _np.ndarray) -> _np.ndarray:
+    """Order-preserving unsigned keys (sampler_math.h's ord_key), as uint64."""
+    if values.dtype == _np.float32:
+        bits = values.view(_np.uint32).astype(_np.uint64)
+        sign = _np.uint64(0x80000000)
+        return _np.where(bits & sign, ~bits & _np.uint64(0xFFFFFFFF), bits | sign)
+    bits = values.view(_np.uint64)
+    sign = _np.uint64(0x8000000000000000)
+    return _np.where(bits & sign, ~bits, bits | sign)
+
+
+def _warn_fill(positive: int, m: int, k: int):
+    warnings.warn(f"clid.ops.smoothstep_sample: only {positive} of {m} items have a positive weight "
+                  f"(u > T - 350 s); took them all and the {k - positive} others with the largest u",
+                  RuntimeWarning, stacklevel=3)
+
+
+def _check_sample_args(m: int, k, mode: str) -> int | None:
+    if mode not in _SAMPLER_MODES:
+        raise ValueError(f"clid.ops.smoothstep_sample: mode must be one of {_SAMPLER_MODES}, got {mode!r}")
+    if mode == "bernoulli":
+        if k is not None:
+            raise ValueError("clid.ops.smoothstep_sample: mode='bernoulli' draws a random number of items; pass k=None")
+        return None
+    if k is None or isinstance(k, bool) or not isinstance(k, (int, _np.integer)) or not 0 <= int(k) <= m:
+        raise ValueError(f"clid.ops.smoothstep_sample: k must be an integer in [0, {m}], got {k!r}")
+    return int(k)
+
+
+def smoothstep_sample(u, threshold: float, s: float, k: int | None, seed: int, iteration: int,
+                      mode: str = "successive") -> torch.Tensor:
+    """Draw items with weights f(u) = 0.5 * (1 + tanh((u - T) / s)); sorted int64 indices into u.
+
+    mode="successive": k distinct items drawn one after another with probability proportional
+      to f among those not yet drawn -- the distribution of
+      ``numpy.random.choice(M, k, replace=False, p=f / f.sum())``, the authors' draw. Computed by
+      exponential keys (Efraimidis-Spirakis): key_i = E_i / f_i with E_i ~ Exp(1), the k smallest
+      win (ties by index).
+    mode="bernoulli": each item kept independently with probability f_i; pass k=None.
+
+    Randomness: Philox4x32-10 keyed by the seed, counter (item index, iteration); the indices
+    depend only on (u, threshold, s, k, seed, iteration, mode): the same on CPU and CUDA, for any
+    thread count, and in the NumPy reference fallback. Weights and keys are recomputed on the fly;
+    nothing of size M is stored besides the output (a candidate buffer of ~1% of M on the CPU).
+
+    Schedules: s = 0 is the hard step (f = 1 above T, 0 below: a uniform draw among u > T);
+    s = inf, or u == T for all items, gives every item f = 1/2 (the constant schedule, a uniform
+    draw). f is computed as 1 / (1 + exp(-2 (u - T) / s)), which is zero only for u < T - 350 s.
+    Fewer than k positive weights (the authors' numpy code raises there): every positive-weight
+    item is taken and the rest filled by descending u (ties by index), with a RuntimeWarning.
+    k = 0 gives an empty tensor and k = M all indices. M beyond 2**24 is fine (torch.multinomial
+    refuses it). A NaN in u is an error naming its first index. seed and iteration are integers
+    in [0, 2**64).
+    """
+    u = _sampler_input(u, "smoothstep_sample")
+    k = _check_sample_args(len(u), k, mode)
+    threshold, s = _check_weight_params(threshold, s, "smoothstep_sample")
+    seed = _check_uint64(seed, "seed", "smoothstep_sample")
+    iteration = _check_uint64(iteration, "iteration", "smoothstep_sample")
+    ext = _kernel_module("smoothstep_sample", u)
+    if ext is None:
+        return smoothstep_sample_reference(u, threshold, s, k, seed, iteration, mode)
+    if mode == "bernoulli":
+        return ext.sampler_bernoulli(u, threshold, s, seed, iteration)
+    indices, _path, filled, positive = ext.sampler_successive(u, threshold, s, k, seed, iteration, 0)
+    if filled:
+        _warn_fill(positive, len(u), k)
+    return indices
+
+
+def _smoothstep_sample_path(u, threshold: float, s: float, k: int, seed: int, iteration: int,
+                            force: str | None = None) -> tuple[torch.Tensor, str]:
+    """Tests: the kernel's draw with its k-th-key search forced ('window' or 'radix'), and the
+    path it took ('trivial', 'window' or 'radix')."""
+    u = _sampler_input(u, "smoothstep_sample")
+    force_code = {None: 0, "window": 1, "radix": 2}[force]
+    indices, path, _filled, _positive = extension().sampler_successive(u, float(threshold), float(s), int(k), seed,
+                                                                       iteration, force_code)
+    return indices, ("trivial", "window", "radix")[path]

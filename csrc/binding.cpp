@@ -219,4 +219,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("hidden_slab_rows", []() { return clid::cpu::kHiddenSlabRows; });
 
     // ---- sampler ops (C2) ----
+    register_sampler_ops(m);  // csrc/cpu/sampler_torch.cpp
 }

@@ -1,0 +1,580 @@
+// CPU kernels of the smooth-step sampler and the k-th value (C++/OpenMP, raw pointers).
+//
+// Selecting the k smallest of M keys that are recomputed on the fly (nothing of size M is stored):
+//   1. Window (usual path). The keys of a strided sample of S = M/64 items (4096 <= S <= 2^21)
+//      give, by two order statistics, a window (lo, hi] that holds the k-th key with overwhelming
+//      probability (k/M of the way, +- 6 binomial standard deviations). One pass over all items
+//      counts, per fixed chunk of indices, the keys below lo and equal to lo, and collects the
+//      candidates in (lo, hi] (about 1% of M); the exact k-th key K* is selected among them.
+//   2. Radix (fallback when the window misses, or holds more than max(2^18, M/32) candidates):
+//      four histogram passes over the 16-bit digits of the 64-bit keys give K* exactly, and one
+//      more pass counts, per chunk, the keys below and equal to K*.
+//   3. Write: one pass writes, chunk by chunk, the indices with key < K* and, in index order, the
+//      first (k - #below) indices with key == K*; per-chunk counts give each chunk its offset, so
+//      the output is sorted and the same for every thread count.
+// Both paths find the same K* and counts: the output never depends on the path or thread count.
+//
+// The k-th value of stored data (kth_value_cpu) is a plain radix select over order-preserving
+// 16-bit digits, finished by nth_element once the bucket of the k-th value is small.
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+// The shared math must run exactly the IEEE operations it spells out: GCC contracts a*b+c into an
+// fma by default even in ISO C++ mode, so contraction is turned off for everything below.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#pragma GCC target("prefer-vector-width=512")  // full-width vectors on AVX-512 machines
+#endif
+
+#include "common/sampler_ops.h"
+
+namespace clid_sampler {
+namespace {
+
+constexpr int BLOCK = 512;  // keys computed per vectorised block
+using Candidate = std::pair<uint64_t, int64_t>;  // (key, index): a total order
+
+// ---------------------------------------------------------------------------------------------
+// Key functors: keys of a block of items, vectorised.
+
+// (Members are copied to locals first: stores to keys[] could alias them, which would stop the
+// compiler from vectorising.)
+template <typename T>
+struct SuccessiveKeys {
+    const T* u;
+    WeightParams w;
+    RngParams r;
+    // Keys of items start .. start+n-1 (start even): one Philox block per pair of items.
+    void block(int64_t start, int n, uint64_t* __restrict keys) const {
+        const T* __restrict v = u;
+        const WeightParams wl = w;
+        const RngParams rl = r;
+        const int64_t first_pair = start >> 1;
+        const int pairs = n / 2;
+#pragma omp simd
+        for (int p = 0; p < pairs; ++p) {
+            const int64_t i0 = start + 2 * p;
+            const Philox4x32 x = philox_pair_block((uint64_t)(first_pair + p), rl);
+            keys[2 * p] = successive_key_from_bits((double)v[i0], top52(x.v[0], x.v[1]), wl);
+            keys[2 * p + 1] = successive_key_from_bits((double)v[i0 + 1], top52(x.v[2], x.v[3]), wl);
+        }
+        if (n & 1) keys[n - 1] = successive_key((double)v[start + n - 1], (uint64_t)(start + n - 1), wl, rl);
+    }
+    void strided(int64_t start, int64_t stride, int n, uint64_t* __restrict keys) const {
+        const T* __restrict v = u;
+        const WeightParams wl = w;
+        const RngParams rl = r;
+#pragma omp simd
+        for (int t = 0; t < n; ++t) {
+            const int64_t i = start + t * stride;
+            keys[t] = successive_key((double)v[i], (uint64_t)i, wl, rl);
+        }
+    }
+};
+
+template <typename T>
+struct FillKeys {
+    const T* u;
+    WeightParams w;
+    void block(int64_t start, int n, uint64_t* __restrict keys) const {
+        const T* __restrict v = u;
+        const WeightParams wl = w;
+#pragma omp simd
+        for (int t = 0; t < n; ++t) keys[t] = fill_key(v[start + t], wl);
+    }
+    void strided(int64_t start, int64_t stride, int n, uint64_t* __restrict keys) const {
+        const T* __restrict v = u;
+        const WeightParams wl = w;
+#pragma omp simd
+        for (int t = 0; t < n; ++t) keys[t] = fill_key(v[start + t * stride], wl);
+    }
+};
+
+// Calls fn(first_index, n, keys) for consecutive blocks of chunk c, in index order.
+template <class Keys, class Fn>
+inline void for_chunk_blocks(const Keys& keys, int64_t m, int64_t c, Fn&& fn) {
+    uint64_t buf[BLOCK];
+    const int64_t begin = c * CHUNK, end = std::min(m, begin + CHUNK);
+    for (int64_t s = begin; s < end; s += BLOCK) {
+        const int n = (int)std::min<int64_t>(BLOCK, end - s);
+        keys.block(s, n, buf);
+        fn(s, n, (const uint64_t*)buf);
+    }
+}
+
+// Number of keys below / equal to a value in a block (vectorised).
+inline void count_block(const uint64_t* __restrict keys, int n, uint64_t value, int64_t& below, int64_t& equal) {
+    int64_t b = 0, e = 0;
+#pragma omp simd reduction(+ : b, e)
+    for (int t = 0; t < n; ++t) {
+        b += keys[t] < value;
+        e += keys[t] == value;
+    }
+    below += b;
+    equal += e;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The k-th key and the per-chunk counts below and equal to it.
+
+struct KthKey {
+    uint64_t key = 0;
+    std::vector<int64_t> lt, eq;  // per chunk: keys < K*, keys == K*
+};
+
+// Path 1: sample-guided window. Returns false (and K* unset) if the window missed or overflowed.
+template <class Keys>
+bool kth_key_window(const Keys& keys, int64_t m, int64_t k, int threads, KthKey& out) {
+    const int64_t nch = num_chunks(m);
+    // Strided sample of s keys.
+    int64_t s = std::min<int64_t>(m, std::max<int64_t>(4096, m / 64));
+    s = std::min<int64_t>(s, 1 << 21);
+    const int64_t stride = m / s;
+    std::vector<uint64_t> sample(s);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t b = 0; b < (s + BLOCK - 1) / BLOCK; ++b) {
+        const int64_t j0 = b * BLOCK;
+        keys.strided(j0 * stride, stride, (int)std::min<int64_t>(BLOCK, s - j0), sample.data() + j0);
+    }
+    // Ranks in the sample bracketing the k-th key: k/M of the way, +- 6 sd of a binomial count.
+    const double q = (double)k / (double)m;
+    const double center = q * (double)s;
+    const double delta = 6.0 * std::sqrt((double)s * q * (1.0 - q)) + 8.0;
+    const int64_t lo_rank = (int64_t)std::floor(center - delta) - 1;
+    const int64_t hi_rank = (int64_t)std::ceil(center + delta);
+    uint64_t lo = 0, hi = std::numeric_limits<uint64_t>::max();
+    if (lo_rank >= 0) {
+        std::nth_element(sample.begin(), sample.begin() + lo_rank, sample.end());
+        lo = sample[lo_rank];
+    }
+    if (hi_rank < s) {
+        std::nth_element(sample.begin(), sample.begin() + hi_rank, sample.end());
+        hi = sample[hi_rank];
+    }
+    std::vector<uint64_t>().swap(sample);
+
+    // One pass: per chunk, the keys below lo and equal to lo (ties there are common: zero weights,
+    // the fill's positive weights); the few candidates in (lo, hi] are collected.
+    const int64_t cap = std::max<int64_t>(1 << 18, m / 32);
+    std::vector<int64_t> below(nch, 0), at_lo(nch, 0);
+    std::vector<std::vector<Candidate>> per_thread(threads);
+    std::atomic<int64_t> n_candidates{0};
+    std::atomic<bool> overflow{false};
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<Candidate>& mine = per_thread[omp_get_thread_num()];
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < nch; ++c) {
+            if (overflow.load(std::memory_order_relaxed)) continue;
+            int64_t n_below = 0, n_at = 0;
+            const size_t before = mine.size();
+            for_chunk_blocks(keys, m, c, [&](int64_t start, int n, const uint64_t* kb) {
+                count_block(kb, n, lo, n_below, n_at);
+                int in_window[BLOCK];
+                int found = 0;
+                for (int t = 0; t < n; ++t) {  // branch-free compaction of the rare candidates
+                    in_window[found] = t;
+                    found += (kb[t] > lo) & (kb[t] <= hi);
+                }
+                for (int j = 0; j < found; ++j) mine.emplace_back(kb[in_window[j]], start + in_window[j]);
+            });
+            below[c] = n_below;
+            at_lo[c] = n_at;
+            const int64_t added = (int64_t)(mine.size() - before);
+            if (n_candidates.fetch_add(added) + added > cap) overflow.store(true);
+        }
+    }
+    if (overflow.load()) return false;
+    int64_t total_below = 0, total_at = 0;
+    for (int64_t c = 0; c < nch; ++c) {
+        total_below += below[c];
+        total_at += at_lo[c];
+    }
+    if (k <= total_below) return false;  // the window starts above the k-th key
+    if (k <= total_below + total_at) {   // the k-th key is lo itself
+        out.key = lo;
+        out.lt = std::move(below);
+        out.eq = std::move(at_lo);
+        return true;
+    }
+    std::vector<Candidate> cand;
+    cand.reserve((size_t)n_candidates.load());
+    for (auto& v : per_thread) {
+        cand.insert(cand.end(), v.begin(), v.end());
+        std::vector<Candidate>().swap(v);
+    }
+    const int64_t need = k - total_below - total_at;  // rank of K* among the candidates (1-based)
+    if (need > (int64_t)cand.size()) return false;    // the window ends below the k-th key
+    std::nth_element(cand.begin(), cand.begin() + (need - 1), cand.end());
+    out.key = cand[need - 1].first;
+    out.lt.resize(nch);
+    for (int64_t c = 0; c < nch; ++c) out.lt[c] = below[c] + at_lo[c];
+    out.eq.assign(nch, 0);
+    for (const Candidate& x : cand) {
+        if (x.first < out.key) out.lt[x.second / CHUNK] += 1;
+        else if (x.first == out.key) out.eq[x.second / CHUNK] += 1;
+    }
+    return true;
+}
+
+// Path 2: radix select over 16-bit digits of the recomputed keys, then a counting pass.
+template <class Keys>
+void kth_key_radix(const Keys& keys, int64_t m, int64_t k, int threads, KthKey& out) {
+    const int64_t nch = num_chunks(m);
+    constexpr int DIGIT = 16, BINS = 1 << DIGIT;
+    uint64_t prefix = 0;
+    int64_t rank = k;  // 1-based rank of K* among the keys that share the prefix
+    std::vector<std::vector<int64_t>> hist(threads, std::vector<int64_t>(BINS));
+    for (int pass = 0; pass < 4; ++pass) {
+        const int shift = 64 - DIGIT * (pass + 1);
+        for (auto& h : hist) std::fill(h.begin(), h.end(), 0);
+#pragma omp parallel num_threads(threads)
+        {
+            int64_t* h = hist[omp_get_thread_num()].data();
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t c = 0; c < nch; ++c) {
+                for_chunk_blocks(keys, m, c, [&](int64_t, int n, const uint64_t* kb) {
+                    for (int t = 0; t < n; ++t) {
+                        const bool match = pass == 0 || (kb[t] >> (shift + DIGIT)) == prefix;
+                        if (match) h[(kb[t] >> shift) & (BINS - 1)] += 1;
+                    }
+                });
+            }
+        }
+        int64_t seen = 0;
+        int digit = 0;
+        for (; digit < BINS; ++digit) {
+            int64_t count = 0;
+            for (auto& h : hist) count += h[digit];
+            if (seen + count >= rank) break;
+            seen += count;
+        }
+        rank -= seen;
+        prefix = (prefix << DIGIT) | (uint64_t)digit;
+    }
+    out.key = prefix;
+    out.lt.assign(nch, 0);
+    out.eq.assign(nch, 0);
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t c = 0; c < nch; ++c) {
+        int64_t lt = 0, eq = 0;
+        for_chunk_blocks(keys, m, c, [&](int64_t, int n, const uint64_t* kb) { count_block(kb, n, out.key, lt, eq); });
+        out.lt[c] = lt;
+        out.eq[c] = eq;
+    }
+}
+
+// Writes the k selected indices in index order: keys < K*, then the first ties in index order.
+template <class Keys>
+void write_selected(const Keys& keys, int64_t m, int64_t k, const KthKey& kth, int64_t* out, int threads) {
+    const int64_t nch = num_chunks(m);
+    int64_t total_lt = 0;
+    for (int64_t c = 0; c < nch; ++c) total_lt += kth.lt[c];
+    int64_t ties_left = k - total_lt;
+    std::vector<int64_t> offset(nch), take_eq(nch);
+    int64_t pos = 0;
+    for (int64_t c = 0; c < nch; ++c) {
+        take_eq[c] = std::min(kth.eq[c], std::max<int64_t>(ties_left, 0));
+        ties_left -= take_eq[c];
+        offset[c] = pos;
+        pos += kth.lt[c] + take_eq[c];
+    }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t c = 0; c < nch; ++c) {
+        if (kth.lt[c] + take_eq[c] == 0) continue;
+        int64_t* dst = out + offset[c];
+        int64_t n = 0, ties = 0;
+        const uint64_t kk = kth.key;
+        const int64_t limit = take_eq[c];
+        for_chunk_blocks(keys, m, c, [&](int64_t start, int nb, const uint64_t* kb) {
+            int64_t picked[BLOCK];
+            int found = 0;
+            for (int t = 0; t < nb; ++t) {  // branch-free compaction into a local block
+                const bool tie = (kb[t] == kk) & (ties < limit);
+                ties += tie;
+                picked[found] = start + t;
+                found += (kb[t] < kk) | tie;
+            }
+            std::copy(picked, picked + found, dst + n);
+            n += found;
+        });
+    }
+}
+
+// Finds the k-th key (1 <= k < m) by the window, or by radix select if the window fails or
+// force_path asks for it. Returns the SelectPath, or -1 if FORCE_WINDOW and the window failed.
+template <class Keys>
+int find_kth_key(const Keys& keys, int64_t m, int64_t k, int threads, int force_path, KthKey& kth) {
+    if (force_path != FORCE_RADIX && kth_key_window(keys, m, k, threads, kth)) return PATH_WINDOW;
+    if (force_path == FORCE_WINDOW) return -1;
+    kth_key_radix(keys, m, k, threads, kth);
+    return PATH_RADIX;
+}
+
+template <typename T>
+SampleInfo successive_sample(const T* u, int64_t m, int64_t k, WeightParams w, RngParams r, int64_t* out,
+                             int threads, int force_path) {
+    SampleInfo info{PATH_TRIVIAL, 0, -1};
+    if (k == m) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t i = 0; i < m; ++i) out[i] = i;
+    }
+    if (k == 0 || k == m) return info;
+    SuccessiveKeys<T> keys{u, w, r};
+    KthKey kth;
+    info.path = find_kth_key(keys, m, k, threads, force_path, kth);
+    if (info.path < 0) return info;
+    if (kth.key != SM_ZERO_WEIGHT_KEY) {
+        write_selected(keys, m, k, kth, out, threads);
+        return info;
+    }
+    // Fewer than k positive weights (every key below K* is a positive weight): take them all,
+    // then the largest u among the rest, ties by index.
+    info.filled = 1;
+    info.positive = 0;
+    for (int64_t c : kth.lt) info.positive += c;
+    FillKeys<T> fill{u, w};
+    KthKey fill_kth;
+    if (find_kth_key(fill, m, k, threads, force_path, fill_kth) < 0) {
+        info.path = -1;
+        return info;
+    }
+    write_selected(fill, m, k, fill_kth, out, threads);
+    return info;
+}
+
+// ---------------------------------------------------------------------------------------------
+// NaN checks
+
+// 1 if the chunk [begin, end) holds a NaN (vectorised).
+template <typename T>
+inline int chunk_has_nan(const T* __restrict u, int64_t begin, int64_t end) {
+    int any = 0;
+#pragma omp simd reduction(| : any)
+    for (int64_t i = begin; i < end; ++i) any |= (u[i] != u[i]);
+    return any;
+}
+
+template <typename T>
+int64_t first_nan_in_chunk(const T* u, int64_t m, int64_t c) {
+    for (int64_t i = c * CHUNK, end = std::min(m, (c + 1) * CHUNK); i < end; ++i)
+        if (u[i] != u[i]) return i;
+    return -1;
+}
+
+template <typename T>
+int64_t first_nan(const T* u, int64_t m, int threads) {
+    const int64_t nch = num_chunks(m);
+    int64_t first_chunk = nch;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(min : first_chunk)
+    for (int64_t c = 0; c < nch; ++c)
+        if (chunk_has_nan(u, c * CHUNK, std::min(m, (c + 1) * CHUNK)) && c < first_chunk) first_chunk = c;
+    return first_chunk == nch ? -1 : first_nan_in_chunk(u, m, first_chunk);
+}
+
+// ---------------------------------------------------------------------------------------------
+// k-th value of stored data: radix select over order-preserving keys, 16-bit digits, with the
+// bucket's few survivors collected and finished by nth_element as soon as they fit in memory.
+
+template <typename T, typename K, typename Count>
+T kth_value(const T* u, int64_t m, int64_t k, int threads, int64_t* nan_index) {
+    constexpr int BITS = 8 * sizeof(K), DIGIT = 16, BINS = 1 << DIGIT;
+    const int64_t nch = num_chunks(m);
+    const int64_t cap = std::max<int64_t>(1 << 16, m / 16);
+    K prefix = 0;
+    int64_t rank = k, in_bucket = m;
+    *nan_index = -1;
+    std::vector<std::vector<Count>> hist(threads, std::vector<Count>(BINS));
+    for (int pass = 0; pass < BITS / DIGIT; ++pass) {
+        const int shift = BITS - DIGIT * (pass + 1);
+        if (pass > 0 && in_bucket <= cap) {
+            // Few keys share the prefix: collect them and select among them.
+            std::vector<std::vector<K>> found(threads);
+#pragma omp parallel num_threads(threads)
+            {
+                std::vector<K>& mine = found[omp_get_thread_num()];
+#pragma omp for schedule(static)
+                for (int64_t c = 0; c < nch; ++c) {
+                    const int64_t end = std::min(m, (c + 1) * CHUNK);
+                    for (int64_t i = c * CHUNK; i < end; ++i) {
+                        const K key = ord_key(u[i]);
+                        if ((K)(key >> (shift + DIGIT)) == prefix) mine.push_back(key);
+                    }
+                }
+            }
+            std::vector<K> all;
+            all.reserve(in_bucket);
+            for (auto& v : found) all.insert(all.end(), v.begin(), v.end());
+            std::nth_element(all.begin(), all.begin() + (rank - 1), all.end());
+            return from_ord_key(all[rank - 1]);
+        }
+        for (auto& h : hist) std::fill(h.begin(), h.end(), 0);
+        int64_t first_bad_chunk = nch;
+#pragma omp parallel num_threads(threads) reduction(min : first_bad_chunk)
+        {
+            Count* h = hist[omp_get_thread_num()].data();
+#pragma omp for schedule(static)
+            for (int64_t c = 0; c < nch; ++c) {
+                const int64_t begin = c * CHUNK, end = std::min(m, begin + CHUNK);
+                if (pass == 0) {
+                    if (chunk_has_nan(u, begin, end) && c < first_bad_chunk) first_bad_chunk = c;
+                    for (int64_t i = begin; i < end; ++i) h[ord_key(u[i]) >> shift] += 1;
+                } else {
+                    for (int64_t i = begin; i < end; ++i) {
+                        const K key = ord_key(u[i]);
+                        if ((K)(key >> (shift + DIGIT)) == prefix) h[(key >> shift) & (BINS - 1)] += 1;
+                    }
+                }
+            }
+        }
+        if (first_bad_chunk < nch) {
+            *nan_index = first_nan_in_chunk(u, m, first_bad_chunk);
+            return T(0);
+        }
+        int64_t seen = 0;
+        int digit = 0;
+        for (; digit < BINS; ++digit) {
+            int64_t count = 0;
+            for (auto& h : hist) count += (int64_t)h[digit];
+            if (seen + count >= rank) {
+                in_bucket = count;
+                break;
+            }
+            seen += count;
+        }
+        rank -= seen;
+        prefix = (K)((prefix << DIGIT) | (K)digit);
+    }
+    return from_ord_key(prefix);
+}
+
+// Keep flags of items start .. start+n-1 (start even), one Philox block per pair of items.
+template <typename T>
+inline void bernoulli_block(const T* __restrict u, int64_t start, int n, WeightParams w, RngParams r,
+                            uint8_t* __restrict keep) {
+    const int64_t first_pair = start >> 1;
+    const int pairs = n / 2;
+#pragma omp simd
+    for (int p = 0; p < pairs; ++p) {
+        const int64_t i0 = start + 2 * p;
+        const Philox4x32 x = philox_pair_block((uint64_t)(first_pair + p), r);
+        keep[2 * p] = bernoulli_keep_from_bits((double)u[i0], top52(x.v[0], x.v[1]), w);
+        keep[2 * p + 1] = bernoulli_keep_from_bits((double)u[i0 + 1], top52(x.v[2], x.v[3]), w);
+    }
+    if (n & 1) keep[n - 1] = bernoulli_keep((double)u[start + n - 1], (uint64_t)(start + n - 1), w, r);
+}
+
+template <typename T>
+int64_t bernoulli_count(const T* u, int64_t m, WeightParams w, RngParams r, int64_t* counts, int threads) {
+    const int64_t nch = num_chunks(m);
+    int64_t total = 0;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) reduction(+ : total)
+    for (int64_t c = 0; c < nch; ++c) {
+        const int64_t begin = c * CHUNK, end = std::min(m, begin + CHUNK);
+        int64_t n = 0;
+        uint8_t keep[BLOCK];
+        for (int64_t s = begin; s < end; s += BLOCK) {
+            const int nb = (int)std::min<int64_t>(BLOCK, end - s);
+            bernoulli_block(u, s, nb, w, r, keep);
+            for (int t = 0; t < nb; ++t) n += keep[t];
+        }
+        counts[c] = n;
+        total += n;
+    }
+    return total;
+}
+
+template <typename T>
+void bernoulli_write(const T* u, int64_t m, WeightParams w, RngParams r, const int64_t* counts, int64_t* out,
+                     int threads) {
+    const int64_t nch = num_chunks(m);
+    std::vector<int64_t> offset(nch);
+    int64_t pos = 0;
+    for (int64_t c = 0; c < nch; ++c) {
+        offset[c] = pos;
+        pos += counts[c];
+    }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t c = 0; c < nch; ++c) {
+        const int64_t begin = c * CHUNK, end = std::min(m, begin + CHUNK);
+        int64_t* dst = out + offset[c];
+        int64_t n = 0;
+        uint8_t keep[BLOCK];
+        for (int64_t s = begin; s < end; s += BLOCK) {
+            const int nb = (int)std::min<int64_t>(BLOCK, end - s);
+            bernoulli_block(u, s, nb, w, r, keep);
+            for (int t = 0; t < nb; ++t) {
+                if (n < counts[c]) dst[n] = s + t;  // never past this chunk's share
+                n += keep[t];
+            }
+        }
+    }
+}
+
+template <typename T>
+void successive_keys(const T* u, int64_t m, WeightParams w, RngParams r, uint64_t* keys, int threads) {
+    SuccessiveKeys<T> f{u, w, r};
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t b = 0; b < (m + BLOCK - 1) / BLOCK; ++b) {
+        uint64_t buf[BLOCK];
+        const int64_t s = b * BLOCK;
+        const int n = (int)std::min<int64_t>(BLOCK, m - s);
+        f.block(s, n, buf);
+        std::copy(buf, buf + n, keys + s);
+    }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The raw-pointer API (common/sampler_ops.h).
+
+int64_t first_nan_cpu(const float* u, int64_t m, int threads) { return first_nan(u, m, threads); }
+int64_t first_nan_cpu(const double* u, int64_t m, int threads) { return first_nan(u, m, threads); }
+// Per-thread histograms count at most m items: 32-bit counters unless m needs more.
+float kth_value_cpu(const float* u, int64_t m, int64_t k, int threads, int64_t* nan_index) {
+    if (m < (int64_t)UINT32_MAX) return kth_value<float, uint32_t, uint32_t>(u, m, k, threads, nan_index);
+    return kth_value<float, uint32_t, uint64_t>(u, m, k, threads, nan_index);
+}
+double kth_value_cpu(const double* u, int64_t m, int64_t k, int threads, int64_t* nan_index) {
+    if (m < (int64_t)UINT32_MAX) return kth_value<double, uint64_t, uint32_t>(u, m, k, threads, nan_index);
+    return kth_value<double, uint64_t, uint64_t>(u, m, k, threads, nan_index);
+}
+SampleInfo successive_sample_cpu(const float* u, int64_t m, int64_t k, WeightParams w, RngParams r, int64_t* out,
+                                 int threads, int force_path) {
+    return successive_sample(u, m, k, w, r, out, threads, force_path);
+}
+SampleInfo successive_sample_cpu(const double* u, int64_t m, int64_t k, WeightParams w, RngParams r, int64_t* out,
+                                 int threads, int force_path) {
+    return successive_sample(u, m, k, w, r, out, threads, force_path);
+}
+int64_t bernoulli_count_cpu(const float* u, int64_t m, WeightParams w, RngParams r, int64_t* counts, int threads) {
+    return bernoulli_count(u, m, w, r, counts, threads);
+}
+int64_t bernoulli_count_cpu(const double* u, int64_t m, WeightParams w, RngParams r, int64_t* counts, int threads) {
+    return bernoulli_count(u, m, w, r, counts, threads);
+}
+void bernoulli_write_cpu(const float* u, int64_t m, WeightParams w, RngParams r, const int64_t* counts, int64_t* out,
+                         int threads) {
+    bernoulli_write(u, m, w, r, counts, out, threads);
+}
+void bernoulli_write_cpu(const double* u, int64_t m, WeightParams w, RngParams r, const int64_t* counts, int64_t* out,
+                         int threads) {
+    bernoulli_write(u, m, w, r, counts, out, threads);
+}
+void successive_keys_cpu(const float* u, int64_t m, WeightParams w, RngParams r, uint64_t* keys, int threads) {
+    successive_keys(u, m, w, r, keys, threads);
+}
+void successive_keys_cpu(const double* u, int64_t m, WeightParams w, RngParams r, uint64_t* keys, int threads) {
+    successive_keys(u, m, w, r, keys, threads);
+}
+
+}  // namespace clid_sampler
