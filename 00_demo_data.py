@@ -8,7 +8,8 @@ In: nothing but a seed. Out, in --out (the formats of ../shared/DESIGN.md, read 
                            length histogram follows COCO's (mostly 10-19 tokens, long ones rare)
   scene_graphs.json        Visual Genome scene graphs as a scene-graph generator would give them: the true
                            graph with --graph-noise errors (attributes and predicates corrupted or dropped,
-                           objects mislabelled, hallucinated objects with valid boxes, jittered boxes)
+                           objects mislabelled, hallucinated objects with valid boxes, jittered boxes) at a
+                           rate that varies per image (--graph-noise times an exponential draw of mean 1)
   scene_graphs_clean.json  the true graphs (diagnostics only; no stage should read them)
   image_data.json          VG image records: width, height, coco_id (VG id = 1,000,000 + caption id)
   features.h5              one group per caption id: row 0 the whole image, then one row per true object
@@ -16,6 +17,10 @@ In: nothing but a seed. Out, in --out (the formats of ../shared/DESIGN.md, read 
   long_refs.json           test images only: several true descriptions per level 3-6 (20-59 tokens),
                            each sentence with a "level" key; for evaluation only, never for training
   world.json               the arguments and counts; a re-run with the same arguments skips the work
+  preview.png              with --preview N: the first N images with their graph boxes, edges, a caption
+
+Everything is a function of --seed (randomness is keyed by seed and image id; the encoder runs on one
+thread per process), so two runs give identical files whatever --workers is.
 
 The world. Each image is an outdoor scene (park, beach, street, snow: sky above a ground) or a room (wall
 and floor) holding 2 to 12 objects of 22 categories drawn with distinct shapes. Every object has a colour,
@@ -798,7 +803,7 @@ class Placer:
         s = self.things[i]
         ys, xs1, xs2 = s.surface()
         h = cat.height * self.H * self.depth_scale(s.box[3]) * self.size_multiplier(small_bias=0.1)
-        w = h * (1.9 if name == "bird" and False else cat.aspect)
+        w = h * cat.aspect
         free = xs2 - xs1
         if w > free:
             h, w = h * free / w * 0.9, free * 0.9
@@ -1688,7 +1693,7 @@ def make_image(image_id: int, split: str) -> dict:
     record = {"image_id": image_id, "split": split, "filename": filename, "clean": clean, "noisy": noisy,
               "captions": trusted_captions(scene, c["seed"], c["captions_per_image"], c["tokenizer"]),
               "refs": (long_references(scene, c["seed"], c["long_levels"], c["refs_per_level"], c["tokenizer"])
-                       if split == "test" else {}),
+                       if split == "test" and c["refs_per_level"] > 0 else {}),
               "boxes": region_boxes(scene), "kind": scene.kind}
     if not c["skip_features"]:
         record["whole"], record["crops"] = crop_regions(scene.image, record["boxes"][1:], c["crop"], c["whole"])
@@ -1772,7 +1777,7 @@ def write_preview(path: Path, out: Path, records: list, n: int) -> None:
             draw.rectangle(box, outline=colour)
             label = " ".join([*o["attributes"][:2], o["names"][0]])
             draw.text((box[0] + 2, box[1] + 1), label, fill=colour, font=font)
-        lines = [f"#{r['image_id']} ({r['split']}, {r['kind']})"]
+        lines = [f"#{r['image_id']} ({', '.join(x for x in (r['split'], r.get('kind')) if x)})"]
         for rel in r["noisy"]["relationships"][:3]:
             lines.append(f"{names[rel['subject_id']]} {rel['predicate']} {names[rel['object_id']]}")
         caption = r["captions"][0]
@@ -1867,7 +1872,7 @@ def main(argv=None) -> None:
                     records += part
                     progress.update(len(part))
         else:
-            init_worker(config, os.cpu_count() or 1)
+            init_worker(config, 1)  # one thread, as in the workers: features do not depend on --workers
             for chunk in chunks:
                 records += make_chunk(chunk)
                 progress.update(len(chunk))
@@ -1925,10 +1930,8 @@ def read_preview_records(out: Path, n: int) -> list:
     captions = read_json(out / "captions.json")["images"][:n]
     noisy = read_json(out / "scene_graphs.json")[:n]
     clean = read_json(out / "scene_graphs_clean.json")[:n]
-    kinds = {}
     return [{"image_id": c["cocoid"], "split": c["split"], "filename": c["filename"], "noisy": g, "clean": t,
-             "captions": [s["raw"] for s in c["sentences"]], "kind": kinds.get(c["cocoid"], "")}
-            for c, g, t in zip(captions, noisy, clean)]
+             "captions": [s["raw"] for s in c["sentences"]]} for c, g, t in zip(captions, noisy, clean)]
 
 
 if __name__ == "__main__":
