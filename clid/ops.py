@@ -379,7 +379,9 @@ def percentile_threshold(u, q: float, method: str = "linear") -> float:
       method="lower":  the (j + 1)-th smallest value, kth_value(u, j + 1) (an order statistic);
       method="linear": numpy's default (the authors' np.percentile(scores, p)): the (j + 1)-th and
                        (j + 2)-th smallest a, b interpolated as numpy does, in u's dtype:
-                       a + (b - a) g, or b - (b - a)(1 - g) when g = v - j >= 0.5.
+                       a + (b - a) g, or b - (b - a)(1 - g) when g = v - j >= 0.5
+                       (a when g = 0 or a == b; the infinite end if a or b is infinite, where
+                       numpy returns NaN).
     The threshold T_i of step 6 is percentile_threshold(u, c * i).
     """
     u = _sampler_input(u, "percentile_threshold")
@@ -393,9 +395,13 @@ def percentile_threshold(u, q: float, method: str = "linear") -> float:
     m = len(u)
     below, gamma = _percentile_index(m, q)
     a = kth_value(u, below + 1)
-    if method == "lower" or below + 1 >= m:
+    if method == "lower" or below + 1 >= m or gamma == 0.0:
         return a
-    b = kth_value(u, below + 2) if gamma != 0.0 else a
+    b = kth_value(u, below + 2)
+    if a == b:
+        return a
+    if _math.isinf(a) or _math.isinf(b):  # numpy gives NaN here; the limit is the infinite end
+        return a if _math.isinf(a) else b
     scalar = _np.float32 if u.dtype == torch.float32 else _np.float64
     a, b = scalar(a), scalar(b)
     diff = b - a  # numpy's _lerp with a Python-scalar q: arithmetic in u's dtype
