@@ -17,6 +17,9 @@
 // The k-th value of stored data (kth_value_cpu) is a plain radix select over order-preserving
 // 16-bit digits, finished by nth_element once the bucket of the k-th value is small.
 #include <omp.h>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -39,8 +42,92 @@
 namespace clid_sampler {
 namespace {
 
-constexpr int BLOCK = 512;  // keys computed per vectorised block
+constexpr int BLOCK = 512;      // keys computed per vectorised block
+constexpr int SAMPLE_RUN = 64;  // consecutive items per run of the window's sample
 using Candidate = std::pair<uint64_t, int64_t>;  // (key, index): a total order
+
+// Threads worth waking for a pass over `items` items: each gets at least `per_thread` of them.
+// (On a busy machine a woken thread may wait for a time slice; tiny passes are not worth it.)
+constexpr int64_t KEY_ITEMS_PER_THREAD = 1 << 18;   // items whose keys are computed (~1 ms)
+constexpr int64_t DATA_ITEMS_PER_THREAD = 1 << 21;  // items only read (~1 ms)
+inline int threads_for(int threads, int64_t items, int64_t per_thread) {
+    return (int)std::max<int64_t>(1, std::min<int64_t>(threads, items / per_thread));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Philox for consecutive pairs of items, explicitly vectorised: compilers turn the 32x32 -> 64-bit
+// products of the portable version (common/philox.h) into full 64-bit multiplies (vpmullq), three
+// times slower than the widening multiply (vpmuludq) used here. The tests check every key
+// against the portable NumPy reference.
+
+// The 52 random bits of items 2p and 2p+1 for p = first_pair .. first_pair + pairs - 1.
+inline void philox_pairs(uint64_t first_pair, int pairs, const RngParams& r, uint64_t* __restrict even,
+                         uint64_t* __restrict odd) {
+    int p = 0;
+#if defined(__AVX512F__)
+    {
+        // 64-bit lanes hold the 32-bit words; the bits above 32 are don't-care until the end.
+        const __m512i m0 = _mm512_set1_epi64(PHILOX_M0), m1 = _mm512_set1_epi64(PHILOX_M1);
+        const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+        const __m512i low32 = _mm512_set1_epi64(0xFFFFFFFFll);
+        __m512i k0[10], k1[10];
+        uint32_t a = r.k0, b = r.k1;
+        for (int i = 0; i < 10; ++i, a += PHILOX_W0, b += PHILOX_W1) {
+            k0[i] = _mm512_set1_epi64(a);
+            k1[i] = _mm512_set1_epi64(b);
+        }
+        const __m512i it0 = _mm512_set1_epi64(r.c2), it1 = _mm512_set1_epi64(r.c3);
+        for (; p + 8 <= pairs; p += 8) {
+            const __m512i counter = _mm512_add_epi64(_mm512_set1_epi64((long long)(first_pair + p)), lane);
+            __m512i c0 = counter, c1 = _mm512_srli_epi64(counter, 32), c2 = it0, c3 = it1;
+            for (int i = 0; i < 10; ++i) {
+                const __m512i p0 = _mm512_mul_epu32(c0, m0), p1 = _mm512_mul_epu32(c2, m1);
+                c0 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c1, k0[i], 0x96);  // xor of three
+                c2 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), c3, k1[i], 0x96);
+                c1 = p1;
+                c3 = p0;
+            }
+            const __m512i e = _mm512_srli_epi64(_mm512_or_si512(_mm512_slli_epi64(c0, 32), _mm512_and_si512(c1, low32)), 12);
+            const __m512i o = _mm512_srli_epi64(_mm512_or_si512(_mm512_slli_epi64(c2, 32), _mm512_and_si512(c3, low32)), 12);
+            _mm512_storeu_si512((void*)(even + p), e);
+            _mm512_storeu_si512((void*)(odd + p), o);
+        }
+    }
+#elif defined(__AVX2__)
+    {
+        const __m256i m0 = _mm256_set1_epi64x(PHILOX_M0), m1 = _mm256_set1_epi64x(PHILOX_M1);
+        const __m256i lane = _mm256_set_epi64x(3, 2, 1, 0);
+        const __m256i low32 = _mm256_set1_epi64x(0xFFFFFFFFll);
+        __m256i k0[10], k1[10];
+        uint32_t a = r.k0, b = r.k1;
+        for (int i = 0; i < 10; ++i, a += PHILOX_W0, b += PHILOX_W1) {
+            k0[i] = _mm256_set1_epi64x(a);
+            k1[i] = _mm256_set1_epi64x(b);
+        }
+        const __m256i it0 = _mm256_set1_epi64x(r.c2), it1 = _mm256_set1_epi64x(r.c3);
+        for (; p + 4 <= pairs; p += 4) {
+            const __m256i counter = _mm256_add_epi64(_mm256_set1_epi64x((long long)(first_pair + p)), lane);
+            __m256i c0 = counter, c1 = _mm256_srli_epi64(counter, 32), c2 = it0, c3 = it1;
+            for (int i = 0; i < 10; ++i) {
+                const __m256i p0 = _mm256_mul_epu32(c0, m0), p1 = _mm256_mul_epu32(c2, m1);
+                c0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1), k0[i]);
+                c2 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3), k1[i]);
+                c1 = p1;
+                c3 = p0;
+            }
+            const __m256i e = _mm256_srli_epi64(_mm256_or_si256(_mm256_slli_epi64(c0, 32), _mm256_and_si256(c1, low32)), 12);
+            const __m256i o = _mm256_srli_epi64(_mm256_or_si256(_mm256_slli_epi64(c2, 32), _mm256_and_si256(c3, low32)), 12);
+            _mm256_storeu_si256((__m256i*)(even + p), e);
+            _mm256_storeu_si256((__m256i*)(odd + p), o);
+        }
+    }
+#endif
+    for (; p < pairs; ++p) {
+        const Philox4x32 x = philox_pair_block(first_pair + (uint64_t)p, r);
+        even[p] = top52(x.v[0], x.v[1]);
+        odd[p] = top52(x.v[2], x.v[3]);
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Key functors: keys of a block of items, vectorised.
@@ -57,26 +144,16 @@ struct SuccessiveKeys {
         const T* __restrict v = u;
         const WeightParams wl = w;
         const RngParams rl = r;
-        const int64_t first_pair = start >> 1;
         const int pairs = n / 2;
+        uint64_t even[BLOCK / 2], odd[BLOCK / 2];
+        philox_pairs((uint64_t)start >> 1, pairs, rl, even, odd);
 #pragma omp simd
         for (int p = 0; p < pairs; ++p) {
             const int64_t i0 = start + 2 * p;
-            const Philox4x32 x = philox_pair_block((uint64_t)(first_pair + p), rl);
-            keys[2 * p] = successive_key_from_bits((double)v[i0], top52(x.v[0], x.v[1]), wl);
-            keys[2 * p + 1] = successive_key_from_bits((double)v[i0 + 1], top52(x.v[2], x.v[3]), wl);
+            keys[2 * p] = successive_key_from_bits((double)v[i0], even[p], wl);
+            keys[2 * p + 1] = successive_key_from_bits((double)v[i0 + 1], odd[p], wl);
         }
         if (n & 1) keys[n - 1] = successive_key((double)v[start + n - 1], (uint64_t)(start + n - 1), wl, rl);
-    }
-    void strided(int64_t start, int64_t stride, int n, uint64_t* __restrict keys) const {
-        const T* __restrict v = u;
-        const WeightParams wl = w;
-        const RngParams rl = r;
-#pragma omp simd
-        for (int t = 0; t < n; ++t) {
-            const int64_t i = start + t * stride;
-            keys[t] = successive_key((double)v[i], (uint64_t)i, wl, rl);
-        }
     }
 };
 
@@ -89,12 +166,6 @@ struct FillKeys {
         const WeightParams wl = w;
 #pragma omp simd
         for (int t = 0; t < n; ++t) keys[t] = fill_key(v[start + t], wl);
-    }
-    void strided(int64_t start, int64_t stride, int n, uint64_t* __restrict keys) const {
-        const T* __restrict v = u;
-        const WeightParams wl = w;
-#pragma omp simd
-        for (int t = 0; t < n; ++t) keys[t] = fill_key(v[start + t * stride], wl);
     }
 };
 
@@ -122,6 +193,47 @@ inline void count_block(const uint64_t* __restrict keys, int n, uint64_t value, 
     equal += e;
 }
 
+// The positions t with lo < keys[t] <= hi, in order, written to pos (room for n + 8); their number.
+inline int positions_in(const uint64_t* __restrict keys, int n, uint64_t lo, uint64_t hi, int64_t* __restrict pos) {
+    int found = 0, t = 0;
+#if defined(__AVX512F__)
+    const __m512i vlo = _mm512_set1_epi64((long long)lo), vhi = _mm512_set1_epi64((long long)hi);
+    __m512i at = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+    for (; t + 8 <= n; t += 8, at = _mm512_add_epi64(at, _mm512_set1_epi64(8))) {
+        const __m512i k = _mm512_loadu_si512((const void*)(keys + t));
+        const __mmask8 in = _mm512_cmpgt_epu64_mask(k, vlo) & _mm512_cmple_epu64_mask(k, vhi);
+        if (in) {
+            _mm512_storeu_si512((void*)(pos + found), _mm512_maskz_compress_epi64(in, at));
+            found += __builtin_popcount(in);
+        }
+    }
+#endif
+    for (; t < n; ++t) {
+        pos[found] = t;
+        found += (keys[t] > lo) & (keys[t] <= hi);
+    }
+    return found;
+}
+
+// The indices start + t with keys[t] < bound, in order, written to dst (room for n + 8); their number.
+inline int indices_below(const uint64_t* __restrict keys, int n, uint64_t bound, int64_t start, int64_t* __restrict dst) {
+    int found = 0, t = 0;
+#if defined(__AVX512F__)
+    const __m512i vb = _mm512_set1_epi64((long long)bound);
+    __m512i at = _mm512_add_epi64(_mm512_set1_epi64(start), _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+    for (; t + 8 <= n; t += 8, at = _mm512_add_epi64(at, _mm512_set1_epi64(8))) {
+        const __mmask8 in = _mm512_cmplt_epu64_mask(_mm512_loadu_si512((const void*)(keys + t)), vb);
+        _mm512_storeu_si512((void*)(dst + found), _mm512_maskz_compress_epi64(in, at));
+        found += __builtin_popcount(in);
+    }
+#endif
+    for (; t < n; ++t) {
+        dst[found] = start + t;
+        found += keys[t] < bound;
+    }
+    return found;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The k-th key and the per-chunk counts below and equal to it.
 
@@ -134,15 +246,16 @@ struct KthKey {
 template <class Keys>
 bool kth_key_window(const Keys& keys, int64_t m, int64_t k, int threads, KthKey& out) {
     const int64_t nch = num_chunks(m);
-    // Strided sample of s keys.
-    int64_t s = std::min<int64_t>(m, std::max<int64_t>(4096, m / 64));
-    s = std::min<int64_t>(s, 1 << 21);
-    const int64_t stride = m / s;
+    // Sample: s keys in runs of SAMPLE_RUN consecutive items spread evenly over the indices.
+    int64_t runs = std::min<int64_t>(m, std::max<int64_t>(4096, m / 64)) / SAMPLE_RUN;
+    runs = std::max<int64_t>(1, std::min<int64_t>(runs, (1 << 21) / SAMPLE_RUN));
+    const int64_t run = std::min<int64_t>(SAMPLE_RUN, m);
+    const int64_t s = runs * run;
     std::vector<uint64_t> sample(s);
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t b = 0; b < (s + BLOCK - 1) / BLOCK; ++b) {
-        const int64_t j0 = b * BLOCK;
-        keys.strided(j0 * stride, stride, (int)std::min<int64_t>(BLOCK, s - j0), sample.data() + j0);
+#pragma omp parallel for num_threads(threads_for(threads, s, KEY_ITEMS_PER_THREAD)) schedule(dynamic, 64)
+    for (int64_t j = 0; j < runs; ++j) {
+        const int64_t start = std::min(m - run, (int64_t)((double)j * (double)m / (double)runs)) & ~(int64_t)1;
+        keys.block(start, (int)run, sample.data() + j * run);
     }
     // Ranks in the sample bracketing the k-th key: k/M of the way, +- 6 sd of a binomial count.
     const double q = (double)k / (double)m;
@@ -168,7 +281,7 @@ bool kth_key_window(const Keys& keys, int64_t m, int64_t k, int threads, KthKey&
     std::vector<std::vector<Candidate>> per_thread(threads);
     std::atomic<int64_t> n_candidates{0};
     std::atomic<bool> overflow{false};
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads_for(threads, m, KEY_ITEMS_PER_THREAD))
     {
         std::vector<Candidate>& mine = per_thread[omp_get_thread_num()];
 #pragma omp for schedule(dynamic, 1)
@@ -178,12 +291,8 @@ bool kth_key_window(const Keys& keys, int64_t m, int64_t k, int threads, KthKey&
             const size_t before = mine.size();
             for_chunk_blocks(keys, m, c, [&](int64_t start, int n, const uint64_t* kb) {
                 count_block(kb, n, lo, n_below, n_at);
-                int in_window[BLOCK];
-                int found = 0;
-                for (int t = 0; t < n; ++t) {  // branch-free compaction of the rare candidates
-                    in_window[found] = t;
-                    found += (kb[t] > lo) & (kb[t] <= hi);
-                }
+                int64_t in_window[BLOCK + 8];
+                const int found = positions_in(kb, n, lo, hi, in_window);
                 for (int j = 0; j < found; ++j) mine.emplace_back(kb[in_window[j]], start + in_window[j]);
             });
             below[c] = n_below;
@@ -236,7 +345,7 @@ void kth_key_radix(const Keys& keys, int64_t m, int64_t k, int threads, KthKey& 
     for (int pass = 0; pass < 4; ++pass) {
         const int shift = 64 - DIGIT * (pass + 1);
         for (auto& h : hist) std::fill(h.begin(), h.end(), 0);
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads_for(threads, m, KEY_ITEMS_PER_THREAD))
         {
             int64_t* h = hist[omp_get_thread_num()].data();
 #pragma omp for schedule(dynamic, 1)
@@ -263,7 +372,7 @@ void kth_key_radix(const Keys& keys, int64_t m, int64_t k, int threads, KthKey& 
     out.key = prefix;
     out.lt.assign(nch, 0);
     out.eq.assign(nch, 0);
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads_for(threads, m, KEY_ITEMS_PER_THREAD)) schedule(dynamic, 1)
     for (int64_t c = 0; c < nch; ++c) {
         int64_t lt = 0, eq = 0;
         for_chunk_blocks(keys, m, c, [&](int64_t, int n, const uint64_t* kb) { count_block(kb, n, out.key, lt, eq); });
@@ -287,7 +396,7 @@ void write_selected(const Keys& keys, int64_t m, int64_t k, const KthKey& kth, i
         offset[c] = pos;
         pos += kth.lt[c] + take_eq[c];
     }
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads_for(threads, m, KEY_ITEMS_PER_THREAD)) schedule(dynamic, 1)
     for (int64_t c = 0; c < nch; ++c) {
         if (kth.lt[c] + take_eq[c] == 0) continue;
         int64_t* dst = out + offset[c];
@@ -295,13 +404,19 @@ void write_selected(const Keys& keys, int64_t m, int64_t k, const KthKey& kth, i
         const uint64_t kk = kth.key;
         const int64_t limit = take_eq[c];
         for_chunk_blocks(keys, m, c, [&](int64_t start, int nb, const uint64_t* kb) {
-            int64_t picked[BLOCK];
+            int64_t picked[BLOCK + 8];
+            int64_t n_lt = 0, n_eq = 0;
+            count_block(kb, nb, kk, n_lt, n_eq);
             int found = 0;
-            for (int t = 0; t < nb; ++t) {  // branch-free compaction into a local block
-                const bool tie = (kb[t] == kk) & (ties < limit);
-                ties += tie;
-                picked[found] = start + t;
-                found += (kb[t] < kk) | tie;
+            if (n_eq == 0) {
+                found = indices_below(kb, nb, kk, start, picked);
+            } else {  // ties with K* (rare): the first `limit` of the chunk are taken
+                for (int t = 0; t < nb; ++t) {
+                    const bool tie = (kb[t] == kk) & (ties < limit);
+                    ties += tie;
+                    picked[found] = start + t;
+                    found += (kb[t] < kk) | tie;
+                }
             }
             std::copy(picked, picked + found, dst + n);
             n += found;
@@ -324,7 +439,7 @@ SampleInfo successive_sample(const T* u, int64_t m, int64_t k, WeightParams w, R
                              int threads, int force_path) {
     SampleInfo info{PATH_TRIVIAL, 0, -1};
     if (k == m) {
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads_for(threads, m, DATA_ITEMS_PER_THREAD)) schedule(static)
         for (int64_t i = 0; i < m; ++i) out[i] = i;
     }
     if (k == 0 || k == m) return info;
@@ -374,7 +489,7 @@ template <typename T>
 int64_t first_nan(const T* u, int64_t m, int threads) {
     const int64_t nch = num_chunks(m);
     int64_t first_chunk = nch;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(min : first_chunk)
+#pragma omp parallel for num_threads(threads_for(threads, m, DATA_ITEMS_PER_THREAD)) schedule(dynamic, 1) reduction(min : first_chunk)
     for (int64_t c = 0; c < nch; ++c)
         if (chunk_has_nan(u, c * CHUNK, std::min(m, (c + 1) * CHUNK)) && c < first_chunk) first_chunk = c;
     return first_chunk == nch ? -1 : first_nan_in_chunk(u, m, first_chunk);
@@ -398,10 +513,10 @@ T kth_value(const T* u, int64_t m, int64_t k, int threads, int64_t* nan_index) {
         if (pass > 0 && in_bucket <= cap) {
             // Few keys share the prefix: collect them and select among them.
             std::vector<std::vector<K>> found(threads);
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads_for(threads, m, DATA_ITEMS_PER_THREAD))
             {
                 std::vector<K>& mine = found[omp_get_thread_num()];
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
                 for (int64_t c = 0; c < nch; ++c) {
                     const int64_t end = std::min(m, (c + 1) * CHUNK);
                     for (int64_t i = c * CHUNK; i < end; ++i) {
@@ -418,10 +533,10 @@ T kth_value(const T* u, int64_t m, int64_t k, int threads, int64_t* nan_index) {
         }
         for (auto& h : hist) std::fill(h.begin(), h.end(), 0);
         int64_t first_bad_chunk = nch;
-#pragma omp parallel num_threads(threads) reduction(min : first_bad_chunk)
+#pragma omp parallel num_threads(threads_for(threads, m, DATA_ITEMS_PER_THREAD)) reduction(min : first_bad_chunk)
         {
             Count* h = hist[omp_get_thread_num()].data();
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
             for (int64_t c = 0; c < nch; ++c) {
                 const int64_t begin = c * CHUNK, end = std::min(m, begin + CHUNK);
                 if (pass == 0) {
@@ -460,14 +575,14 @@ T kth_value(const T* u, int64_t m, int64_t k, int threads, int64_t* nan_index) {
 template <typename T>
 inline void bernoulli_block(const T* __restrict u, int64_t start, int n, WeightParams w, RngParams r,
                             uint8_t* __restrict keep) {
-    const int64_t first_pair = start >> 1;
     const int pairs = n / 2;
+    uint64_t even[BLOCK / 2], odd[BLOCK / 2];
+    philox_pairs((uint64_t)start >> 1, pairs, r, even, odd);
 #pragma omp simd
     for (int p = 0; p < pairs; ++p) {
         const int64_t i0 = start + 2 * p;
-        const Philox4x32 x = philox_pair_block((uint64_t)(first_pair + p), r);
-        keep[2 * p] = bernoulli_keep_from_bits((double)u[i0], top52(x.v[0], x.v[1]), w);
-        keep[2 * p + 1] = bernoulli_keep_from_bits((double)u[i0 + 1], top52(x.v[2], x.v[3]), w);
+        keep[2 * p] = bernoulli_keep_from_bits((double)u[i0], even[p], w);
+        keep[2 * p + 1] = bernoulli_keep_from_bits((double)u[i0 + 1], odd[p], w);
     }
     if (n & 1) keep[n - 1] = bernoulli_keep((double)u[start + n - 1], (uint64_t)(start + n - 1), w, r);
 }
@@ -476,7 +591,7 @@ template <typename T>
 int64_t bernoulli_count(const T* u, int64_t m, WeightParams w, RngParams r, int64_t* counts, int threads) {
     const int64_t nch = num_chunks(m);
     int64_t total = 0;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) reduction(+ : total)
+#pragma omp parallel for num_threads(threads_for(threads, m, KEY_ITEMS_PER_THREAD)) schedule(dynamic, 1) reduction(+ : total)
     for (int64_t c = 0; c < nch; ++c) {
         const int64_t begin = c * CHUNK, end = std::min(m, begin + CHUNK);
         int64_t n = 0;
@@ -502,7 +617,7 @@ void bernoulli_write(const T* u, int64_t m, WeightParams w, RngParams r, const i
         offset[c] = pos;
         pos += counts[c];
     }
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads_for(threads, m, KEY_ITEMS_PER_THREAD)) schedule(dynamic, 1)
     for (int64_t c = 0; c < nch; ++c) {
         const int64_t begin = c * CHUNK, end = std::min(m, begin + CHUNK);
         int64_t* dst = out + offset[c];
@@ -522,7 +637,7 @@ void bernoulli_write(const T* u, int64_t m, WeightParams w, RngParams r, const i
 template <typename T>
 void successive_keys(const T* u, int64_t m, WeightParams w, RngParams r, uint64_t* keys, int threads) {
     SuccessiveKeys<T> f{u, w, r};
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads_for(threads, m, KEY_ITEMS_PER_THREAD)) schedule(dynamic, 64)
     for (int64_t b = 0; b < (m + BLOCK - 1) / BLOCK; ++b) {
         uint64_t buf[BLOCK];
         const int64_t s = b * BLOCK;
