@@ -1,11 +1,12 @@
 // CPU kernels of the smooth-step sampler and the k-th value (C++/OpenMP, raw pointers).
 //
 // Selecting the k smallest of M keys that are recomputed on the fly (nothing of size M is stored):
-//   1. Window (usual path). The keys of a strided sample of S = M/64 items (4096 <= S <= 2^21)
-//      give, by two order statistics, a window (lo, hi] that holds the k-th key with overwhelming
-//      probability (k/M of the way, +- 6 binomial standard deviations). One pass over all items
-//      counts, per fixed chunk of indices, the keys below lo and equal to lo, and collects the
-//      candidates in (lo, hi] (about 1% of M); the exact k-th key K* is selected among them.
+//   1. Window (usual path). The keys of a sample of S = M/64 items (4096 <= S <= 2^21, in runs
+//      of 64 consecutive items spread evenly over the indices) give, by two order statistics, a
+//      window (lo, hi] that holds the k-th key with overwhelming probability (k/M of the way,
+//      +- 6 binomial standard deviations). One pass over all items counts, per fixed chunk of
+//      indices, the keys below lo and equal to lo, and collects the candidates in (lo, hi]
+//      (about 1% of M); the exact k-th key K* is selected among them.
 //   2. Radix (fallback when the window misses, or holds more than max(2^18, M/32) candidates):
 //      four histogram passes over the 16-bit digits of the 64-bit keys give K* exactly, and one
 //      more pass counts, per chunk, the keys below and equal to K*.
