@@ -105,8 +105,9 @@ def test_kth_value_equals_numpy_partition(dtype):
         for u in (awkward_scores(m, dtype, m), rng.integers(-3, 4, m).astype(dtype), zeros.astype(dtype)):
             for k in sorted({1, m, max(1, m // 2), max(1, m // 50), max(1, m - 3)}):
                 got = ops.kth_value(torch.from_numpy(u), k)
+                radix = ext.sampler_kth_value(torch.from_numpy(u), k, True)  # the fallback path
                 want = np.partition(u, k - 1)[k - 1]
-                assert got == want, (m, k, got, want)
+                assert got == want and radix == want, (m, k, got, radix, want)
                 if want != 0:
                     assert np.array(got, dtype).tobytes() == want.tobytes()
 
@@ -117,7 +118,8 @@ def test_kth_value_bucket_larger_than_the_collection_cap():
     u = np.full(1_000_000, 1.0, np.float32)
     u[::2] = np.float32(1.0) + np.arange(500_000, dtype=np.float32) * np.float32(2 ** -23)
     for k in (1, 250_000, 600_000, 1_000_000):
-        assert ops.kth_value(u, k) == np.partition(u, k - 1)[k - 1]
+        want = np.partition(u, k - 1)[k - 1]
+        assert ops.kth_value(u, k) == want and ext.sampler_kth_value(torch.from_numpy(u), k, True) == want
 
 
 def test_kth_value_rejects_nan_and_bad_k():
@@ -128,6 +130,9 @@ def test_kth_value_rejects_nan_and_bad_k():
         ops.kth_value(u, 3)
     with pytest.raises(ValueError, match=r"u\[37\] is NaN"):
         ops.kth_value_reference(u, 3)
+    if ext is not None:
+        with pytest.raises(ValueError, match=r"u\[37\] is NaN"):
+            ext.sampler_kth_value(u, 3, True)
     with pytest.raises(ValueError, match=r"k must be in \[1, 5\]"):
         ops.kth_value(torch.zeros(5), 0)
     with pytest.raises(ValueError, match=r"k must be in \[1, 5\]"):

@@ -33,10 +33,11 @@ struct SampleInfo {
 int64_t first_nan_cpu(const float* u, int64_t m, int threads);
 int64_t first_nan_cpu(const double* u, int64_t m, int threads);
 
-// k-th smallest (1 <= k <= m), by radix select over order-preserving keys. If the data hold a
-// NaN, *nan_index is set to the first one (else -1) and the result is meaningless.
-float kth_value_cpu(const float* u, int64_t m, int64_t k, int threads, int64_t* nan_index);
-double kth_value_cpu(const double* u, int64_t m, int64_t k, int threads, int64_t* nan_index);
+// k-th smallest (1 <= k <= m) over order-preserving keys: sample-guided window, else (or with
+// force_radix) radix select. If the data hold a NaN, *nan_index is set to the first one (else -1)
+// and the result is meaningless.
+float kth_value_cpu(const float* u, int64_t m, int64_t k, int threads, int64_t* nan_index, int force_radix);
+double kth_value_cpu(const double* u, int64_t m, int64_t k, int threads, int64_t* nan_index, int force_radix);
 
 // The k smallest exponential keys (ties by index), as sorted indices in out[0..k).
 SampleInfo successive_sample_cpu(const float* u, int64_t m, int64_t k, WeightParams w, RngParams r,

@@ -497,11 +497,122 @@ int64_t first_nan(const T* u, int64_t m, int threads) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// k-th value of stored data: radix select over order-preserving keys, 16-bit digits, with the
-// bucket's few survivors collected and finished by nth_element as soon as they fit in memory.
+// k-th value of stored data, over order-preserving integer keys.
+//   Window (usual path): a sample guesses a key range (lo, hi) around the k-th key, one pass
+//   counts the keys below lo and collects those in [lo, hi], nth_element finishes.
+//   Radix (when the window misses or holds too many keys): histograms of 16-bit digits, top digit
+//   first, each pass restricted to the keys sharing the digits found so far; the bucket's few
+//   survivors are collected and finished by nth_element as soon as they fit in memory.
+// Both are exact; a NaN anywhere sets *nan_index to the first one.
+
+// The keys with lo <= key <= hi, in order, written to out (room for n + 16); their number.
+template <typename K>
+inline int keys_in_range(const K* __restrict keys, int n, K lo, K hi, K* __restrict out) {
+    int found = 0, t = 0;
+#if defined(__AVX512F__)
+    if constexpr (sizeof(K) == 4) {
+        const __m512i vlo = _mm512_set1_epi32((int)lo), vhi = _mm512_set1_epi32((int)hi);
+        for (; t + 16 <= n; t += 16) {
+            const __m512i k = _mm512_loadu_si512((const void*)(keys + t));
+            const __mmask16 in = _mm512_cmpge_epu32_mask(k, vlo) & _mm512_cmple_epu32_mask(k, vhi);
+            _mm512_storeu_si512((void*)(out + found), _mm512_maskz_compress_epi32(in, k));
+            found += __builtin_popcount(in);
+        }
+    } else {
+        const __m512i vlo = _mm512_set1_epi64((long long)lo), vhi = _mm512_set1_epi64((long long)hi);
+        for (; t + 8 <= n; t += 8) {
+            const __m512i k = _mm512_loadu_si512((const void*)(keys + t));
+            const __mmask8 in = _mm512_cmpge_epu64_mask(k, vlo) & _mm512_cmple_epu64_mask(k, vhi);
+            _mm512_storeu_si512((void*)(out + found), _mm512_maskz_compress_epi64(in, k));
+            found += __builtin_popcount(in);
+        }
+    }
+#endif
+    for (; t < n; ++t) {
+        out[found] = keys[t];
+        found += (keys[t] >= lo) & (keys[t] <= hi);
+    }
+    return found;
+}
+
+template <typename T, typename K>
+bool kth_value_window(const T* u, int64_t m, int64_t k, int threads, T* result, int64_t* nan_index) {
+    const int64_t nch = num_chunks(m);
+    int64_t runs = std::min<int64_t>(m, std::max<int64_t>(4096, m / 64)) / SAMPLE_RUN;
+    runs = std::max<int64_t>(1, std::min<int64_t>(runs, (1 << 21) / SAMPLE_RUN));
+    const int64_t run = std::min<int64_t>(SAMPLE_RUN, m), s = runs * run;
+    std::vector<K> sample(s);
+    for (int64_t j = 0; j < runs; ++j) {
+        const int64_t start = std::min(m - run, (int64_t)((double)j * (double)m / (double)runs));
+        for (int64_t t = 0; t < run; ++t) sample[j * run + t] = ord_key(u[start + t]);  // a NaN is caught below
+    }
+    const double q = (double)k / (double)m;
+    const double delta = 6.0 * std::sqrt((double)s * q * (1.0 - q)) + 8.0;
+    const int64_t lo_rank = (int64_t)std::floor(q * (double)s - delta) - 1;
+    const int64_t hi_rank = (int64_t)std::ceil(q * (double)s + delta);
+    K lo = 0, hi = std::numeric_limits<K>::max();
+    if (lo_rank >= 0) {
+        std::nth_element(sample.begin(), sample.begin() + lo_rank, sample.end());
+        lo = sample[lo_rank];
+    }
+    if (hi_rank < s) {
+        std::nth_element(sample.begin(), sample.begin() + hi_rank, sample.end());
+        hi = sample[hi_rank];
+    }
+    std::vector<K>().swap(sample);
+
+    const int64_t cap = std::max<int64_t>(1 << 16, m / 32);
+    std::vector<std::vector<K>> per_thread(threads);
+    std::atomic<int64_t> n_candidates{0};
+    std::atomic<bool> overflow{false};
+    int64_t total_below = 0, first_bad_chunk = nch;
+#pragma omp parallel num_threads(threads_for(threads, m, DATA_ITEMS_PER_THREAD)) \
+    reduction(+ : total_below) reduction(min : first_bad_chunk)
+    {
+        std::vector<K>& mine = per_thread[omp_get_thread_num()];
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < nch; ++c) {
+            if (overflow.load(std::memory_order_relaxed)) continue;
+            const int64_t begin = c * CHUNK, end = std::min(m, begin + CHUNK);
+            if (chunk_has_nan(u, begin, end)) {
+                first_bad_chunk = std::min(first_bad_chunk, c);
+                continue;
+            }
+            const size_t before = mine.size();
+            K keys[BLOCK], found_keys[BLOCK + 16];
+            for (int64_t b = begin; b < end; b += BLOCK) {
+                const int n = (int)std::min<int64_t>(BLOCK, end - b);
+                int64_t below = 0;
+#pragma omp simd reduction(+ : below)
+                for (int t = 0; t < n; ++t) {
+                    keys[t] = ord_key(u[b + t]);
+                    below += keys[t] < lo;
+                }
+                total_below += below;
+                const int found = keys_in_range(keys, n, lo, hi, found_keys);
+                mine.insert(mine.end(), found_keys, found_keys + found);
+            }
+            const int64_t added = (int64_t)(mine.size() - before);
+            if (n_candidates.fetch_add(added) + added > cap) overflow.store(true);
+        }
+    }
+    if (overflow.load()) return false;  // (the radix pass finds any NaN)
+    if (first_bad_chunk < nch) {
+        *nan_index = first_nan_in_chunk(u, m, first_bad_chunk);
+        return true;
+    }
+    const int64_t need = k - total_below;
+    if (need < 1 || need > n_candidates.load()) return false;
+    std::vector<K> cand;
+    cand.reserve((size_t)n_candidates.load());
+    for (auto& v : per_thread) cand.insert(cand.end(), v.begin(), v.end());
+    std::nth_element(cand.begin(), cand.begin() + (need - 1), cand.end());
+    *result = from_ord_key(cand[need - 1]);
+    return true;
+}
 
 template <typename T, typename K, typename Count>
-T kth_value(const T* u, int64_t m, int64_t k, int threads, int64_t* nan_index) {
+T kth_value_radix(const T* u, int64_t m, int64_t k, int threads, int64_t* nan_index) {
     constexpr int BITS = 8 * sizeof(K), DIGIT = 16, BINS = 1 << DIGIT;
     const int64_t nch = num_chunks(m);
     const int64_t cap = std::max<int64_t>(1 << 16, m / 16);
@@ -655,14 +766,20 @@ void successive_keys(const T* u, int64_t m, WeightParams w, RngParams r, uint64_
 
 int64_t first_nan_cpu(const float* u, int64_t m, int threads) { return first_nan(u, m, threads); }
 int64_t first_nan_cpu(const double* u, int64_t m, int threads) { return first_nan(u, m, threads); }
-// Per-thread histograms count at most m items: 32-bit counters unless m needs more.
-float kth_value_cpu(const float* u, int64_t m, int64_t k, int threads, int64_t* nan_index) {
-    if (m < (int64_t)UINT32_MAX) return kth_value<float, uint32_t, uint32_t>(u, m, k, threads, nan_index);
-    return kth_value<float, uint32_t, uint64_t>(u, m, k, threads, nan_index);
+// The radix select's per-thread histograms count at most m items: 32-bit counters unless m needs more.
+float kth_value_cpu(const float* u, int64_t m, int64_t k, int threads, int64_t* nan_index, int force_radix) {
+    float result = 0;
+    *nan_index = -1;
+    if (!force_radix && kth_value_window<float, uint32_t>(u, m, k, threads, &result, nan_index)) return result;
+    if (m < (int64_t)UINT32_MAX) return kth_value_radix<float, uint32_t, uint32_t>(u, m, k, threads, nan_index);
+    return kth_value_radix<float, uint32_t, uint64_t>(u, m, k, threads, nan_index);
 }
-double kth_value_cpu(const double* u, int64_t m, int64_t k, int threads, int64_t* nan_index) {
-    if (m < (int64_t)UINT32_MAX) return kth_value<double, uint64_t, uint32_t>(u, m, k, threads, nan_index);
-    return kth_value<double, uint64_t, uint64_t>(u, m, k, threads, nan_index);
+double kth_value_cpu(const double* u, int64_t m, int64_t k, int threads, int64_t* nan_index, int force_radix) {
+    double result = 0;
+    *nan_index = -1;
+    if (!force_radix && kth_value_window<double, uint64_t>(u, m, k, threads, &result, nan_index)) return result;
+    if (m < (int64_t)UINT32_MAX) return kth_value_radix<double, uint64_t, uint32_t>(u, m, k, threads, nan_index);
+    return kth_value_radix<double, uint64_t, uint64_t>(u, m, k, threads, nan_index);
 }
 SampleInfo successive_sample_cpu(const float* u, int64_t m, int64_t k, WeightParams w, RngParams r, int64_t* out,
                                  int threads, int force_path) {

@@ -9,6 +9,7 @@
 
 #ifdef CLID_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #endif
 
 #include "common/sampler_ops.h"
@@ -18,6 +19,10 @@ namespace {
 using namespace clid_sampler;
 
 void check_scores(const at::Tensor& u, const char* op) {
+    TORCH_CHECK(u.device().is_cpu() || u.is_cuda(), "clid.ops.", op, ": u must be on the CPU or a CUDA GPU");
+#ifndef CLID_WITH_CUDA
+    TORCH_CHECK(!u.is_cuda(), "clid.ops.", op, ": u is on the GPU but clid_ops was built without CUDA");
+#endif
     TORCH_CHECK(u.dim() == 1, "clid.ops.", op, ": u must be 1-D, got shape ", u.sizes());
     TORCH_CHECK(u.scalar_type() == at::kFloat || u.scalar_type() == at::kDouble, "clid.ops.", op,
                 ": u must be float32 or float64, got ", u.scalar_type());
@@ -41,6 +46,7 @@ WeightParams weight_params(double threshold, double s) {
 int threads() { return std::max(1, at::get_num_threads()); }
 
 #ifdef CLID_WITH_CUDA
+// Every CUDA op runs under a guard for u's device (set in the ops below).
 at::Tensor cuda_workspace(const at::Tensor& u) {
     return at::empty({cuda_workspace_bytes(u.numel())}, u.options().dtype(at::kByte));
 }
@@ -48,12 +54,12 @@ void* cuda_stream() { return (void*)at::cuda::getCurrentCUDAStream().stream(); }
 #endif
 
 int64_t first_nan(const at::Tensor& u) {
+    check_scores(u, "first_nan");
     if (u.is_cuda()) {
 #ifdef CLID_WITH_CUDA
+        const c10::cuda::OptionalCUDAGuard guard(u.device());
         at::Tensor ws = cuda_workspace(u);
         return first_nan_cuda(u.data_ptr(), u.scalar_type() == at::kDouble, u.numel(), ws.data_ptr(), cuda_stream());
-#else
-        TORCH_CHECK(false, "clid_ops was built without CUDA");
 #endif
     }
     if (u.scalar_type() == at::kFloat) return first_nan_cpu(u.data_ptr<float>(), u.numel(), threads());
@@ -61,13 +67,14 @@ int64_t first_nan(const at::Tensor& u) {
 }
 
 // k-th smallest (1-based) as a double (exact for float32 data too).
-double kth_value_op(at::Tensor u, int64_t k) {
+double kth_value_op(at::Tensor u, int64_t k, bool force_radix) {
     check_scores(u, "kth_value");
     u = u.contiguous();
     const int64_t m = u.numel();
     TORCH_CHECK(k >= 1 && k <= m, "clid.ops.kth_value: k must be in [1, ", m, "], got ", k);
     if (u.is_cuda()) {
 #ifdef CLID_WITH_CUDA
+        const c10::cuda::OptionalCUDAGuard guard(u.device());
         const int64_t bad = first_nan(u);
         if (bad >= 0) raise_nan("kth_value", bad, m);
         at::Tensor ws = cuda_workspace(u);
@@ -85,8 +92,8 @@ double kth_value_op(at::Tensor u, int64_t k) {
     double result = 0;
     {
         pybind11::gil_scoped_release no_gil;
-        if (u.scalar_type() == at::kFloat) result = kth_value_cpu(u.data_ptr<float>(), m, k, threads(), &bad);
-        else result = kth_value_cpu(u.data_ptr<double>(), m, k, threads(), &bad);
+        if (u.scalar_type() == at::kFloat) result = kth_value_cpu(u.data_ptr<float>(), m, k, threads(), &bad, force_radix);
+        else result = kth_value_cpu(u.data_ptr<double>(), m, k, threads(), &bad, force_radix);
     }
     if (bad >= 0) raise_nan("kth_value", bad, m);
     return result;
@@ -107,6 +114,7 @@ std::tuple<at::Tensor, int64_t, int64_t, int64_t> successive_op(at::Tensor u, do
     SampleInfo info{};
     if (u.is_cuda()) {
 #ifdef CLID_WITH_CUDA
+        const c10::cuda::OptionalCUDAGuard guard(u.device());
         at::Tensor ws = cuda_workspace(u);
         info = successive_sample_cuda(u.data_ptr(), u.scalar_type() == at::kDouble, m, k, w, r,
                                       out.data_ptr<int64_t>(), ws.data_ptr(), cuda_stream());
@@ -132,6 +140,7 @@ at::Tensor bernoulli_op(at::Tensor u, double threshold, double s, uint64_t seed,
     if (bad >= 0) raise_nan("smoothstep_sample", bad, m);
     if (u.is_cuda()) {
 #ifdef CLID_WITH_CUDA
+        const c10::cuda::OptionalCUDAGuard guard(u.device());
         at::Tensor ws = cuda_workspace(u);
         const bool dbl = u.scalar_type() == at::kDouble;
         const int64_t total = bernoulli_count_cuda(u.data_ptr(), dbl, m, w, r, ws.data_ptr(), cuda_stream());
@@ -168,6 +177,7 @@ at::Tensor keys_op(at::Tensor u, double threshold, double s, uint64_t seed, uint
     auto* dst = reinterpret_cast<uint64_t*>(keys.data_ptr<int64_t>());
     if (u.is_cuda()) {
 #ifdef CLID_WITH_CUDA
+        const c10::cuda::OptionalCUDAGuard guard(u.device());
         successive_keys_cuda(u.data_ptr(), u.scalar_type() == at::kDouble, u.numel(), w, r, dst, cuda_stream());
         return keys;
 #endif
@@ -181,8 +191,8 @@ at::Tensor keys_op(at::Tensor u, double threshold, double s, uint64_t seed, uint
 
 void register_sampler_ops(pybind11::module_& m) {
     m.def("sampler_first_nan", &first_nan, "index of the first NaN of a 1-D float tensor, or -1");
-    m.def("sampler_kth_value", &kth_value_op, "k-th smallest (1-based) by radix select", pybind11::arg("u"),
-          pybind11::arg("k"));
+    m.def("sampler_kth_value", &kth_value_op, "k-th smallest (1-based)", pybind11::arg("u"), pybind11::arg("k"),
+          pybind11::arg("force_radix") = false);
     m.def("sampler_successive", &successive_op, "smooth-step successive sampling (sorted indices, path, filled, positive)",
           pybind11::arg("u"), pybind11::arg("threshold"), pybind11::arg("s"), pybind11::arg("k"), pybind11::arg("seed"),
           pybind11::arg("iteration"), pybind11::arg("force_path") = 0);
