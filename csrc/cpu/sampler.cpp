@@ -404,11 +404,16 @@ void write_selected(const Keys& keys, int64_t m, int64_t k, const KthKey& kth, i
         int64_t n = 0, ties = 0;
         const uint64_t kk = kth.key;
         const int64_t limit = take_eq[c];
+        const int64_t share = kth.lt[c] + limit;
         for_chunk_blocks(keys, m, c, [&](int64_t start, int nb, const uint64_t* kb) {
             int64_t picked[BLOCK + 8];
             int64_t n_lt = 0, n_eq = 0;
             count_block(kb, nb, kk, n_lt, n_eq);
             int found = 0;
+            if (n_eq == 0 && n + nb + 8 <= share) {  // straight into the output: room for whole vectors
+                n += indices_below(kb, nb, kk, start, dst + n);
+                return;
+            }
             if (n_eq == 0) {
                 found = indices_below(kb, nb, kk, start, picked);
             } else {  // ties with K* (rare): the first `limit` of the chunk are taken
