@@ -1,11 +1,12 @@
 // Philox4x32-10, the counter-based random number generator of Salmon et al. (SC'11, "Parallel
 // random numbers: as easy as 1, 2, 3"), for the host and the device.
 //
-// A counter-based generator is a keyed bijection: the 128 random bits of item i are a pure
-// function of (key, counter), so any thread (CPU or GPU) computes them for any item in any order,
-// and a sample never depends on the thread count or the device. The sampler uses
-//     key     = the 64-bit seed                       (k0 = low word, k1 = high word)
-//     counter = (item index, iteration), 64 bits each (c0, c1 = index; c2, c3 = iteration)
+// A counter-based generator is a keyed bijection: its 128 random bits are a pure function of
+// (key, counter), so any thread (CPU or GPU) computes them for any item in any order, and a
+// sample never depends on the thread count or the device. The sampler uses
+//     key     = the 64-bit seed                           (k0 = low word, k1 = high word)
+//     counter = (i >> 1, iteration), 64 bits each         (c0, c1 = i >> 1; c2, c3 = iteration)
+// and gives words 0-1 to item i when i is even, words 2-3 when it is odd (sampler_math.h).
 // Checked against the Random123 known-answer vectors in tests/test_ops_sampler.py.
 #pragma once
 

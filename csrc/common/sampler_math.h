@@ -17,10 +17,11 @@
 //
 // Bitwise reproducibility: every function below uses only +, -, *, / (each correctly rounded by
 // IEEE 754), comparisons and integer bit manipulation; no fma, no libm. The host compiler must not
-// contract a*b+c into an fma (GCC's default in ISO C++ mode, -std=c++17/20, is -ffp-contract=off)
-// and on the device every operation is an explicit round-to-nearest intrinsic (__dmul_rn, ...),
-// which nvcc never contracts. The NumPy reference in clid/ops.py runs the same operations in the
-// same order, and tests/test_ops_sampler.py checks the CPU keys against it bit for bit.
+// contract a*b+c into an fma: GCC does so by default (even with -std=c++20), so the CPU kernels'
+// file turns contraction off (#pragma GCC optimize("fp-contract=off")); on the device every
+// operation is an explicit round-to-nearest intrinsic (__dmul_rn, ...), which nvcc never
+// contracts. The NumPy reference in clid/ops.py runs the same operations in the same order, and
+// tests/test_ops_sampler.py checks the CPU keys against it bit for bit.
 #pragma once
 
 #include <stdint.h>
