@@ -1,0 +1,236 @@
+"""Stage 06: CLID training with gradual data selection (the method's core).
+
+    python 06_train_selection.py --captions captions.json --selfgen paraphrased.jsonl \\
+        --quality quality.h5 --features features.h5 --out runs/clid
+
+In:  trusted captions, self-generated captions, their quality scores u (05), region features.
+Out: a checkpoint folder usable by 07, with ``selection_log.jsonl`` (one line per iteration).
+
+Schedule (paper defaults: c = 2, s = 1, eta = 1200): for iterations i = 0, 1, 2, ...
+
+    T_i  = the (c * i)-th percentile of u over the self-generated pool
+    f(u) = 0.5 * (1 + tanh((u - T_i) / s))
+    draw floor((100 - c * i)% of the pool) captions WITHOUT replacement, proportionally to f
+    train eta optimizer steps on trusted + drawn captions
+
+until c * i reaches 100 (nothing left to draw); then training goes on with trusted captions only
+until ``--max-steps``. Draws use the fused sampler (``clid.ops.smoothstep_sample``) keyed by
+(seed, iteration), so a resumed run, or any DDP rank, redraws exactly the same captions.
+
+Options: ``--full-epochs`` (the authors' alternative: one epoch of trusted + drawn per iteration);
+``--schedule constant`` (every caption equally likely, the paper's ablation), ``hard`` (s -> 0: a step
+at T_i), ``none`` (the whole extended set, no selection); ``--init bert|random|CKPT``: the paper does
+not say how this stage starts: ``bert`` (default) starts like 04 (pretrained BERT for minilm/labert,
+random for tiny); the authors' code re-initialises randomly (``random``); ``CKPT`` copies a checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from clid import ops
+from clid.files import DataError, FeatureStore, atomic_path, read_quality
+from clid.model import build_model, count_parameters, preset_config
+from clid.rng import item_seed
+from clid.text import get_levels, load_tokenizer
+from clid.train import (RegionCache, Trainer, TrainSettings, checkpoint_exists, corpus_vocab, epoch_batches,
+                        init_distributed, load_init_weights, make_examples, quick_control_precision, read_train_state,
+                        training_items)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--captions", required=True)
+    p.add_argument("--selfgen", required=True)
+    p.add_argument("--quality", required=True, help="quality HDF5 from 05")
+    p.add_argument("--features", required=True)
+    p.add_argument("--out", required=True, help="checkpoint folder")
+    p.add_argument("--c", type=float, default=2.0, help="percent of the pool dropped per iteration")
+    p.add_argument("--s", type=float, default=1.0, help="smoothness of the weighting")
+    p.add_argument("--eta", type=int, default=1200, help="optimizer steps per iteration")
+    p.add_argument("--full-epochs", action="store_true", help="one epoch per iteration instead of --eta steps")
+    p.add_argument("--schedule", choices=["smooth", "constant", "hard", "none"], default="smooth")
+    p.add_argument("--init", default="bert", help="bert | random | a checkpoint folder")
+    p.add_argument("--preset", choices=["tiny", "minilm", "labert"], default="labert")
+    p.add_argument("--bert", help="BERT folder or hub name for minilm/labert")
+    p.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption")
+    p.add_argument("--output-vocab", nargs="+", metavar="FILE",
+                   help="restrict the LM head to the tokens of these caption files (speed option, see 04)")
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--warmup", type=int, default=1000)
+    p.add_argument("--max-steps", type=int, default=100_000)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--eos-weight", type=float, default=0.5)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--save-every", type=int, default=1000)
+    p.add_argument("--eval-every", type=int, default=1000)
+    p.add_argument("--eval-images", type=int, default=100)
+    p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------------------------
+# The selection plan
+
+
+def draw(u: torch.Tensor, iteration: int, args) -> tuple[np.ndarray, float]:
+    """Indices into the pool drawn at ``iteration``, and the threshold T_i."""
+    M = len(u)
+    percent = args.c * iteration
+    k = math.floor(M * (100.0 - percent) / 100.0 + 1e-9)  # the authors' int(M * (1 - c*i/100))
+    threshold = float(ops.percentile_threshold(u, percent)) if M else 0.0
+    if args.schedule == "constant":  # every caption equally likely: a uniform draw of k
+        indices = ops.smoothstep_sample(torch.zeros_like(u), 0.0, 1.0, k, args.seed, iteration)
+    else:
+        s = 0.0 if args.schedule == "hard" else args.s
+        indices = ops.smoothstep_sample(u, threshold, s, k, args.seed, iteration)
+    return indices.cpu().numpy(), threshold
+
+
+def make_plan(u: torch.Tensor, n_trusted: int, selfgen_lengths: np.ndarray, selfgen_levels: np.ndarray,
+              num_levels: int, args) -> list[dict]:
+    """One entry per iteration: threshold, draw size and statistics, and its range of steps."""
+    plan, step, iteration = [], 0, 0
+    if args.schedule == "none":  # the whole extended set, no selection
+        return [{"iteration": 0, "start": 0, "end": args.max_steps, "threshold": None,
+                 "drawn": int(len(u)), "pool": int(len(u)), "digest": "all"}]
+    while args.c * iteration < 100 and step < args.max_steps and len(u):
+        indices, threshold = draw(u, iteration, args)
+        size = n_trusted + len(indices)
+        steps = math.ceil(size / args.batch_size) if args.full_epochs else args.eta
+        histogram = np.bincount(selfgen_levels[indices], minlength=num_levels + 1)[1:]
+        plan.append({"iteration": iteration, "start": step, "end": min(step + steps, args.max_steps),
+                     "threshold": threshold, "drawn": int(len(indices)), "pool": int(len(u)),
+                     "mean_length": round(float(selfgen_lengths[indices].mean()), 3) if len(indices) else None,
+                     "mean_u": round(float(u[indices].mean()), 4) if len(indices) else None,
+                     "levels": histogram.tolist(),
+                     "digest": hashlib.sha1(indices.tobytes()).hexdigest()[:16]})
+        step += steps
+        iteration += 1
+    if step < args.max_steps:
+        plan.append({"iteration": iteration, "start": step, "end": args.max_steps, "threshold": None,
+                     "drawn": 0, "pool": int(len(u)), "trusted_only": True, "digest": "none"})
+    return plan
+
+
+def scores_for(selfgen_ids: list[str], quality_path) -> torch.Tensor:
+    """u of every usable self-generated caption, in the order of ``selfgen_ids``."""
+    q = read_quality(quality_path)
+    by_id = dict(zip(q["id"], q["u"]))
+    missing = [c for c in selfgen_ids if c not in by_id]
+    if missing:
+        raise DataError(quality_path, None, f"{len(missing)} self-generated captions have no quality score "
+                                            f"(first: {missing[0]}); run 05 on the same captions")
+    u = np.asarray([by_id[c] for c in selfgen_ids], dtype=np.float32)
+    if np.isnan(u).any():
+        raise DataError(quality_path, f"caption {selfgen_ids[int(np.isnan(u).argmax())]}", "u is NaN")
+    return torch.from_numpy(u)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    rank, world, device = init_distributed()
+    out = Path(args.out)
+    if checkpoint_exists(out) and read_train_state(out)["step"] >= args.max_steps:
+        if rank == 0:
+            print(f"{out} is already trained to {args.max_steps} steps; nothing to do")
+        return
+    try:
+        features = FeatureStore(args.features)
+    except FileNotFoundError as err:
+        sys.exit(f"error: {err}")
+
+    # the model: like 04, then --init decides the starting weights
+    output_vocab = corpus_vocab(args.output_vocab, load_tokenizer()) if args.output_vocab else None
+    config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, dropout=args.dropout,
+                           output_vocab=output_vocab)
+    torch.manual_seed(item_seed(args.seed, "init"))
+    if args.init == "random":
+        config.init_from = None  # the authors' code: a random re-initialisation
+    elif args.init != "bert" and not Path(args.init).is_dir():
+        sys.exit(f"error: --init must be bert, random or a checkpoint folder (got {args.init!r})")
+    model = build_model(config).to(device)
+    if args.init not in ("bert", "random"):
+        load_init_weights(model, args.init)
+
+    # the data: trusted examples first, then the scored self-generated pool
+    try:
+        items = training_items(args.captions, args.selfgen)
+        paragraphs = config.levels == get_levels("paragraph")
+        trusted, skipped = make_examples(items.trusted, model.tokenizer, config.levels, "trusted", features)
+        pool, pool_skipped = make_examples(items.selfgen, model.tokenizer, config.levels, "selfgen", features, paragraphs)
+        u = scores_for(pool.caption_ids, args.quality)
+    except DataError as err:
+        sys.exit(f"error: {err}")
+    skipped.update(items.skipped + pool_skipped)
+    n_trusted = len(trusted)
+    examples = trusted.extend(pool)  # trusted captions first, then the pool
+    lengths = np.array([len(t) for t in pool.tokens])
+    plan = make_plan(u, n_trusted, lengths, np.array(pool.levels), config.num_levels, args)
+    if world > 1:  # every rank must draw the same captions
+        digests = [None] * world
+        torch.distributed.all_gather_object(digests, [p["digest"] for p in plan])
+        if any(d != digests[0] for d in digests):
+            sys.exit("error: DDP ranks drew different captions")
+    if rank == 0:
+        print(f"trusted captions: {n_trusted}; self-generated pool: {len(pool)} (u mean {float(u.mean()):+.3f})")
+        for reason, count in sorted(skipped.items()):
+            print(f"  skipped {count}: {reason}")
+        print(f"plan: {sum(1 for p in plan if p['drawn'])} selection iterations, then trusted only "
+              f"from step {plan[-1]['start'] if plan[-1].get('trusted_only') else args.max_steps}")
+        out.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out / "selection_log.jsonl") as tmp:
+            tmp.write_text("".join(json.dumps(p) + "\n" for p in plan))
+
+    settings = TrainSettings(lr=args.lr, weight_decay=args.weight_decay, warmup=args.warmup, max_steps=args.max_steps,
+                             batch_size=args.batch_size, grad_clip=args.grad_clip, label_smoothing=args.label_smoothing,
+                             eos_weight=args.eos_weight, save_every=args.save_every, eval_every=args.eval_every,
+                             log_every=args.log_every, seed=args.seed)
+    eval_ids = [i for i in items.val_ids if i in features][: args.eval_images]
+    evaluate = (lambda m, step: quick_control_precision(m, features, eval_ids, device)) if eval_ids else None
+    trainer = Trainer(model, examples, RegionCache(features, config.num_classes > 0), settings, out,
+                      {"train": vars(args), "stage": "06_train_selection"}, device, rank, world, evaluate)
+    if trainer.resume() and rank == 0:
+        print(f"resumed from {out} at step {trainer.step}")
+    if rank == 0:
+        print(f"model: {args.preset}, {count_parameters(model) / 1e6:.1f}M parameters; {world} process(es) on {device}")
+
+    trusted_indices = np.arange(n_trusted)
+    for entry in plan:
+        if trainer.step >= entry["end"]:
+            continue
+        if args.schedule == "none":
+            members = np.arange(len(examples))
+        elif entry["drawn"]:
+            drawn, _ = draw(u, entry["iteration"], args)
+            assert hashlib.sha1(drawn.tobytes()).hexdigest()[:16] == entry["digest"], "the draw is not reproducible"
+            members = np.concatenate([trusted_indices, n_trusted + drawn])
+        else:
+            members = trusted_indices
+        if rank == 0:
+            print(f"iteration {entry['iteration']}: T={entry['threshold']}, drawn {entry['drawn']} of {entry['pool']}, "
+                  f"mean length {entry.get('mean_length')}, levels {entry.get('levels')}, steps {entry['start']}-{entry['end']}")
+        start = entry["start"]
+        batch_for = (lambda step, members=members, start=start, i=entry["iteration"]:
+                     members[epoch_batches(len(members), args.batch_size, step - start, args.seed, ("iter", i))])
+        trainer.run(entry["end"], batch_for, desc=f"06 it {entry['iteration']}",
+                    state_for=lambda step, i=entry["iteration"]: {"iteration": i})
+    if rank == 0:
+        print(f"checkpoint: {out}")
+    if world > 1:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

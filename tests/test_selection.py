@@ -1,0 +1,150 @@
+"""06_train_selection.py: the schedule, the ablations, resume and DDP draws."""
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from clid.files import write_quality
+
+from conftest import ROOT, run_script
+from toyworld import make_toy_world
+
+spec = importlib.util.spec_from_file_location("selection", ROOT / "06_train_selection.py")
+selection = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(selection)
+
+
+def plan_args(**kw):
+    base = dict(c=2.0, s=1.0, eta=1200, full_epochs=False, schedule="smooth", max_steps=100_000, batch_size=64, seed=0)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_plan_follows_the_paper_schedule():
+    rng = np.random.default_rng(0)
+    u = torch.from_numpy(rng.normal(size=1003).astype(np.float32))
+    lengths, levels = rng.integers(3, 60, 1003), rng.integers(1, 8, 1003)
+    plan = selection.make_plan(u, 500, lengths, levels, 7, plan_args())
+    draws = [p for p in plan if p["drawn"]]
+    assert len(draws) == 50  # c*i < 100 for i = 0..49
+    for p in draws:
+        i = p["iteration"]
+        assert p["drawn"] == int(1003 * (1 - 2 * i / 100) + 1e-9)  # the authors' int(M * (1 - c*i/100))
+        assert p["threshold"] == pytest.approx(float(np.percentile(u.numpy(), 2 * i)), abs=1e-6)
+        assert (p["start"], p["end"]) == (1200 * i, 1200 * (i + 1))
+        assert sum(p["levels"]) == p["drawn"]
+    assert plan[-1] == {**plan[-1], "start": 60_000, "end": 100_000, "drawn": 0, "trusted_only": True}
+    # the mean u of the draw rises as the threshold rises
+    means = [p["mean_u"] for p in draws]
+    assert means[-1] > means[len(means) // 2] > means[0]
+
+
+def test_draws_prefer_high_u_and_are_reproducible():
+    u = torch.linspace(-3, 3, 2000)
+    args = plan_args()
+    drawn, threshold = selection.draw(u, 25, args)  # T = median, half the pool
+    assert len(drawn) == 1000 and abs(threshold) < 1e-2
+    assert (u[drawn] > 0).float().mean() > 0.75  # weighted towards u above T
+    assert np.array_equal(drawn, selection.draw(u, 25, args)[0])
+    assert not np.array_equal(drawn, selection.draw(u, 25, plan_args(seed=1))[0])
+    hard, _ = selection.draw(u, 25, plan_args(schedule="hard"))
+    assert (u[hard] >= threshold).all()  # s -> 0: a step at T
+    constant, _ = selection.draw(u, 25, plan_args(schedule="constant"))
+    assert 0.4 < (u[constant] > 0).float().mean() < 0.6  # every caption equally likely
+
+
+def test_full_epochs_and_none_schedules():
+    u = torch.zeros(100)
+    lengths, levels = np.full(100, 12), np.full(100, 2)
+    plan = selection.make_plan(u, 60, lengths, levels, 7, plan_args(full_epochs=True, batch_size=16, c=25))
+    assert [p["end"] - p["start"] for p in plan if p["drawn"]] == [10, 9, 7, 6]  # ceil((60 + k) / 16)
+    none = selection.make_plan(u, 60, lengths, levels, 7, plan_args(schedule="none", max_steps=50))
+    assert none == [{"iteration": 0, "start": 0, "end": 50, "threshold": None, "drawn": 100, "pool": 100,
+                     "digest": "all"}]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sel")
+    captions, features = make_toy_world(folder, n_train=20, n_val=4, n_test=4)
+    selfgen = folder / "selfgen.jsonl"
+    texts = ["a red dog", "a blue ball and a green tree in the park",
+             "a yellow car next to a red boat and a blue cat on the grass in the park with a tree"]
+    ids = []
+    with open(selfgen, "w") as f:
+        for i in range(1, 29):
+            for n, text in enumerate(texts):
+                f.write(json.dumps({"id": f"{i}_{n}", "image_id": i, "caption": text}) + "\n")
+                if i <= 20:
+                    ids.append(f"{i}_{n}")
+    quality = folder / "quality.h5"
+    u = np.random.default_rng(0).normal(size=len(ids))
+    write_quality(quality, ids, u, np.zeros(len(ids)))
+    return captions, features, selfgen, quality
+
+
+def cmd(world, out, *extra):
+    captions, features, selfgen, quality = world
+    return ["06_train_selection.py", "--captions", captions, "--features", features, "--selfgen", selfgen,
+            "--quality", quality, "--out", out, "--preset", "tiny", "--c", "25", "--eta", "3", "--max-steps", "16",
+            "--batch-size", "8", "--lr", "1e-3", "--warmup", "2", "--eval-every", "0", "--log-every", "1",
+            "--save-every", "2", *extra]
+
+
+def weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_selection_run_log_and_resume_after_kill(tmp_path, world):
+    proc = run_script(*cmd(world, tmp_path / "straight"))
+    log = [json.loads(line) for line in (tmp_path / "straight" / "selection_log.jsonl").read_text().splitlines()]
+    assert [p["drawn"] for p in log] == [60, 45, 30, 15, 0]
+    assert all(set(p) >= {"threshold", "drawn", "start", "end"} for p in log)
+    assert "iteration 3: T=" in proc.stdout and "mean length" in proc.stdout
+    # kill in the middle of an iteration, start again: the same weights as the uninterrupted run
+    full = [sys.executable, *map(str, cmd(world, tmp_path / "killed"))]
+    child = subprocess.Popen(full, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = tmp_path / "killed" / "train_state.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and child.poll() is None:
+        if state.exists() and json.loads(state.read_text())["step"] >= 4:
+            break
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert json.loads(state.read_text())["step"] < 16
+    resumed = run_script(*cmd(world, tmp_path / "killed"))
+    assert "resumed from" in resumed.stdout
+    a, b = weights(tmp_path / "straight"), weights(tmp_path / "killed")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads(state.read_text())["iteration"] == 4
+
+
+def test_missing_scores_are_an_error(tmp_path, world):
+    captions, features, selfgen, _ = world
+    partial = tmp_path / "partial.h5"
+    write_quality(partial, ["1_0", "1_1"], [0.0, 0.0], [0.0, 0.0])
+    proc = run_script(*cmd((captions, features, selfgen, partial), tmp_path / "x"), check=False)
+    assert proc.returncode != 0 and "58 self-generated captions have no quality score" in proc.stderr
+
+
+def test_ddp_ranks_draw_the_same_captions(tmp_path, world):
+    run_script("-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+               *cmd(world, tmp_path / "ddp", "--max-steps", "8", "--dropout", "0"), env={"OMP_NUM_THREADS": "1"})
+    run_script(*cmd(world, tmp_path / "one", "--max-steps", "8", "--dropout", "0"))
+
+    def losses(folder):
+        return [r["loss"] for r in map(json.loads, (folder / "train_log.jsonl").read_text().splitlines()) if "loss" in r]
+
+    np.testing.assert_allclose(losses(tmp_path / "ddp"), losses(tmp_path / "one"), rtol=1e-5)
