@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clid import english as en  # noqa: E402
 from clid.files import atomic_path, read_json, write_h5_groups, write_json  # noqa: E402
 from clid.rng import item_rng  # noqa: E402
-from clid.text import caption_lengths, karpathy_tokens, length_to_level, level_range  # noqa: E402
+from clid.text import caption_lengths, karpathy_tokens, level_range  # noqa: E402
 
 VG_ID_OFFSET = 1_000_000  # Visual Genome image id = offset + caption (COCO) id
 SUPERSAMPLE = 2  # objects are drawn at 2x and box-filtered down (anti-aliasing)

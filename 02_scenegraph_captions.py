@@ -36,7 +36,7 @@ import math
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +48,7 @@ from clid.data import SceneGraph, check_box, load_image_data, load_scene_graphs
 from clid.files import DataError
 from clid.rng import item_rng
 from clid.stats import format_table, length_stats
-from clid.text import caption_lengths, get_levels, length_to_level, load_tokenizer
+from clid.text import caption_lengths, length_to_level, load_tokenizer
 
 # centre-bias prior: an isotropic Gaussian at the image centre, sigma = PRIOR_SIGMA * image side
 PRIOR_SIGMA = 0.25

@@ -77,8 +77,10 @@ def score_chunk(chunk, path, models, features, regions, args, bar):
     examples, skipped = make_examples([(c, i, t) for c, i, t, _ in chunk], tokenizer, models[0].levels, "selfgen",
                                       features, keep_sentences=paragraphs)
     source = {c: s for c, _, _, s in chunk}
+    # the bar counts captions: a batch advances it by half its size per model
     logp = [caption_logprobs(m, examples, regions, args.mode, args.batch_size, args.device, args.count_padding,
-                             progress=(bar.update if k == 1 else None)) for k, m in enumerate(models)]
+                             progress=lambda n, k=k: bar.update(n // 2 if k == 0 else n - n // 2))
+            for k, m in enumerate(models)]
     bar.update(len(chunk) - len(examples))
     write_arrays(path, {"id": np.asarray(examples.caption_ids, dtype=object),
                         "logp_trusted": logp[0].astype(np.float32), "logp_extended": logp[1].astype(np.float32),

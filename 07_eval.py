@@ -218,7 +218,7 @@ QUALITY_TITLES = {"Bleu_1": "BLEU-1", "Bleu_2": "BLEU-2", "Bleu_3": "BLEU-3", "B
 def write_report(path, meta, results, generated, refs, long_refs, levels, example_ids, lengths_of):
     numbers = list(range(1, len(levels) + 1))
     scored = "in-range captions" if meta["score_captions"] == "in-range" else "all captions"
-    lines = [f"# Length-controlled captioning: evaluation\n",
+    lines = ["# Length-controlled captioning: evaluation\n",
              f"{meta['n_test_images']} test images (`{meta['refs']}`, {meta['evaluated']}), "
              f"{meta['level_set']} levels. Runs:\n"]
     lines += [f"- **{name}**: {meta['runs'][name]['source']}" for name in results]

@@ -22,8 +22,7 @@ tokenizer files, so the folder alone rebuilds the model; loading never unpickles
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch

@@ -1,4 +1,5 @@
 """Shared test fixtures: real-format sample files and the real COCO 2014 captions."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -42,3 +43,47 @@ def run_script(*args, cwd=ROOT, check=True, env=None, timeout=1800) -> subproces
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} failed ({proc.returncode}):\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
     return proc
+
+
+def run_one_thread(*args, **kwargs) -> subprocess.CompletedProcess:
+    """:func:`run_script` with one thread per process: on a busy machine, spinning OpenMP threads
+    make small torch ops many times slower."""
+    return run_script(*args, env={"OMP_NUM_THREADS": "1", **kwargs.pop("env", {})}, **kwargs)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for in-process model tests (see :func:`run_one_thread`); restored afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def import_script(filename: str, module_name: str):
+    """Import a numbered stage script (e.g. "02_scenegraph_captions.py") as a module."""
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / filename)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def kill_after_checkpoint(command: list, state_file: Path, min_step: int, timeout: float = 300) -> None:
+    """Start a training command, SIGKILL it once ``state_file`` records ``min_step`` steps or more."""
+    import json
+    import signal
+    import time
+
+    child = subprocess.Popen([sys.executable, *map(str, command)], cwd=ROOT,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    while time.time() < deadline and child.poll() is None:
+        if state_file.exists() and json.loads(state_file.read_text())["step"] >= min_step:
+            break
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()

@@ -1,15 +1,12 @@
 """00_demo_data.py: the demo world is deterministic, readable by the clid loaders, COCO-like in caption
 length, truthful (captions and long references name only what is drawn), and its region features come
 from the pixels."""
-import importlib.util
 import json
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_script
+from conftest import ROOT, import_script, run_script
 
 from clid.data import load_captions, load_image_data, load_karpathy, load_scene_graphs, vg_to_coco_ids
 from clid.files import FeatureStore, read_json
@@ -20,11 +17,7 @@ FILES = ("captions.json", "scene_graphs.json", "scene_graphs_clean.json", "image
 
 
 def load_demo_module():
-    spec = importlib.util.spec_from_file_location("demo_data", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["demo_data"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return import_script("00_demo_data.py", "demo_data")
 
 
 @pytest.fixture(scope="module")

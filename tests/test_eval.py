@@ -1,6 +1,5 @@
 """07_eval.py and clid.metrics on real COCO captions: the numbers equal pycocoevalcap's own, the
 control precision counts every test image, the checkpoint path generates, caches and reports."""
-import importlib.util
 import os
 import sys
 import time
@@ -14,7 +13,7 @@ from clid import metrics
 from clid.files import DataError, FeatureStore, read_json, write_h5_groups, write_json, write_jsonl
 from clid.text import LEVEL_SETS, caption_length, caption_lengths
 
-from conftest import ROOT, run_script
+from conftest import ROOT, import_script, run_script
 
 QUALITY = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 
@@ -118,10 +117,7 @@ def test_generated_equals_pycocoevalcap_on_real_coco(coco_annotations, tmp_path)
 
 
 def load_eval_script():
-    spec = importlib.util.spec_from_file_location("eval_script_07", ROOT / "07_eval.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_script("07_eval.py", "eval_script_07")
 
 
 class FakeCaptioner:

@@ -1,10 +1,6 @@
 """The captioner: shapes, masking and loss, decoding, checkpoints, resume, DDP, pretrained presets."""
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -13,10 +9,10 @@ import torch
 from clid import model as M
 from clid.decode import generate_captions, mask_predict, pad_regions
 from clid.files import FeatureStore
-from clid.text import caption_length, eos_id, get_levels, load_tokenizer
-from clid.train import Examples, RegionCache, collate, epoch_batches, make_examples, masked_lm_loss
+from clid.text import eos_id, get_levels, load_tokenizer
+from clid.train import RegionCache, collate, epoch_batches, make_examples, masked_lm_loss
 
-from conftest import ROOT, run_script
+from conftest import kill_after_checkpoint, run_script
 from toyworld import make_toy_world
 
 TINY = dict(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, region_hidden=64)
@@ -182,17 +178,8 @@ def test_resume_after_kill_gives_the_same_weights(tmp_path, world):
     steps = ["--max-steps", "16", "--save-every", "4"]
     run_script(*train_cmd(world, tmp_path / "straight", *steps))
     # start the same run, kill it hard once a mid-run checkpoint exists, start it again
-    cmd = [sys.executable, *map(str, train_cmd(world, tmp_path / "killed", *steps))]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = tmp_path / "killed" / "train_state.json"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if state.exists() and json.loads(state.read_text())["step"] >= 4:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_after_checkpoint(train_cmd(world, tmp_path / "killed", *steps), state, min_step=4)
     assert json.loads(state.read_text())["step"] < 16, "the run finished before it could be killed"
     resumed = run_script(*train_cmd(world, tmp_path / "killed", *steps))
     assert "resumed from" in resumed.stdout

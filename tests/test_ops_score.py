@@ -19,8 +19,6 @@ products of a dot product is off by at most (H + 1) u sum_k |h_k w_vk| (the +1 f
 and log_softmax(z)[y] moves by at most |dz_y| + sum_v w_v |dz_v| when z moves by dz.
 """
 import math
-import os
-import warnings
 
 import pytest
 import torch

@@ -1,8 +1,5 @@
 """Stage 03: the rule-based paraphraser, and the transformers path with a tiny random Pegasus."""
-import importlib.util
-import json
 import re
-import sys
 import time
 
 import numpy as np
@@ -11,29 +8,11 @@ import pytest
 from clid import files
 from clid.text import caption_lengths, length_to_level
 
-from conftest import ROOT, run_script
+from conftest import import_script, run_one_thread
 
 
-def run(*args, **kwargs):
-    """The stage as a subprocess, with one thread per process: on a busy machine, spinning OpenMP
-    threads make small torch ops many times slower."""
-    return run_script(*args, env={"OMP_NUM_THREADS": "1"}, **kwargs)
 
-
-@pytest.fixture
-def one_thread():
-    """One torch thread for in-process model tests (see ``run``); restored afterwards."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-spec = importlib.util.spec_from_file_location("stage03", ROOT / "03_paraphrase.py")
-stage03 = importlib.util.module_from_spec(spec)
-sys.modules["stage03"] = stage03
-spec.loader.exec_module(stage03)
+stage03 = import_script("03_paraphrase.py", "stage03")
 
 # captions as stage 02 writes them
 CAPTIONS = [
@@ -128,11 +107,11 @@ def test_rules_from_the_shell_keeps_fields_and_shards(tmp_path):
     records = [{"id": f"{i // 3}_{i % 3}", "image_id": str(i // 3), "caption": c, "objects": [i, i + 1],
                 "n_tokens": 0, "level": None, "seed": 0} for i, c in enumerate(CAPTIONS + world_captions(30, 1))]
     files.write_jsonl(tmp_path / "selfgen.jsonl", records)
-    proc = run("03_paraphrase.py", "--in", tmp_path / "selfgen.jsonl", "--out", tmp_path / "one.jsonl",
+    proc = run_one_thread("03_paraphrase.py", "--in", tmp_path / "selfgen.jsonl", "--out", tmp_path / "one.jsonl",
                "--model", "rules", "--chunk-size", "7")
     assert "captions/s" in proc.stdout and "60-69" in proc.stdout
     for shard_id in range(2):
-        run("03_paraphrase.py", "--in", tmp_path / "selfgen.jsonl", "--out", tmp_path / "two.jsonl",
+        run_one_thread("03_paraphrase.py", "--in", tmp_path / "selfgen.jsonl", "--out", tmp_path / "two.jsonl",
             "--model", "rules", "--chunk-size", "7", "--shard-id", shard_id, "--num-shards", 2)
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "two.jsonl").read_bytes()
     out = {r["id"]: r for r in files.read_jsonl(tmp_path / "one.jsonl")}
@@ -148,7 +127,7 @@ def test_rules_from_the_shell_keeps_fields_and_shards(tmp_path):
 
     # resume: a chunk left by a killed run is kept as it is, the rest is done
     files.write_jsonl(tmp_path / "three.jsonl.chunk-000000", [{**r, "caption": "Kept."} for r in records[:7]])
-    proc = run("03_paraphrase.py", "--in", tmp_path / "selfgen.jsonl", "--out", tmp_path / "three.jsonl",
+    proc = run_one_thread("03_paraphrase.py", "--in", tmp_path / "selfgen.jsonl", "--out", tmp_path / "three.jsonl",
                "--model", "rules", "--chunk-size", "7")
     assert "resuming: 1 of 6 chunks already done" in proc.stdout
     three = {r["id"]: r["caption"] for r in files.read_jsonl(tmp_path / "three.jsonl")}
@@ -157,7 +136,7 @@ def test_rules_from_the_shell_keeps_fields_and_shards(tmp_path):
 
 def test_unavailable_model_names_the_rules_option(tmp_path):
     files.write_jsonl(tmp_path / "in.jsonl", [{"id": "1_0", "image_id": "1", "caption": "A dog."}])
-    proc = run("03_paraphrase.py", "--in", tmp_path / "in.jsonl", "--out", tmp_path / "out.jsonl", check=False)
+    proc = run_one_thread("03_paraphrase.py", "--in", tmp_path / "in.jsonl", "--out", tmp_path / "out.jsonl", check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert "tuner007/pegasus_paraphrase" in last and "--model rules" in last and "not available offline" in last
@@ -232,7 +211,7 @@ def test_model_batches_rejects_and_rejoins(one_thread, tiny_pegasus, tmp_path):
 
     files.write_jsonl(tmp_path / "in.jsonl", [{"id": f"{i}_0", "image_id": str(i), "caption": c, "objects": [i]}
                                               for i, c in enumerate(CAPTIONS)])
-    proc = run("03_paraphrase.py", "--in", tmp_path / "in.jsonl", "--out", tmp_path / "out.jsonl",
+    proc = run_one_thread("03_paraphrase.py", "--in", tmp_path / "in.jsonl", "--out", tmp_path / "out.jsonl",
                "--model", tiny_pegasus, "--num-beams", "2", "--max-length", "24", "--piece-tokens", "16",
                "--batch-size", "4")
     assert "piece kept: lost noun" in proc.stdout

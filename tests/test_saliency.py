@@ -1,7 +1,5 @@
 """Stage 01: spectral-residual and EML-Net saliency maps, image lists, failures, shards, resume."""
-import importlib.util
 import json
-import sys
 
 import h5py
 import numpy as np
@@ -11,29 +9,11 @@ from PIL import Image
 
 from clid import files
 
-from conftest import ROOT, run_script
+from conftest import import_script, run_one_thread
 
 
-def run(*args, **kwargs):
-    """The stage as a subprocess, with one thread per process: on a busy machine, spinning OpenMP
-    threads make small torch ops many times slower."""
-    return run_script(*args, env={"OMP_NUM_THREADS": "1"}, **kwargs)
 
-
-@pytest.fixture
-def one_thread():
-    """One torch thread for in-process model tests (see ``run``); restored afterwards."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-spec = importlib.util.spec_from_file_location("stage01", ROOT / "01_saliency.py")
-stage01 = importlib.util.module_from_spec(spec)
-sys.modules["stage01"] = stage01
-spec.loader.exec_module(stage01)
+stage01 = import_script("01_saliency.py", "stage01")
 
 PHOTOS = ["astronaut", "chelsea", "coffee", "rocket", "camera"]
 
@@ -75,7 +55,7 @@ def test_spectral_residual_finds_the_odd_object():
 
 def test_folder_list_failures_and_rerun(tmp_path, photo_folder):
     out = tmp_path / "sal.h5"
-    proc = run("01_saliency.py", "--images", photo_folder, "--out", out, "--map-side", "48",
+    proc = run_one_thread("01_saliency.py", "--images", photo_folder, "--out", out, "--map-side", "48",
                "--batch-size", "2", "--preview", "2", check=False)
     assert proc.returncode == 1
     assert "broken.jpg" in proc.stderr and "1 image(s) failed" in proc.stderr
@@ -93,7 +73,7 @@ def test_folder_list_failures_and_rerun(tmp_path, photo_folder):
     assert "broken" in failed and "unreadable" in failed
     # a re-run does not recompute, and still reports the failure
     before = out.stat().st_mtime_ns
-    again = run("01_saliency.py", "--images", photo_folder, "--out", out, check=False)
+    again = run_one_thread("01_saliency.py", "--images", photo_folder, "--out", out, check=False)
     assert again.returncode == 1 and "already exists" in again.stdout and "broken.jpg" in again.stderr
     assert out.stat().st_mtime_ns == before
 
@@ -109,16 +89,16 @@ def test_lists_key_maps_by_dataset_id(tmp_path, photo_folder):
     (tmp_path / "image_data.json").write_text(json.dumps(image_data))
     (tmp_path / "list.txt").write_text("coffee.jpg\nrocket\n")
 
-    proc = run("01_saliency.py", "--images", photo_folder, "--list", tmp_path / "captions.json",
+    proc = run_one_thread("01_saliency.py", "--images", photo_folder, "--list", tmp_path / "captions.json",
                "--out", tmp_path / "a.h5", check=False)
     assert proc.returncode == 1 and "gone.jpg" in proc.stderr and "missing" in proc.stderr
     assert sorted(maps_of(tmp_path / "a.h5")) == ["100", "101", "102"]
-    run("01_saliency.py", "--images", photo_folder, "--list", tmp_path / "image_data.json", "--out", tmp_path / "b.h5")
+    run_one_thread("01_saliency.py", "--images", photo_folder, "--list", tmp_path / "image_data.json", "--out", tmp_path / "b.h5")
     vg = maps_of(tmp_path / "b.h5")
     assert sorted(vg) == ["5000", "5001"]
     assert vg["5001"][1]["vg_image_id"] == "5001" and vg["5001"][1]["coco_id"] == "201"
     assert "coco_id" not in vg["5000"][1]
-    run("01_saliency.py", "--images", photo_folder, "--list", tmp_path / "list.txt", "--out", tmp_path / "c.h5")
+    run_one_thread("01_saliency.py", "--images", photo_folder, "--list", tmp_path / "list.txt", "--out", tmp_path / "c.h5")
     c = maps_of(tmp_path / "c.h5")
     assert sorted(c) == ["coffee", "rocket"]
     # the same image gives the same map whatever the list
@@ -127,9 +107,9 @@ def test_lists_key_maps_by_dataset_id(tmp_path, photo_folder):
 
 def test_shards_equal_one_run_and_resume_skips_done_chunks(tmp_path, photo_folder):
     common = ["--images", photo_folder, "--chunk-size", "2", "--batch-size", "3"]
-    run("01_saliency.py", *common, "--out", tmp_path / "one.h5", check=False)
+    run_one_thread("01_saliency.py", *common, "--out", tmp_path / "one.h5", check=False)
     for shard_id in (0, 1):
-        run("01_saliency.py", *common, "--out", tmp_path / "two.h5", "--shard-id", shard_id,
+        run_one_thread("01_saliency.py", *common, "--out", tmp_path / "two.h5", "--shard-id", shard_id,
             "--num-shards", "2", check=False)
     one, two = maps_of(tmp_path / "one.h5"), maps_of(tmp_path / "two.h5")
     assert sorted(one) == sorted(two) == sorted(PHOTOS)
@@ -144,7 +124,7 @@ def test_shards_equal_one_run_and_resume_skips_done_chunks(tmp_path, photo_folde
     first = ["astronaut"]  # the broken file failed in the killed run
     files.write_h5_groups(tmp_path / "three.h5.chunk-000000",
                           [(i, {"map": np.full((4, 4), 0.25, np.float16)}, {"width": 4, "height": 4}) for i in first])
-    proc = run("01_saliency.py", *common, "--out", tmp_path / "three.h5", check=False)
+    proc = run_one_thread("01_saliency.py", *common, "--out", tmp_path / "three.h5", check=False)
     assert "resuming: 1 of 3 chunks already done" in proc.stdout
     three = maps_of(tmp_path / "three.h5")
     assert sorted(three) == sorted(PHOTOS)
@@ -198,7 +178,7 @@ def test_emlnet_names_match_the_official_checkpoints_and_load(one_thread, tmp_pa
 
     out = tmp_path / "eml.h5"
     weights = [tmp_path / "res_imagenet.pth", tmp_path / "res_imagenet.pth", tmp_path / "res_decoder.pth"]
-    proc = run("01_saliency.py", "--images", photo_folder, "--out", out, "--method", "emlnet",
+    proc = run_one_thread("01_saliency.py", "--images", photo_folder, "--out", out, "--method", "emlnet",
                "--weights", *weights, "--emlnet-size", "64", "96", check=False)
     assert proc.returncode == 1 and "broken.jpg" in proc.stderr  # the corrupt file, nothing else
     maps = maps_of(out)
@@ -206,10 +186,10 @@ def test_emlnet_names_match_the_official_checkpoints_and_load(one_thread, tmp_pa
     assert all(m.min() == 0 and m.max() == 1 for m, _ in maps.values())
 
     # no weights, and a decoder given where an encoder belongs: one clear line each
-    proc = run("01_saliency.py", "--images", photo_folder, "--out", tmp_path / "x.h5", "--method", "emlnet",
+    proc = run_one_thread("01_saliency.py", "--images", photo_folder, "--out", tmp_path / "x.h5", "--method", "emlnet",
                check=False)
     assert proc.returncode == 2 and "--weights" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run("01_saliency.py", "--images", photo_folder, "--out", tmp_path / "x.h5", "--method", "emlnet",
+    proc = run_one_thread("01_saliency.py", "--images", photo_folder, "--out", tmp_path / "x.h5", "--method", "emlnet",
                "--weights", tmp_path / "res_decoder.pth", check=False)
     assert proc.returncode == 1 and "not an EML-Net ResNet-50 encoder checkpoint" in proc.stderr
     assert "Traceback" not in proc.stderr

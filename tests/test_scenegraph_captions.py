@@ -1,8 +1,6 @@
 """Stage 02: object saliency, the saliency-guided walk, surface text, bad graphs, sharding."""
-import importlib.util
 import json
 import re
-import sys
 from collections import Counter
 
 import numpy as np
@@ -12,18 +10,10 @@ from clid import files
 from clid.data import load_scene_graphs
 from clid.text import caption_lengths, length_to_level
 
-from conftest import ROOT, run_script
+from conftest import import_script, run_one_thread
 
 
-def run(*args, **kwargs):
-    """The stage as a subprocess, with one thread per process: on a busy machine, spinning OpenMP
-    threads make small torch ops many times slower."""
-    return run_script(*args, env={"OMP_NUM_THREADS": "1"}, **kwargs)
-
-spec = importlib.util.spec_from_file_location("stage02", ROOT / "02_scenegraph_captions.py")
-stage02 = importlib.util.module_from_spec(spec)
-sys.modules["stage02"] = stage02
-spec.loader.exec_module(stage02)
+stage02 = import_script("02_scenegraph_captions.py", "stage02")
 
 NAMES = ["man", "woman", "dog", "horse", "apple", "umbrella", "trees", "grass", "table", "bench", "kite", "shirt",
          "hat", "car", "glasses", "bus", "elephant", "sky"]
@@ -242,7 +232,7 @@ def test_records_bad_graphs_and_coco_ids(tmp_path):
             f[key].attrs.update(attrs)
 
     out = tmp_path / "selfgen.jsonl"
-    proc = run("02_scenegraph_captions.py", "--scene-graphs", tmp_path / "scene_graphs.json",
+    proc = run_one_thread("02_scenegraph_captions.py", "--scene-graphs", tmp_path / "scene_graphs.json",
                "--image-data", tmp_path / "image_data.json", "--saliency", tmp_path / "saliency.h5",
                "--out", out, "--per-image", "3")
     rows = [line.split("\t") for line in (tmp_path / "selfgen.jsonl.problems.tsv").read_text().splitlines()[1:]]
@@ -277,9 +267,9 @@ def test_one_shard_equals_three_and_t_sal_raises_length(tmp_path):
     write_world(tmp_path, n_images=40)
     common = ["--scene-graphs", tmp_path / "scene_graphs.json", "--image-data", tmp_path / "image_data.json",
               "--saliency", tmp_path / "saliency.h5", "--chunk-size", "4", "--levels", "labert"]
-    run("02_scenegraph_captions.py", *common, "--out", tmp_path / "one.jsonl")
+    run_one_thread("02_scenegraph_captions.py", *common, "--out", tmp_path / "one.jsonl")
     for shard_id in range(3):
-        run("02_scenegraph_captions.py", *common, "--out", tmp_path / "three.jsonl",
+        run_one_thread("02_scenegraph_captions.py", *common, "--out", tmp_path / "three.jsonl",
             "--shard-id", shard_id, "--num-shards", 3)
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "three.jsonl").read_bytes()
     # resume: the chunks of a killed run are kept, the missing ones written
@@ -287,7 +277,7 @@ def test_one_shard_equals_three_and_t_sal_raises_length(tmp_path):
         marker = {"id": f"x{index}", "image_id": "0", "caption": "Kept.", "objects": [1], "n_tokens": 2,
                   "level": 1, "seed": 0}
         files.write_jsonl(tmp_path / f"again.jsonl.chunk-{index:06d}", [marker])
-    proc = run("02_scenegraph_captions.py", *common, "--out", tmp_path / "again.jsonl")
+    proc = run_one_thread("02_scenegraph_captions.py", *common, "--out", tmp_path / "again.jsonl")
     assert "resuming: 2 of 10 chunks already done" in proc.stdout
     again = list(files.read_jsonl(tmp_path / "again.jsonl"))
     assert {"x0", "x2"} <= {r["id"] for r in again}
@@ -301,6 +291,6 @@ def test_one_shard_equals_three_and_t_sal_raises_length(tmp_path):
     means = {}
     for t_sal in ("0.2", "0.8"):
         out = tmp_path / f"tsal{t_sal}.jsonl"
-        run("02_scenegraph_captions.py", *common[:4], "--saliency", "none", "--out", out, "--t-sal", t_sal)
+        run_one_thread("02_scenegraph_captions.py", *common[:4], "--saliency", "none", "--out", out, "--t-sal", t_sal)
         means[t_sal] = np.mean([r["n_tokens"] for r in files.read_jsonl(out)])
     assert means["0.8"] > 1.3 * means["0.2"]

@@ -1,12 +1,6 @@
 """06_train_selection.py: the schedule, the ablations, resume and DDP draws."""
 import argparse
-import importlib.util
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -14,12 +8,10 @@ import torch
 
 from clid.files import write_quality
 
-from conftest import ROOT, run_script
+from conftest import import_script, kill_after_checkpoint, run_script
 from toyworld import make_toy_world
 
-spec = importlib.util.spec_from_file_location("selection", ROOT / "06_train_selection.py")
-selection = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(selection)
+selection = import_script("06_train_selection.py", "selection")
 
 
 def plan_args(**kw):
@@ -112,17 +104,8 @@ def test_selection_run_log_and_resume_after_kill(tmp_path, world):
     assert all(set(p) >= {"threshold", "drawn", "start", "end"} for p in log)
     assert "iteration 3: T=" in proc.stdout and "mean length" in proc.stdout
     # kill in the middle of an iteration, start again: the same weights as the uninterrupted run
-    full = [sys.executable, *map(str, cmd(world, tmp_path / "killed"))]
-    child = subprocess.Popen(full, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = tmp_path / "killed" / "train_state.json"
-    deadline = time.time() + 300
-    while time.time() < deadline and child.poll() is None:
-        if state.exists() and json.loads(state.read_text())["step"] >= 4:
-            break
-        time.sleep(0.05)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    kill_after_checkpoint(cmd(world, tmp_path / "killed"), state, min_step=4)
     assert json.loads(state.read_text())["step"] < 16
     resumed = run_script(*cmd(world, tmp_path / "killed"))
     assert "resumed from" in resumed.stdout
