@@ -306,16 +306,29 @@ class Captioner(nn.Module):
         """Final hidden states of the text positions, [B, T, H].
 
         regions [B, R, D], region_pos [B, R, 6+C], region_mask [B, R] (True = a real region),
-        input_ids [B, T] (pad with the tokenizer's [PAD] id), levels [B] (1-based).
+        input_ids [B, T] (a row's text, then [PAD] up to T), levels [B] (1-based).
+
+        Rows are run through the encoder in groups of equal text length, each cut to its own length,
+        so no compute goes to padded text (a batch of mixed levels costs what its captions cost).
+        Padded keys are masked either way, so the result equals one padded pass; padded positions
+        of the output are zero.
         """
         text_mask = input_ids != self.pad_id
         key_mask = torch.cat([region_mask, text_mask], dim=1)
         # additive attention bias that hides padded regions and padded text from every query
         key_padding = torch.zeros(key_mask.shape, dtype=regions.dtype, device=regions.device)
         key_padding = key_padding.masked_fill(~key_mask, torch.finfo(regions.dtype).min)[:, None, None, :]
-        x = self.embeddings(regions, region_pos, input_ids, levels)
-        x = self.encoder(x, key_padding)
-        return x[:, regions.shape[1]:]
+        x = self.embeddings(regions, region_pos, input_ids, levels)  # one embedding lookup for the batch
+        R, T = regions.shape[1], input_ids.shape[1]
+        lengths = text_mask.sum(1)
+        if bool((lengths == T).all()):
+            return self.encoder(x, key_padding)[:, R:]
+        out = x.new_zeros(x.shape[0], T, x.shape[2])
+        for length in lengths.unique().tolist():
+            rows = (lengths == length).nonzero().squeeze(1)
+            states = self.encoder(x[rows, :R + length], key_padding[rows, ..., :R + length])
+            out[rows, :length] = states[:, R:]
+        return out
 
     def hidden(self, text_states, positions=None):
         """The LM head's hidden states (before the vocabulary projection) at chosen positions.

@@ -7,10 +7,9 @@
 - :func:`masked_lm_loss`: label-smoothed cross-entropy (0.1) on the masked positions only, "." targets
   weighted 0.5 (LaBERT's balance weight);
 - :class:`Trainer`: AdamW, linear warm-up then cosine decay, gradient clipping, atomic checkpoints,
-  exact resume (every random draw is keyed by (seed, step)), data-parallel training under
-  ``torchrun`` (gloo on CPU, NCCL on GPU): the loss is normalised over the *global* batch and the
-  gradients are summed over the ranks, so N processes take the same step as one process with the
-  same global batch. Each batch runs as one forward pass per level, so no compute goes to padding.
+  exact resume (every random draw is keyed by (seed, step)), DDP under ``torchrun`` (gloo on CPU,
+  NCCL on GPU) with the loss normalised over the *global* batch, so N processes compute the same
+  loss and gradient as one process with the same global batch.
 """
 from __future__ import annotations
 
@@ -228,18 +227,6 @@ def epoch_batches(n: int, batch_size: int, step: int, seed: int, tag="data") -> 
 # Distributed set-up
 
 
-def all_reduce_gradients(model: torch.nn.Module) -> None:
-    """Sum the gradients over the ranks in one flat all-reduce (data-parallel training)."""
-    for p in model.parameters():  # a parameter this rank did not use still takes part
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    grads = [p.grad for p in model.parameters()]
-    flat = torch._utils._flatten_dense_tensors(grads)
-    dist.all_reduce(flat)
-    for grad, summed in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
-        grad.copy_(summed)
-
-
 def init_distributed() -> tuple[int, int, torch.device]:
     """(rank, world size, device); starts the process group under torchrun (gloo on CPU, NCCL on GPU)."""
     world = int(os.environ.get("WORLD_SIZE", 1))
@@ -342,9 +329,9 @@ class Trainer:
         # the fused AdamW kernel: the same update rule as the default loop, several times faster on CPU
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.999),
                                            weight_decay=settings.weight_decay, fused=True)
-        if world > 1:  # every rank starts from rank 0's weights
-            for tensor in model.state_dict().values():
-                dist.broadcast(tensor, 0)
+        self.ddp = None
+        if world > 1:  # DDP also starts every rank from rank 0's weights
+            self.ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
         self.step = 0
         self.state: dict = {}
         self.pending_log: list[str] = []
@@ -362,10 +349,8 @@ class Trainer:
     def train_step(self, global_indices: np.ndarray) -> float:
         """One optimizer step on this rank's share of the global batch; returns the batch's loss.
 
-        The batch runs as one forward pass per text length (level) in it, so no compute is spent on
-        padding; the parts' losses are summed before one backward pass (the same gradient as a single
-        padded pass). The loss is normalised by the weight of the *global* batch and, under torchrun,
-        the gradients are summed over the ranks: N processes take the step one process would take.
+        The loss is normalised by the weight of the *global* batch, so that DDP's gradient averaging
+        over N processes gives the step one process takes on the same global batch.
         """
         s, model = self.s, self.model
         model.train()
@@ -373,30 +358,24 @@ class Trainer:
         places = np.arange(len(global_indices))[self.rank::self.world]
         indices = global_indices[places]
         input_ids, targets, masked, levels = collate(self.examples, indices, model, s.seed, self.step, places)
-        classes = model.to_output(targets)
-        if (classes[masked] < 0).any():
-            bad = targets[masked][classes[masked] < 0][0].item()
+        feats, pos, rmask = self.regions.batch([self.examples.image_ids[i] for i in indices])
+        batch = [t.to(self.device) for t in (feats, pos, rmask, input_ids, levels)]
+        masked, targets = masked.to(self.device), targets.to(self.device)
+        classes = model.to_output(targets[masked])
+        if (classes < 0).any():
+            bad = targets[masked][classes < 0][0].item()
             raise SystemExit(f"error: token {model.tokenizer.convert_ids_to_tokens(bad)!r} is not in the model's output vocabulary")
+        logits = (self.ddp or model)(*batch, masked)
         eos_class = int(model.to_output(torch.tensor(eos_id(model.tokenizer))))
-        total_weight = torch.where(classes[masked] == eos_class, s.eos_weight, 1.0).sum().to(self.device)
+        loss_sum, weight_sum = masked_lm_loss(logits, classes, eos_class, s.eos_weight, s.label_smoothing)
+        total_weight = weight_sum.detach().clone()
         if self.world > 1:
             dist.all_reduce(total_weight)
-        highs = np.array([model.levels[level - 1][1] for level in levels.tolist()])
-        loss_sum = torch.zeros((), device=self.device)
-        for high in np.unique(highs):
-            rows = np.flatnonzero(highs == high)
-            feats, pos, rmask = self.regions.batch([self.examples.image_ids[indices[r]] for r in rows])
-            part = [t.to(self.device) for t in (feats, pos, rmask, input_ids[rows, :high], levels[rows],
-                                                masked[rows, :high], classes[rows, :high])]
-            logits = model(*part[:6])
-            part_loss, _ = masked_lm_loss(logits, part[6][part[5]], eos_class, s.eos_weight, s.label_smoothing)
-            loss_sum = loss_sum + part_loss
+        loss = loss_sum * self.world / total_weight  # DDP averages the gradients over the ranks
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.step, s.lr, s.warmup, s.max_steps)
         self.optimizer.zero_grad(set_to_none=True)
-        (loss_sum / total_weight).backward()
-        if self.world > 1:
-            all_reduce_gradients(model)
+        loss.backward()
         if s.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
         self.optimizer.step()

@@ -62,6 +62,23 @@ def test_padded_regions_do_not_change_the_result(world):
     torch.testing.assert_close(alone, padded)
 
 
+def test_mixed_lengths_cost_no_padding_and_equal_separate_passes(world):
+    model = tiny_model().eval()
+    regions = RegionCache(FeatureStore(world[1]))
+    pad, mask = model.tokenizer.pad_token_id, model.tokenizer.mask_token_id
+    ids = torch.full((3, 29), pad)
+    for row, length in enumerate((9, 29, 19)):
+        ids[row, :length] = mask
+    levels = torch.tensor([1, 3, 2])
+    feats, pos, rmask = regions.batch(["1", "2", "3"])
+    together = model.encode(feats, pos, rmask, ids, levels)
+    for row, length in enumerate((9, 29, 19)):
+        alone = model.encode(feats[row:row + 1], pos[row:row + 1], rmask[row:row + 1], ids[row:row + 1, :length],
+                             levels[row:row + 1])
+        torch.testing.assert_close(together[row:row + 1, :length], alone)
+        assert (together[row, length:] == 0).all()
+
+
 def test_collate_masks_a_uniform_count_and_pads_to_the_level(world):
     model = tiny_model()
     tok = model.tokenizer
