@@ -31,7 +31,6 @@ from clid import shard
 from clid.files import DataError, FeatureStore, read_jsonl, write_arrays, read_arrays
 from clid.model import load_checkpoint
 from clid.scoring import MODES, caption_logprobs
-from clid.text import get_levels
 from clid.train import RegionCache, make_examples, training_items
 
 
@@ -73,9 +72,8 @@ def load_items(args):
 def score_chunk(chunk, path, models, features, regions, args, bar):
     """Score one chunk of captions with both models; write its part of the quality file."""
     tokenizer = models[0].tokenizer
-    paragraphs = models[0].levels == get_levels("paragraph")  # keep "." sentence breaks of paragraphs
     examples, skipped = make_examples([(c, i, t) for c, i, t, _ in chunk], tokenizer, models[0].levels, "selfgen",
-                                      features, keep_sentences=paragraphs)
+                                      features)
     source = {c: s for c, _, _, s in chunk}
     # the bar counts captions: a batch advances it by half its size per model
     logp = [caption_logprobs(m, examples, regions, args.mode, args.batch_size, args.device, args.count_padding,

@@ -37,12 +37,10 @@ import torch
 
 from clid import ops
 from clid.files import DataError, FeatureStore, atomic_path, read_quality
-from clid.model import build_model, count_parameters, preset_config
-from clid.rng import item_seed
-from clid.text import get_levels, load_tokenizer
-from clid.train import (RegionCache, Trainer, TrainSettings, checkpoint_exists, corpus_vocab, epoch_batches,
-                        init_distributed, load_init_weights, make_examples, quick_control_precision, read_train_state,
-                        training_items)
+from clid.model import count_parameters
+from clid.train import (RegionCache, Trainer, add_train_args, already_trained, epoch_batches, init_distributed,
+                        load_init_weights, make_examples, new_model, settings_from_args, training_items,
+                        validation_check)
 
 
 def parse_args(argv=None):
@@ -50,34 +48,17 @@ def parse_args(argv=None):
     p.add_argument("--captions", required=True)
     p.add_argument("--selfgen", required=True)
     p.add_argument("--quality", required=True, help="quality HDF5 from 05")
-    p.add_argument("--features", required=True)
-    p.add_argument("--out", required=True, help="checkpoint folder")
     p.add_argument("--c", type=float, default=2.0, help="percent of the pool dropped per iteration")
     p.add_argument("--s", type=float, default=1.0, help="smoothness of the weighting")
     p.add_argument("--eta", type=int, default=1200, help="optimizer steps per iteration")
     p.add_argument("--full-epochs", action="store_true", help="one epoch per iteration instead of --eta steps")
     p.add_argument("--schedule", choices=["smooth", "constant", "hard", "none"], default="smooth")
     p.add_argument("--init", default="bert", help="bert | random | a checkpoint folder")
-    p.add_argument("--preset", choices=["tiny", "minilm", "labert"], default="labert")
-    p.add_argument("--bert", help="BERT folder or hub name for minilm/labert")
-    p.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption")
-    p.add_argument("--output-vocab", nargs="+", metavar="FILE",
-                   help="restrict the LM head to the tokens of these caption files (speed option, see 04)")
-    p.add_argument("--lr", type=float, default=5e-5)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--warmup", type=int, default=1000)
-    p.add_argument("--max-steps", type=int, default=100_000)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--eos-weight", type=float, default=0.5)
-    p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--save-every", type=int, default=1000)
-    p.add_argument("--eval-every", type=int, default=1000)
-    p.add_argument("--eval-images", type=int, default=100)
-    p.add_argument("--log-every", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
+    add_train_args(p)
+    args = p.parse_args(argv)
+    if args.init not in ("bert", "random") and not Path(args.init).is_dir():
+        p.error(f"--init must be bert, random or a checkpoint folder (got {args.init!r})")
+    return args
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,34 +123,23 @@ def main(argv=None):
     args = parse_args(argv)
     rank, world, device = init_distributed()
     out = Path(args.out)
-    if checkpoint_exists(out) and read_train_state(out)["step"] >= args.max_steps:
-        if rank == 0:
-            print(f"{out} is already trained to {args.max_steps} steps; nothing to do")
+    if already_trained(args, rank):
         return
     try:
         features = FeatureStore(args.features)
     except FileNotFoundError as err:
         sys.exit(f"error: {err}")
-
-    # the model: like 04, then --init decides the starting weights
-    output_vocab = corpus_vocab(args.output_vocab, load_tokenizer()) if args.output_vocab else None
-    config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, dropout=args.dropout,
-                           output_vocab=output_vocab)
-    torch.manual_seed(item_seed(args.seed, "init"))
-    if args.init == "random":
-        config.init_from = None  # the authors' code: a random re-initialisation
-    elif args.init != "bert" and not Path(args.init).is_dir():
-        sys.exit(f"error: --init must be bert, random or a checkpoint folder (got {args.init!r})")
-    model = build_model(config).to(device)
+    # the model: as 04 starts it (bert), randomly initialised (the authors' code), or a checkpoint's weights
+    model = new_model(args, features, device, pretrained=args.init != "random")
     if args.init not in ("bert", "random"):
         load_init_weights(model, args.init)
+    config = model.config
 
     # the data: trusted examples first, then the scored self-generated pool
     try:
         items = training_items(args.captions, args.selfgen)
-        paragraphs = config.levels == get_levels("paragraph")
         trusted, skipped = make_examples(items.trusted, model.tokenizer, config.levels, "trusted", features)
-        pool, pool_skipped = make_examples(items.selfgen, model.tokenizer, config.levels, "selfgen", features, paragraphs)
+        pool, pool_skipped = make_examples(items.selfgen, model.tokenizer, config.levels, "selfgen", features)
         u = scores_for(pool.caption_ids, args.quality)
     except DataError as err:
         sys.exit(f"error: {err}")
@@ -193,14 +163,9 @@ def main(argv=None):
         with atomic_path(out / "selection_log.jsonl") as tmp:
             tmp.write_text("".join(json.dumps(p) + "\n" for p in plan))
 
-    settings = TrainSettings(lr=args.lr, weight_decay=args.weight_decay, warmup=args.warmup, max_steps=args.max_steps,
-                             batch_size=args.batch_size, grad_clip=args.grad_clip, label_smoothing=args.label_smoothing,
-                             eos_weight=args.eos_weight, save_every=args.save_every, eval_every=args.eval_every,
-                             log_every=args.log_every, seed=args.seed)
-    eval_ids = [i for i in items.val_ids if i in features][: args.eval_images]
-    evaluate = (lambda m, step: quick_control_precision(m, features, eval_ids, device)) if eval_ids else None
-    trainer = Trainer(model, examples, RegionCache(features, config.num_classes > 0), settings, out,
-                      {"train": vars(args), "stage": "06_train_selection"}, device, rank, world, evaluate)
+    trainer = Trainer(model, examples, RegionCache(features, config.num_classes > 0), settings_from_args(args), out,
+                      {"train": vars(args), "stage": "06_train_selection"}, device, rank, world,
+                      validation_check(args, features, items.val_ids, device))
     if trainer.resume() and rank == 0:
         print(f"resumed from {out} at step {trainer.step}")
     if rank == 0:

@@ -6,6 +6,14 @@ Out: a table on stdout, one row per (path, peer) with both times and their ratio
 
     python bench/bench_score.py                  # CPU, all rows (about 2 minutes on 2 cores)
     python bench/bench_score.py --no-compile     # skip the torch.compile peer (its compile is slow)
+    python bench/bench_score.py --no-e2e         # skip the 05 end-to-end row (it builds a small demo world)
+
+05 end to end: the `prefix` scoring of clid.scoring (batched by level and length, finished captions
+dropped, the head only at the scored position through token_logprob_hidden) against a faithful eager
+re-implementation of the authors' loop (random batches, a full-vocabulary softmax at every position of
+every pass, then gather), both on the `tiny` model (full vocabulary, random weights: the timing and the
+equality of the scores do not depend on training) and the captions of a `00_demo_data.py --small` world
+(its trusted captions and its long references, so every level is present).
 
 Timing: the methods of a section run round-robin for --rounds rounds and each keeps its fastest
 round, so a busy machine slows every method alike instead of whichever happened to run last.
@@ -159,6 +167,46 @@ def own_buffers_bytes(threads: int) -> int:
 
 # ---------------------------------------------------------------------------------------------
 
+def end_to_end(rows, device):
+    """05 in prefix mode against the authors' scoring loop, on demo captions (see the docstring)."""
+    import tempfile
+
+    import numpy as np
+
+    from clid.data import load_captions
+    from clid.files import FeatureStore
+    from clid.model import build_model, preset_config
+    from clid.scoring import caption_logprobs, caption_logprobs_eager
+    from clid.train import RegionCache, make_examples
+
+    with tempfile.TemporaryDirectory() as tmp:
+        world = Path(tmp) / "demo"
+        subprocess.run([sys.executable, str(ROOT / "00_demo_data.py"), "--out", str(world), "--small"],
+                       check=True, capture_output=True)
+        features = FeatureStore(world / "features.h5")
+        torch.manual_seed(0)
+        model = build_model(preset_config("tiny", features.feature_dim())).to(device).eval()
+        items = [(f"{name}:{r.image_id}#{j}", r.image_id, text) for name in ("captions.json", "long_refs.json")
+                 for r in load_captions(world / name) for j, text in enumerate(r.captions)]
+        examples, _ = make_examples(items, model.tokenizer, model.levels, "demo", features)
+        regions = RegionCache(features)
+        regions.batch(examples.image_ids)  # read every image once, outside the timings
+        start = time.perf_counter()
+        fast = caption_logprobs(model, examples, regions, "prefix", device=device)
+        sync(device)
+        ours = time.perf_counter() - start
+        start = time.perf_counter()
+        eager = caption_logprobs_eager(model, examples, regions, device=device)
+        sync(device)
+        theirs = time.perf_counter() - start
+        features.close()
+    worst = float(np.abs(fast - eager).max())
+    print(f"05 end to end: {len(examples)} demo captions, levels {sorted(set(examples.levels))}, "
+          f"largest score difference {worst:.2e}")
+    row(rows, f"05 prefix scoring, tiny, {len(examples)} captions", "authors' eager loop (full softmax)",
+        ours, theirs, ">= 3x, equal 1e-4", theirs >= 3 * ours and worst <= 1e-4)
+
+
 def row(rows, path, peer, ours, theirs, target, ok, cpu_ratio=None):
     rows.append(dict(path=path, peer=peer, ours_s=ours, peer_s=theirs, target=target, ok=ok, cpu_ratio=cpu_ratio))
 
@@ -170,6 +218,7 @@ def main():
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
+    parser.add_argument("--no-e2e", action="store_true", help="skip the 05 end-to-end row")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if ops.extension() is None:
@@ -229,6 +278,9 @@ def main():
         row(rows, "token_logprob_hidden", "peak extra memory / logits size",
             None if fused_mem is None else fused_mem / logits_bytes, None, "<= 5%",
             None if fused_mem is None else fused_mem <= 0.05 * logits_bytes)
+
+    if not args.no_e2e:
+        end_to_end(rows, device)
 
     # The table
     print(f"\n{'path':42} {'peer':34} {'ours':>9} {'peer':>9} {'ratio':>7}  {'target':13} ok   cpu-time ratio")

@@ -31,7 +31,7 @@ from .decode import load_regions, pad_regions
 from .files import FeatureStore
 from .model import Captioner, load_checkpoint, save_model
 from .rng import item_rng, item_seed
-from .text import encode, eos_id, length_to_level
+from .text import encode, eos_id, get_levels, length_to_level
 
 # ---------------------------------------------------------------------------------------------
 # Examples
@@ -64,9 +64,13 @@ class Examples:
 
 
 def make_examples(items: list[tuple[str, str, str]], tokenizer, levels, source: str,
-                  features: FeatureStore | None = None, keep_sentences: bool = False) -> tuple[Examples, Counter]:
-    """Tokenise ``(caption id, image id, text)`` triples. Returns the examples and skip counts by reason."""
+                  features: FeatureStore | None = None) -> tuple[Examples, Counter]:
+    """Tokenise ``(caption id, image id, text)`` triples. Returns the examples and skip counts by reason.
+
+    With the paragraph levels, sentence breaks stay in the text as "." tokens (they count).
+    """
     skipped = Counter()
+    keep_sentences = get_levels(levels) == get_levels("paragraph")
     ids = encode([text for _, _, text in items], tokenizer, keep_sentences)
     out = Examples()
     for (caption_id, image_id, _), row in zip(items, ids):
@@ -315,6 +319,77 @@ class TrainSettings:
     eval_every: int = 0
     log_every: int = 20
     seed: int = 0
+    amp: bool = False  # bfloat16 autocast of the forward pass
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line and set-up shared by 04 and 06
+
+
+def add_train_args(p) -> None:
+    """The model and optimizer flags of 04 and 06; defaults are the paper's (LaBERT's) recipe."""
+    p.add_argument("--features", required=True, help="region features HDF5")
+    p.add_argument("--out", required=True, help="checkpoint folder (a re-run resumes from it)")
+    p.add_argument("--preset", choices=["tiny", "minilm", "labert"], default="labert")
+    p.add_argument("--bert", help="BERT folder or hub name for minilm/labert (default: the preset's)")
+    p.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption")
+    p.add_argument("--output-vocab", nargs="+", metavar="FILE",
+                   help="restrict the LM head to the tokens of these caption files (a speed option for small "
+                        "CPU runs such as the demo; default: the whole vocabulary, as in the paper)")
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--warmup", type=int, default=1000)
+    p.add_argument("--max-steps", type=int, default=100_000)
+    p.add_argument("--batch-size", type=int, default=64, help="global batch size (split over DDP processes)")
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--eos-weight", type=float, default=0.5, help='loss weight of "." targets')
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--amp", action="store_true", help="bfloat16 autocast of the forward pass (fast on CPUs "
+                                                       "with AMX/AVX512-BF16 and on GPUs; default: float32)")
+    p.add_argument("--save-every", type=int, default=1000)
+    p.add_argument("--eval-every", type=int, default=1000, help="control-precision check every N steps (0: off)")
+    p.add_argument("--eval-images", type=int, default=100, help="validation images in that check")
+    p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def settings_from_args(args) -> TrainSettings:
+    return TrainSettings(**{name: getattr(args, name) for name in TrainSettings.__dataclass_fields__})
+
+
+def already_trained(args, rank: int) -> bool:
+    """True (and says so) when ``args.out`` holds a checkpoint trained to ``--max-steps``."""
+    if checkpoint_exists(args.out) and read_train_state(args.out)["step"] >= args.max_steps:
+        if rank == 0:
+            print(f"{args.out} is already trained to {args.max_steps} steps; nothing to do")
+        return True
+    return False
+
+
+def new_model(args, features: FeatureStore, device, pretrained: bool = True) -> Captioner:
+    """The captioner of ``--preset``, the same initial weights in every run and process.
+
+    ``pretrained=False`` leaves out the preset's BERT weights (a random initialisation).
+    """
+    from .model import build_model, preset_config
+    from .text import load_tokenizer
+
+    output_vocab = corpus_vocab(args.output_vocab, load_tokenizer()) if args.output_vocab else None
+    config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, dropout=args.dropout,
+                           output_vocab=output_vocab)
+    if not pretrained:
+        config.init_from = None
+    torch.manual_seed(item_seed(args.seed, "init"))
+    return build_model(config).to(device)
+
+
+def validation_check(args, features: FeatureStore, val_ids: list[str], device):
+    """The quick control-precision check run every ``--eval-every`` steps (None without val images)."""
+    eval_ids = [i for i in val_ids if i in features][: args.eval_images]
+    if not eval_ids:
+        return None
+    return lambda model, step: quick_control_precision(model, features, eval_ids, device)
 
 
 class Trainer:
@@ -365,7 +440,8 @@ class Trainer:
         if (classes < 0).any():
             bad = targets[masked][classes < 0][0].item()
             raise SystemExit(f"error: token {model.tokenizer.convert_ids_to_tokens(bad)!r} is not in the model's output vocabulary")
-        logits = (self.ddp or model)(*batch, masked)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=s.amp):
+            logits = (self.ddp or model)(*batch, masked)
         eos_class = int(model.to_output(torch.tensor(eos_id(model.tokenizer))))
         loss_sum, weight_sum = masked_lm_loss(logits, classes, eos_class, s.eos_weight, s.label_smoothing)
         total_weight = weight_sum.detach().clone()
