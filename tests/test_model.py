@@ -271,14 +271,17 @@ def test_labert_preset_from_a_local_bert_folder(tmp_path):
 
 
 def test_output_shortlist_trains_and_decodes_only_its_tokens(tmp_path, world):
+    """Also trains with --amp (bfloat16 autocast): the checkpoint is float32 and decodes as usual."""
     from clid.train import corpus_vocab
 
     captions, features = world
     vocab = corpus_vocab([captions], load_tokenizer())
     assert 20 < len(vocab) < 60 and eos_id(load_tokenizer()) in vocab
-    run_script(*train_cmd(world, tmp_path / "short", "--max-steps", "3", "--output-vocab", captions))
+    run_script(*train_cmd(world, tmp_path / "short", "--max-steps", "3", "--output-vocab", captions, "--amp"))
     model = M.load_checkpoint(tmp_path / "short")
     assert model.config.output_vocab == vocab and model.head.bias.shape == (len(vocab),)
+    assert model.head.bias.dtype == torch.float32
+    assert json.loads((tmp_path / "short" / "config.json").read_text())["train"]["amp"] is True
     assert model.output_weight.shape == (len(vocab), model.config.hidden_size)
     out = generate_captions(model, FeatureStore(features), ["45", "46"], [2, 3], steps=(2, 2, 2, 2, 2, 2, 2))
     allowed = set(model.tokenizer.convert_ids_to_tokens(vocab))

@@ -1,0 +1,48 @@
+"""The whole pipeline, 00 to 07, on the small demo world (demo.sh with SMALL=1), in a few minutes."""
+import json
+import os
+import subprocess
+
+from clid.files import read_jsonl, read_quality
+
+from conftest import ROOT
+
+
+def test_demo_pipeline_small(tmp_path):
+    demo, runs = tmp_path / "demo", tmp_path / "runs"
+    env = dict(os.environ, SMALL="1", PY=os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python")))
+    if not os.path.exists(env["PY"]):
+        import sys
+
+        env["PY"] = sys.executable
+    proc = subprocess.run(["bash", str(ROOT / "demo.sh"), str(demo), str(runs)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for stage in ("00 demo world", "01 saliency", "02 self-generated", "03 paraphrase", "04 trusted-only", "04 M_theta~", "04 scoring model",
+                  "05 quality", "06 CLID", "07 evaluation"):
+        assert f"==== {stage}" in proc.stdout
+
+    # every stage's output, in its documented format
+    selfgen = list(read_jsonl(runs / "paraphrased.jsonl", required=("id", "image_id", "caption", "n_tokens", "level")))
+    assert len(selfgen) > 100 and all(r["paraphraser"] == "rules" for r in selfgen)
+    # the scoring model continued from the extended one (04 --init-from), as in the authors' code
+    assert json.loads((runs / "trusted_ft" / "config.json").read_text())["train"]["init_from"] == str(runs / "extended")
+    quality = read_quality(runs / "quality.h5")
+    assert len(quality["id"]) > 0 and set(quality["id"]) <= {r["id"] for r in selfgen}
+    log = [json.loads(line) for line in (runs / "clid" / "selection_log.jsonl").read_text().splitlines()]
+    drawn = [p["drawn"] for p in log if p["drawn"]]
+    assert len(drawn) == 50 and drawn == sorted(drawn, reverse=True) and log[-1].get("trusted_only")
+
+    metrics = json.loads((runs / "eval" / "metrics.json").read_text())
+    runs_by_name = metrics["runs"]
+    assert set(runs_by_name) == {"trusted-only", "extended-only", "CLID"}
+    for name, run in runs_by_name.items():
+        cp = [run["levels"][str(level)]["control_precision"] for level in range(1, 8)]
+        assert all(0.0 <= v <= 1.0 for v in cp), (name, cp)
+    # a model that never saw a caption longer than 24 tokens cannot fill levels 4 to 7
+    trusted = runs_by_name["trusted-only"]["levels"]
+    assert all(trusted[str(level)]["control_precision"] == 0.0 for level in range(4, 8))
+    report = (runs / "eval" / "report.md").read_text()
+    assert "Control precision" in report and "long references" in report.lower()
+    for figure in ("control_precision.png", "quality_vs_control.png", "length_histograms.png"):
+        assert (runs / "eval" / figure).stat().st_size > 1000
