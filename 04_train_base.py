@@ -23,13 +23,11 @@ import argparse
 import sys
 from collections import Counter
 
-import torch
-
 from clid.files import DataError, FeatureStore
 from clid.model import count_parameters
-from clid.train import (Trainer, RegionCache, add_train_args, already_trained, epoch_batches, init_distributed,
-                        load_init_weights, make_examples, new_model, settings_from_args, training_items,
-                        validation_check)
+from clid.train import (Trainer, RegionCache, add_train_args, already_trained, epoch_batches, finish_distributed,
+                        init_distributed, load_init_weights, make_examples, new_model, settings_from_args,
+                        training_items, validation_check)
 
 
 def parse_args(argv=None):
@@ -89,10 +87,7 @@ def main(argv=None):
         print(f"model: {args.preset}, {count_parameters(model) / 1e6:.1f}M parameters; {world} process(es) on {device}")
     n = len(examples)
     trainer.run(args.max_steps, lambda step: epoch_batches(n, args.batch_size, step, args.seed), desc=f"04 {args.data}")
-    if rank == 0:
-        print(f"checkpoint: {args.out}")
-    if world > 1:
-        torch.distributed.destroy_process_group()
+    finish_distributed(args.out, rank, world)
 
 
 if __name__ == "__main__":

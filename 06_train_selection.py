@@ -38,9 +38,9 @@ import torch
 from clid import ops
 from clid.files import DataError, FeatureStore, atomic_path, read_quality
 from clid.model import count_parameters
-from clid.train import (RegionCache, Trainer, add_train_args, already_trained, epoch_batches, init_distributed,
-                        load_init_weights, make_examples, new_model, settings_from_args, training_items,
-                        validation_check)
+from clid.train import (RegionCache, Trainer, add_train_args, already_trained, epoch_batches, finish_distributed,
+                        init_distributed, load_init_weights, make_examples, new_model, settings_from_args,
+                        training_items, validation_check)
 
 
 def parse_args(argv=None):
@@ -191,10 +191,7 @@ def main(argv=None):
                      members[epoch_batches(len(members), args.batch_size, step - start, args.seed, ("iter", i))])
         trainer.run(entry["end"], batch_for, desc=f"06 it {entry['iteration']}",
                     state_for=lambda step, i=entry["iteration"]: {"iteration": i})
-    if rank == 0:
-        print(f"checkpoint: {out}")
-    if world > 1:
-        torch.distributed.destroy_process_group()
+    finish_distributed(out, rank, world)
 
 
 if __name__ == "__main__":

@@ -245,6 +245,14 @@ def init_distributed() -> tuple[int, int, torch.device]:
     return rank, world, device
 
 
+def finish_distributed(out, rank: int, world: int) -> None:
+    """Name the finished checkpoint (rank 0) and leave the process group under torchrun."""
+    if rank == 0:
+        print(f"checkpoint: {out}")
+    if world > 1:
+        dist.destroy_process_group()
+
+
 # ---------------------------------------------------------------------------------------------
 # Checkpoints with training state (a folder swapped in atomically)
 
