@@ -25,8 +25,8 @@ from collections import Counter
 
 from clid.files import DataError, FeatureStore
 from clid.model import count_parameters
-from clid.train import (Trainer, RegionCache, add_train_args, already_trained, epoch_batches, finish_distributed,
-                        init_distributed, load_init_weights, make_examples, new_model, settings_from_args,
+from clid.train import (Trainer, RegionCache, add_train_args, epoch_batches, finish_distributed,
+                        load_init_weights, make_examples, new_model, settings_from_args, start_run,
                         training_items, validation_check)
 
 
@@ -63,13 +63,10 @@ def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
 
 def main(argv=None):
     args = parse_args(argv)
-    rank, world, device = init_distributed()
-    if already_trained(args, rank):
+    started = start_run(args)
+    if started is None:
         return
-    try:
-        features = FeatureStore(args.features)
-    except FileNotFoundError as err:
-        sys.exit(f"error: {err}")
+    rank, world, device, features = started
     model = new_model(args, features, device)
     if args.init_from:
         load_init_weights(model, args.init_from)

@@ -36,10 +36,10 @@ import numpy as np
 import torch
 
 from clid import ops
-from clid.files import DataError, FeatureStore, atomic_path, read_quality
+from clid.files import DataError, atomic_path, read_quality
 from clid.model import count_parameters
-from clid.train import (RegionCache, Trainer, add_train_args, already_trained, epoch_batches, finish_distributed,
-                        init_distributed, load_init_weights, make_examples, new_model, settings_from_args,
+from clid.train import (RegionCache, Trainer, add_train_args, epoch_batches, finish_distributed,
+                        load_init_weights, make_examples, new_model, settings_from_args, start_run,
                         training_items, validation_check)
 
 
@@ -121,14 +121,11 @@ def scores_for(selfgen_ids: list[str], quality_path) -> torch.Tensor:
 
 def main(argv=None):
     args = parse_args(argv)
-    rank, world, device = init_distributed()
-    out = Path(args.out)
-    if already_trained(args, rank):
+    started = start_run(args)
+    if started is None:
         return
-    try:
-        features = FeatureStore(args.features)
-    except FileNotFoundError as err:
-        sys.exit(f"error: {err}")
+    rank, world, device, features = started
+    out = Path(args.out)
     # the model: as 04 starts it (bert), randomly initialised (the authors' code), or a checkpoint's weights
     model = new_model(args, features, device, pretrained=args.init != "random")
     if args.init not in ("bert", "random"):

@@ -375,6 +375,18 @@ def already_trained(args, rank: int) -> bool:
     return False
 
 
+def start_run(args):
+    """(rank, world, device, features) for a training stage; None when ``--out`` is already trained."""
+    rank, world, device = init_distributed()
+    if already_trained(args, rank):
+        return None
+    try:
+        features = FeatureStore(args.features)
+    except FileNotFoundError as err:
+        raise SystemExit(f"error: {err}") from None
+    return rank, world, device, features
+
+
 def new_model(args, features: FeatureStore, device, pretrained: bool = True) -> Captioner:
     """The captioner of ``--preset``, the same initial weights in every run and process.
 
