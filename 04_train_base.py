@@ -27,7 +27,7 @@ from clid.files import DataError, FeatureStore
 from clid.model import count_parameters
 from clid.train import (Trainer, RegionCache, add_train_args, epoch_batches, finish_distributed,
                         load_init_weights, make_examples, new_model, settings_from_args, start_run,
-                        training_items, validation_check)
+                        standardize_regions, training_items, validation_check)
 
 
 def parse_args(argv=None):
@@ -74,6 +74,8 @@ def main(argv=None):
         examples, val_ids = load_examples(args, features, model.tokenizer, model.levels, rank)
     except DataError as err:
         sys.exit(f"error: {err}")
+    if not args.init_from:  # (a checkpoint brings its own statistics)
+        standardize_regions(model, features, examples.image_ids)
 
     trainer = Trainer(model, examples, RegionCache(features, model.config.num_classes > 0), settings_from_args(args),
                       args.out, {"train": vars(args), "stage": "04_train_base"}, device, rank, world,

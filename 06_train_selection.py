@@ -40,7 +40,7 @@ from clid.files import DataError, atomic_path, read_quality
 from clid.model import count_parameters
 from clid.train import (RegionCache, Trainer, add_train_args, epoch_batches, finish_distributed,
                         load_init_weights, make_examples, new_model, settings_from_args, start_run,
-                        training_items, validation_check)
+                        standardize_regions, training_items, validation_check)
 
 
 def parse_args(argv=None):
@@ -143,6 +143,8 @@ def main(argv=None):
     skipped.update(items.skipped + pool_skipped)
     n_trusted = len(trusted)
     examples = trusted.extend(pool)  # trusted captions first, then the pool
+    if args.init in ("bert", "random"):  # (a checkpoint brings its own statistics)
+        standardize_regions(model, features, examples.image_ids)
     lengths = np.array([len(t) for t in pool.tokens])
     plan = make_plan(u, n_trusted, lengths, np.array(pool.levels), config.num_levels, args)
     if world > 1:  # every rank must draw the same captions

@@ -46,6 +46,9 @@ class CaptionerConfig:
     region_dim: int = 2048  # size of a region feature vector
     region_hidden: int = 2048  # hidden size of the region MLP (Linear-ReLU-Linear)
     num_classes: int = 0  # length of the optional per-region class probabilities (0: unused)
+    # "standardize": region features are shifted and scaled per dimension by the training set's mean
+    # and standard deviation (buffers saved with the weights); "none": raw features, as in LaBERT
+    region_norm: str = "none"
     levels: tuple = get_levels("caption")
     dropout: float = 0.1
     layer_norm_eps: float = 1e-12
@@ -78,6 +81,8 @@ class CaptionerConfig:
         return cls(**known)
 
 
+REGION_NORMS = ("none", "standardize")
+
 PRESETS = {
     # random init; small enough to train on a laptop CPU in minutes
     "tiny": dict(hidden_size=192, num_layers=3, num_heads=4, intermediate_size=768, region_hidden=384),
@@ -93,11 +98,14 @@ def minilm_path() -> str:
 
 
 def preset_config(preset: str, region_dim: int, levels="caption", bert: str | None = None,
-                  num_classes: int = 0, dropout: float = 0.1, output_vocab=None) -> CaptionerConfig:
+                  num_classes: int = 0, dropout: float = 0.1, output_vocab=None,
+                  region_norm: str = "none") -> CaptionerConfig:
     """Config of a preset. ``bert`` overrides the BERT folder / hub name of minilm and labert;
     ``output_vocab`` (token ids) shortlists the LM head's outputs."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+    if region_norm not in REGION_NORMS:
+        raise ValueError(f"unknown region_norm {region_norm!r}; choose from {REGION_NORMS}")
     options = dict(PRESETS[preset])
     init_from = options.pop("init_from", None)
     if init_from is not None:
@@ -111,7 +119,8 @@ def preset_config(preset: str, region_dim: int, levels="caption", bert: str | No
         output_vocab = sorted({int(i) for i in output_vocab})
     return CaptionerConfig(region_dim=region_dim, levels=get_levels(levels), num_classes=num_classes,
                            dropout=dropout, preset=preset, init_from=init_from, output_vocab=output_vocab,
-                           tokenizer=init_from if preset == "labert" else None, **options)
+                           tokenizer=init_from if preset == "labert" else None, region_norm=region_norm,
+                           **options)
 
 
 def _bert_config(name_or_path: str):
@@ -137,13 +146,15 @@ class SelfAttention(nn.Module):
         self.value = nn.Linear(c.hidden_size, c.hidden_size)
         self.dropout = c.dropout
 
-    def forward(self, x, key_padding):  # x [B, S, H]; key_padding [B, 1, 1, S] additive
+    def forward(self, x, key_padding, queries=None):
+        """x [B, S, H]; key_padding [B, 1, 1, S] additive; queries [B, Q, H] (None: every position)."""
         B, S, H = x.shape
-        q, k, v = (proj(x).view(B, S, self.num_heads, H // self.num_heads).transpose(1, 2)
-                   for proj in (self.query, self.key, self.value))
+        heads = lambda t: t.view(B, t.shape[1], self.num_heads, H // self.num_heads).transpose(1, 2)
+        q = heads(self.query(x if queries is None else queries))
+        k, v = heads(self.key(x)), heads(self.value(x))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_padding,
                                              dropout_p=self.dropout if self.training else 0.0)
-        return out.transpose(1, 2).reshape(B, S, H)
+        return out.transpose(1, 2).reshape(B, q.shape[2], H)
 
 
 class DenseNorm(nn.Module):
@@ -165,8 +176,8 @@ class Attention(nn.Module):
         self.self = SelfAttention(c)
         self.output = DenseNorm(c.hidden_size, c)
 
-    def forward(self, x, key_padding):
-        return self.output(self.self(x, key_padding), x)
+    def forward(self, x, key_padding, queries=None):
+        return self.output(self.self(x, key_padding, queries), x if queries is None else queries)
 
 
 class Intermediate(nn.Module):
@@ -185,8 +196,9 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(c)
         self.output = DenseNorm(c.intermediate_size, c)
 
-    def forward(self, x, key_padding):
-        x = self.attention(x, key_padding)
+    def forward(self, x, key_padding, queries=None):
+        """New states of every position, or only of ``queries`` (states [B, Q, H] taken from x)."""
+        x = self.attention(x, key_padding, queries)
         return self.output(self.intermediate(x), x)
 
 
@@ -195,10 +207,17 @@ class Encoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(Layer(c) for _ in range(c.num_layers))
 
-    def forward(self, x, key_padding):
-        for layer in self.layer:
+    def forward(self, x, key_padding, keep=None):
+        """Final states [B, S, H]; with ``keep`` (positions [B, Q]) only those, [B, Q, H].
+
+        Only the kept positions' final states are needed, so the last layer computes keys and values
+        for every position but queries, attention output and feed-forward for the kept ones alone.
+        """
+        for i, layer in enumerate(self.layer):
+            if keep is not None and i == len(self.layer) - 1:
+                return layer(x, key_padding, x.gather(1, keep[..., None].expand(-1, -1, x.shape[2])))
             x = layer(x, key_padding)
-        return x
+        return x if keep is None else x.gather(1, keep[..., None].expand(-1, -1, x.shape[2]))
 
 
 class Embeddings(nn.Module):
@@ -215,6 +234,10 @@ class Embeddings(nn.Module):
                                           nn.Linear(c.region_hidden, c.hidden_size))
         self.region_position_embed = nn.Sequential(nn.Linear(6 + c.num_classes, c.hidden_size), nn.ReLU())
         self.region_type = c.region_type
+        self.standardize = c.region_norm == "standardize"
+        if self.standardize:  # set from the training features by clid.train.standardize_regions
+            self.register_buffer("region_mean", torch.zeros(c.region_dim))
+            self.register_buffer("region_std", torch.ones(c.region_dim))
 
     def forward(self, regions, region_pos, input_ids, levels):
         B, T = input_ids.shape
@@ -222,6 +245,8 @@ class Embeddings(nn.Module):
         text = (self.word_embeddings(input_ids) + self.position_embeddings(positions)[None]
                 + self.token_type_embeddings(levels)[:, None, :])
         region_type = self.token_type_embeddings.weight[self.region_type]
+        if self.standardize:
+            regions = (regions - self.region_mean) / self.region_std
         region = self.region_embed(regions) + self.region_position_embed(region_pos) + region_type
         return self.dropout(self.LayerNorm(torch.cat([region, text], dim=1)))
 
@@ -302,11 +327,13 @@ class Captioner(nn.Module):
         """Classes of the head -> token ids."""
         return classes if self.output_ids is None else self.output_ids[classes]
 
-    def encode(self, regions, region_pos, region_mask, input_ids, levels):
+    def encode(self, regions, region_pos, region_mask, input_ids, levels, text_positions=None):
         """Final hidden states of the text positions, [B, T, H].
 
         regions [B, R, D], region_pos [B, R, 6+C], region_mask [B, R] (True = a real region),
         input_ids [B, T] (a row's text, then [PAD] up to T), levels [B] (1-based).
+        ``text_positions`` [B, Q] (long): return only the states there, [B, Q, H], and skip the last
+        layer's work at every other position (05 reads one position per pass).
 
         Rows are run through the encoder in groups of equal text length, each cut to its own length,
         so no compute goes to padded text (a batch of mixed levels costs what its captions cost).
@@ -321,13 +348,24 @@ class Captioner(nn.Module):
         x = self.embeddings(regions, region_pos, input_ids, levels)  # one embedding lookup for the batch
         R, T = regions.shape[1], input_ids.shape[1]
         lengths = text_mask.sum(1)
+        if text_positions is None:
+            if bool((lengths == T).all()):
+                return self.encoder(x, key_padding)[:, R:]
+            out = x.new_zeros(x.shape[0], T, x.shape[2])
+            for length in lengths.unique().tolist():
+                rows = (lengths == length).nonzero().squeeze(1)
+                states = self.encoder(x[rows, :R + length], key_padding[rows, ..., :R + length])
+                out[rows, :length] = states[:, R:]
+            return out
         if bool((lengths == T).all()):
-            return self.encoder(x, key_padding)[:, R:]
-        out = x.new_zeros(x.shape[0], T, x.shape[2])
+            return self.encoder(x, key_padding, keep=R + text_positions)
+        out = x.new_zeros(x.shape[0], text_positions.shape[1], x.shape[2])
         for length in lengths.unique().tolist():
             rows = (lengths == length).nonzero().squeeze(1)
-            states = self.encoder(x[rows, :R + length], key_padding[rows, ..., :R + length])
-            out[rows, :length] = states[:, R:]
+            inside = text_positions[rows] < length  # a position in the padding gets zeros, as above
+            states = self.encoder(x[rows, :R + length], key_padding[rows, ..., :R + length],
+                                  keep=R + text_positions[rows].clamp(max=length - 1))
+            out[rows] = states * inside[..., None]
         return out
 
     def hidden(self, text_states, positions=None):

@@ -7,8 +7,8 @@ Modes (``prefix`` is the default and the authors' definition):
 - ``prefix``: mask every text token, reveal the true prefix w_<t, read position t: one encoder pass
   per position. Made fast without changing the numbers: captions are grouped by level (the text
   length of a pass) and sorted by caption length, so no pass is spent on padding; finished captions
-  drop out of the batch; the LM head runs only at the scored position, through the fused
-  ``clid.ops.token_logprob_hidden`` (no [P, V] logits).
+  drop out of the batch; the last encoder layer and the LM head run only at the scored position,
+  the head through the fused ``clid.ops.token_logprob_hidden`` (no [P, V] logits).
 - ``pseudo``: reveal every other token and mask only position t (a pseudo-log-likelihood; the
   authors' ``past_only=False`` branch). An approximation.
 - ``onepass``: mask everything, one pass, read every position. The cheapest approximation.
@@ -79,8 +79,9 @@ def caption_logprobs(model: Captioner, examples: Examples, regions: RegionCache,
                 else:
                     ids = targets[:n].clone()
                     ids[:, t] = mask_id
-                states = model.encode(feats[:n], pos[:n], rmask[:n], ids, levels[:n])
-                logp = ops.token_logprob_hidden(model.hidden(states[:, t]), weight, bias, classes[:n, t])
+                at_t = torch.full((n, 1), t, dtype=torch.long, device=device)
+                states = model.encode(feats[:n], pos[:n], rmask[:n], ids, levels[:n], text_positions=at_t)
+                logp = ops.token_logprob_hidden(model.hidden(states[:, 0]), weight, bias, classes[:n, t])
                 total[:n] += logp.double()
         out[chunk] = (total.cpu() / torch.as_tensor(lengths, dtype=torch.float64)).numpy()
         if progress is not None:

@@ -79,6 +79,31 @@ def test_mixed_lengths_cost_no_padding_and_equal_separate_passes(world):
         assert (together[row, length:] == 0).all()
 
 
+def test_states_at_chosen_positions_equal_the_full_pass(world):
+    """encode(text_positions=...) skips the last layer's other positions but returns the same states."""
+    model = tiny_model().eval()
+    regions = RegionCache(FeatureStore(world[1]))
+    pad, mask = model.tokenizer.pad_token_id, model.tokenizer.mask_token_id
+    feats, pos, rmask = regions.batch(["1", "2", "3"])
+    ids = torch.randint(1000, 2000, (3, 19))
+    ids[:, 5:] = mask
+    levels = torch.tensor([2, 2, 2])
+    full = model.encode(feats, pos, rmask, ids, levels)
+    chosen = torch.tensor([[0, 7], [18, 3], [5, 5]])  # first, last, repeated positions
+    part = model.encode(feats, pos, rmask, ids, levels, text_positions=chosen)
+    assert part.shape == (3, 2, 64)
+    torch.testing.assert_close(part, full.gather(1, chosen[..., None].expand(-1, -1, 64)))
+    # mixed text lengths: positions inside the padding come back as zeros, as in the full pass
+    ids = torch.full((3, 29), pad)
+    for row, length in enumerate((9, 29, 1)):
+        ids[row, :length] = mask
+    full = model.encode(feats, pos, rmask, ids, torch.tensor([1, 3, 1]))
+    chosen = torch.tensor([[8, 12], [28, 0], [0, 4]])
+    part = model.encode(feats, pos, rmask, ids, torch.tensor([1, 3, 1]), text_positions=chosen)
+    torch.testing.assert_close(part, full.gather(1, chosen[..., None].expand(-1, -1, 64)))
+    assert (part[0, 1] == 0).all() and (part[2, 1] == 0).all() and (part[2, 0] != 0).any()
+
+
 def test_collate_masks_a_uniform_count_and_pads_to_the_level(world):
     model = tiny_model()
     tok = model.tokenizer
@@ -205,6 +230,28 @@ def test_resume_after_kill_gives_the_same_weights(tmp_path, world):
     # a finished run is not trained again
     again = run_script(*train_cmd(world, tmp_path / "killed", *steps))
     assert "nothing to do" in again.stdout
+
+
+def test_region_standardization_uses_the_training_images_statistics(tmp_path, world):
+    from clid.data import load_captions
+
+    run_script(*train_cmd(world, tmp_path / "std", "--max-steps", "2", "--region-norm", "standardize"))
+    weights = read_weights(tmp_path / "std")
+    features = FeatureStore(world[1])
+    train_ids = [str(r.image_id) for r in load_captions(world[0]) if r.split in ("train", "restval")]
+    x = np.concatenate([features.get(i).features for i in train_ids]).astype(np.float64)
+    np.testing.assert_allclose(weights["embeddings.region_mean"].numpy(), x.mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(weights["embeddings.region_std"].numpy(), np.maximum(x.std(0), 0.01 * x.std(0).mean()),
+                               rtol=1e-4, atol=1e-6)
+    # the loaded model equals the same weights without standardization fed standardized features
+    model = M.load_checkpoint(tmp_path / "std")
+    raw = M.Captioner(M.CaptionerConfig.from_json(model.config.to_json() | {"region_norm": "none"})).eval()
+    raw.load_state_dict({k: v for k, v in model.state_dict().items() if k not in ("embeddings.region_mean", "embeddings.region_std")})
+    f, p, m = RegionCache(features).batch(["45", "3"])
+    ids, lv = torch.full((2, 9), model.tokenizer.mask_token_id), torch.tensor([1, 1])
+    standardized = (f - weights["embeddings.region_mean"]) / weights["embeddings.region_std"]
+    torch.testing.assert_close(model.encode(f, p, m, ids, lv), raw.encode(standardized, p, m, ids, lv))
+    assert not torch.allclose(model.encode(f, p, m, ids, lv), raw.encode(f, p, m, ids, lv))
 
 
 def test_extended_data_uses_selfgen_of_train_images_only(tmp_path, world):
