@@ -28,6 +28,8 @@ world=(--n-train "${N_TRAIN:-2000}")  # train images of the demo world (00's def
 if [ -n "$SMALL" ]; then world=(--small); STEPS=${STEPS_SMALL:-200}; ETA=${ETA_SMALL:-3}; FT_STEPS=${FT_SMALL:-40}; fi
 
 banner() { printf '\n==== %s ====  (%s)\n' "$*" "$(date +%H:%M:%S)"; }
+# wait for a background stage; on failure show the end of its log and stop
+await() { wait "$1" || { tail -n 20 "$2"; echo "error: $3 failed (log: $2)"; exit 1; }; }
 started=$(date +%s)
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT   # no background stage outlives the script
 mkdir -p "$RUNS"
@@ -73,7 +75,7 @@ OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$DEMO/captions.json" --data e
 banner "04 scoring model M_theta: M_theta~ fine-tuned on the trusted captions (the authors' code)"
 OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$DEMO/captions.json" --data trusted --init-from "$RUNS/extended" \
     --out "$RUNS/trusted_ft" "${train[@]}" --max-steps "$FT_STEPS" --warmup $(( FT_STEPS / 10 ))
-wait "$baseline" || { tail -n 20 "$RUNS/trusted.log"; echo "error: the trusted-only baseline failed (log: $RUNS/trusted.log)"; exit 1; }
+await "$baseline" "$RUNS/trusted.log" "the trusted-only baseline"
 grep -E "^checkpoint|already trained" "$RUNS/trusted.log" || true
 
 banner "05 quality scores u = log p(y|x; theta) - log p(y|x; theta~), two shards (shard 1 log: $RUNS/quality.log)"
@@ -82,7 +84,7 @@ score=(05_score_quality.py --trusted "$RUNS/trusted_ft" --extended "$RUNS/extend
 OMP_NUM_THREADS=1 $PY "${score[@]}" --shard-id 1 > "$RUNS/quality.log" 2>&1 &
 shard1=$!
 OMP_NUM_THREADS=1 $PY "${score[@]}" --shard-id 0
-wait "$shard1" || { tail -n 20 "$RUNS/quality.log"; echo "error: 05 shard 1 failed (log: $RUNS/quality.log)"; exit 1; }
+await "$shard1" "$RUNS/quality.log" "05 shard 1"
 [ -f "$RUNS/quality.h5" ] || $PY -m clid.shard merge "$RUNS/quality.h5" --num-shards 2
 
 banner "06 CLID: training with gradual data selection (c=2, s=1, eta=$ETA)"

@@ -213,11 +213,12 @@ class Encoder(nn.Module):
         Only the kept positions' final states are needed, so the last layer computes keys and values
         for every position but queries, attention output and feed-forward for the kept ones alone.
         """
+        kept = lambda states: states.gather(1, keep[..., None].expand(-1, -1, states.shape[2]))
         for i, layer in enumerate(self.layer):
             if keep is not None and i == len(self.layer) - 1:
-                return layer(x, key_padding, x.gather(1, keep[..., None].expand(-1, -1, x.shape[2])))
+                return layer(x, key_padding, kept(x))
             x = layer(x, key_padding)
-        return x if keep is None else x.gather(1, keep[..., None].expand(-1, -1, x.shape[2]))
+        return x if keep is None else kept(x)
 
 
 class Embeddings(nn.Module):
@@ -348,24 +349,24 @@ class Captioner(nn.Module):
         x = self.embeddings(regions, region_pos, input_ids, levels)  # one embedding lookup for the batch
         R, T = regions.shape[1], input_ids.shape[1]
         lengths = text_mask.sum(1)
-        if text_positions is None:
-            if bool((lengths == T).all()):
-                return self.encoder(x, key_padding)[:, R:]
-            out = x.new_zeros(x.shape[0], T, x.shape[2])
-            for length in lengths.unique().tolist():
-                rows = (lengths == length).nonzero().squeeze(1)
-                states = self.encoder(x[rows, :R + length], key_padding[rows, ..., :R + length])
-                out[rows, :length] = states[:, R:]
-            return out
+
+        def text_states(xs, padding, positions):
+            """Final states of equal-length rows: every text position, or those at ``positions``."""
+            if positions is None:
+                return self.encoder(xs, padding)[:, R:]
+            return self.encoder(xs, padding, keep=R + positions)
+
         if bool((lengths == T).all()):
-            return self.encoder(x, key_padding, keep=R + text_positions)
-        out = x.new_zeros(x.shape[0], text_positions.shape[1], x.shape[2])
+            return text_states(x, key_padding, text_positions)
+        out = x.new_zeros(x.shape[0], T if text_positions is None else text_positions.shape[1], x.shape[2])
         for length in lengths.unique().tolist():
             rows = (lengths == length).nonzero().squeeze(1)
-            inside = text_positions[rows] < length  # a position in the padding gets zeros, as above
-            states = self.encoder(x[rows, :R + length], key_padding[rows, ..., :R + length],
-                                  keep=R + text_positions[rows].clamp(max=length - 1))
-            out[rows] = states * inside[..., None]
+            xs, padding = x[rows, :R + length], key_padding[rows, ..., :R + length]
+            if text_positions is None:
+                out[rows, :length] = text_states(xs, padding, None)
+            else:  # a position in the padding gets zeros, as in the full output
+                positions = text_positions[rows]
+                out[rows] = text_states(xs, padding, positions.clamp(max=length - 1)) * (positions < length)[..., None]
         return out
 
     def hidden(self, text_states, positions=None):

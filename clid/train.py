@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from .decode import load_regions, pad_regions
 from .files import FeatureStore
-from .model import Captioner, load_checkpoint, save_model
+from .model import REGION_NORMS, Captioner, load_checkpoint, save_model
 from .rng import item_rng, item_seed
 from .text import encode, eos_id, get_levels, length_to_level
 
@@ -379,7 +379,7 @@ def add_train_args(p) -> None:
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--eos-weight", type=float, default=0.5, help='loss weight of "." targets')
     p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--region-norm", choices=["none", "standardize"], default="none",
+    p.add_argument("--region-norm", choices=REGION_NORMS, default="none",
                    help="standardize: shift and scale each region-feature dimension by the training images' "
                         "mean and deviation (the demo: grounding is learned several times faster); "
                         "none: raw features, as LaBERT and the paper")
