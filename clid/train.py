@@ -368,8 +368,9 @@ def add_train_args(p) -> None:
     p.add_argument("--bert", help="BERT folder or hub name for minilm/labert (default: the preset's)")
     p.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption")
     p.add_argument("--output-vocab", nargs="+", metavar="FILE",
-                   help="restrict the LM head to the tokens of these caption files (a speed option for small "
-                        "CPU runs such as the demo; default: the whole vocabulary, as in the paper)")
+                   help="restrict the LM head, and the word-embedding table, to the tokens of these caption files "
+                        "(a speed option for small CPU runs such as the demo; default: the whole vocabulary, "
+                        "as in the paper)")
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--warmup", type=int, default=1000)
@@ -425,9 +426,13 @@ def new_model(args, features: FeatureStore, device, pretrained: bool = True) -> 
     from .model import build_model, preset_config
     from .text import load_tokenizer
 
-    output_vocab = corpus_vocab(args.output_vocab, load_tokenizer()) if args.output_vocab else None
+    output_vocab = input_vocab = None
+    if args.output_vocab:  # a shortlist: the head predicts its tokens, the table holds them and [PAD], [MASK]
+        tokenizer = load_tokenizer()
+        output_vocab = corpus_vocab(args.output_vocab, tokenizer)
+        input_vocab = sorted({*output_vocab, tokenizer.pad_token_id, tokenizer.mask_token_id})
     config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, dropout=args.dropout,
-                           output_vocab=output_vocab, region_norm=args.region_norm)
+                           output_vocab=output_vocab, input_vocab=input_vocab, region_norm=args.region_norm)
     if not pretrained:
         config.init_from = None
     torch.manual_seed(item_seed(args.seed, "init"))

@@ -1,4 +1,5 @@
 """The captioner: shapes, masking and loss, decoding, checkpoints, resume, DDP, pretrained presets."""
+import dataclasses
 import json
 import os
 
@@ -284,6 +285,45 @@ def test_ddp_two_processes_match_one_process(tmp_path, world):
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
 
 
+def test_a_table_of_the_shortlist_equals_the_full_table(world):
+    """input_vocab keeps only the rows a shortlisted model can use: the same logits, loss and
+    gradients on those rows as the full 30,522-row table; a token without a row is a clear error."""
+    tok = load_tokenizer()
+    captions, features = world
+    examples, _ = make_examples([("c0", "4", "a man riding a horse next to a dog"), ("c1", "5", "a dog")],
+                                tok, get_levels("caption"), "trusted")
+    used = sorted({i for row in examples.tokens for i in row} | {eos_id(tok)})
+    table = sorted(used + [tok.pad_token_id, tok.mask_token_id])
+    base = tiny_model(seed=1).config
+    full = M.Captioner(dataclasses.replace(base, output_vocab=used))
+    compact = M.Captioner(dataclasses.replace(base, output_vocab=used, input_vocab=table))
+    full.tokenizer = compact.tokenizer = tok
+    state = full.state_dict()
+    state["embeddings.word_embeddings.weight"] = state["embeddings.word_embeddings.weight"][table]
+    compact.load_state_dict(state)
+    assert compact.embeddings.word_embeddings.weight.shape == (len(table), 64)
+
+    input_ids, targets, masked, levels = collate(examples, [0, 1], full, seed=0, step=0)
+    assert (input_ids == tok.pad_token_id).any() and (input_ids == tok.mask_token_id).any()
+    regions = RegionCache(FeatureStore(features)).batch(["4", "5"])
+    losses = []
+    for model in (full, compact):
+        logits = model(*regions, input_ids, levels, masked)
+        loss, weight = masked_lm_loss(logits, model.to_output(targets[masked]), int(model.to_output(torch.tensor(eos_id(tok)))))
+        (loss / weight).backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[1], losses[0])
+    grad_full, grad_compact = full.embeddings.word_embeddings.weight.grad, compact.embeddings.word_embeddings.weight.grad
+    torch.testing.assert_close(grad_compact, grad_full[table])
+    assert grad_full.abs().sum() == grad_full[table].abs().sum()  # the other 30,000 rows get nothing
+    torch.testing.assert_close(compact.encoder.layer[0].attention.self.query.weight.grad,
+                               full.encoder.layer[0].attention.self.query.weight.grad)
+    unknown = input_ids.clone()
+    unknown[0, 0] = tok.convert_tokens_to_ids("zebra")
+    with pytest.raises(ValueError, match=f"token id {unknown[0, 0].item()} has no row"):
+        compact(*regions, unknown, levels, masked)
+
+
 # ---- pretrained presets ---------------------------------------------------------------------
 
 def test_minilm_preset_loads_offline_weights():
@@ -297,6 +337,11 @@ def test_minilm_preset_loads_offline_weights():
             assert torch.equal(model.state_dict()[key], f.get_tensor(key))
         type0 = f.get_tensor("embeddings.token_type_embeddings.weight")[0]
     assert torch.equal(model.embeddings.token_type_embeddings.weight[8], type0)  # the regions' new type
+    # a shortlisted table takes BERT's rows of its tokens
+    rows = [0, 103, 1012, 2158, 3899]
+    compact = M.build_model(M.preset_config("minilm", region_dim=32, output_vocab=rows[2:], input_vocab=rows))
+    torch.testing.assert_close(compact.embeddings.word_embeddings.weight, model.embeddings.word_embeddings.weight[rows])
+    torch.testing.assert_close(compact.output_weight, model.embeddings.word_embeddings.weight[rows[2:]])
 
 
 def test_labert_preset_from_a_local_bert_folder(tmp_path):
@@ -330,8 +375,84 @@ def test_output_shortlist_trains_and_decodes_only_its_tokens(tmp_path, world):
     assert model.head.bias.dtype == torch.float32
     assert json.loads((tmp_path / "short" / "config.json").read_text())["train"]["amp"] is True
     assert model.output_weight.shape == (len(vocab), model.config.hidden_size)
+    tok = model.tokenizer  # the word-embedding table holds the shortlist and the input-only [PAD], [MASK]
+    assert model.config.input_vocab == sorted(vocab + [tok.pad_token_id, tok.mask_token_id])
+    assert model.embeddings.word_embeddings.weight.shape == (len(vocab) + 2, model.config.hidden_size)
     out = generate_captions(model, FeatureStore(features), ["45", "46"], [2, 3], steps=(2, 2, 2, 2, 2, 2, 2))
     allowed = set(model.tokenizer.convert_ids_to_tokens(vocab))
     for by_image in out.values():
         for text in by_image.values():
             assert set(model.tokenizer.tokenize(text)) <= allowed
+
+
+COLOURS = ["red", "blue", "green", "yellow", "black", "white", "gray", "brown", "orange", "purple", "pink"]
+THINGS = ["dog", "cat", "tree", "house", "car", "ball", "umbrella", "bench", "bicycle", "chair", "table", "bird"]
+
+
+def colour_copy_batch(rng, tok, size, objects=4):
+    """Images of ``objects`` objects, each region = one-hot colour + one-hot category; the caption
+    "a <colour> <thing> ." names one of them. Returns model inputs, the colour's token id per row."""
+    dim = len(COLOURS) + len(THINGS)
+    feats = np.zeros((size, objects + 1, dim), np.float32)
+    boxes = np.zeros((size, objects + 1, 6), np.float32)
+    boxes[:, 0] = [0, 0, 1, 1, 1, 1]  # row 0: the whole image, as in the feature files
+    ids = np.full((size, 9), eos_id(tok))  # level 1 is 9 tokens long: "." pads
+    for b in range(size):
+        things, colours = rng.choice(len(THINGS), objects, replace=False), rng.integers(0, len(COLOURS), objects)
+        for r in range(objects):
+            feats[b, r + 1, colours[r]] = feats[b, r + 1, len(COLOURS) + things[r]] = 1
+            x, y = rng.random(2) * 0.7
+            w, h = 0.1 + rng.random(2) * 0.2
+            boxes[b, r + 1] = [x, y, x + w, y + h, w, h]
+        feats[b, 0] = feats[b, 1:].mean(0)
+        k = rng.integers(objects)
+        ids[b, :3] = tok.convert_tokens_to_ids(["a", COLOURS[colours[k]], THINGS[things[k]]])
+    feats += rng.normal(0, 0.01, feats.shape).astype(np.float32)
+    return torch.tensor(feats), torch.tensor(boxes), torch.tensor(ids)
+
+
+def test_tiny_preset_learns_to_read_an_objects_colour_from_its_region():
+    """The captioner can ground a word in a region: with only the colour masked in "a <colour> <thing>",
+    it must find the region of <thing> among four and copy that region's colour (chance: ~1/4 by
+    guessing a colour present in the image). The demo's tiny preset with 04's loss and schedule at
+    lr 1e-3: the accuracy jumps from ~35% to 100% between steps 500 and 700 (two seeds measured).
+    At lr 2e-3 the same run stays between 30% and 52% for 900 steps (README, "What the demo shows")."""
+    from clid.train import learning_rate
+
+    lr = 1e-3
+    torch.manual_seed(0)
+    tok = load_tokenizer()
+    vocab = sorted(set(tok.convert_tokens_to_ids(COLOURS + THINGS + ["a", "."])))
+    config = M.preset_config("tiny", region_dim=len(COLOURS) + len(THINGS))
+    config.dropout, config.output_vocab = 0.0, vocab
+    model = M.build_model(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    rng = np.random.default_rng(0)
+    masked = torch.zeros(64, 9, dtype=torch.bool)
+    masked[:, 1] = True
+    level1 = torch.ones(64, dtype=torch.long)
+    end = int(model.to_output(torch.tensor(eos_id(tok))))
+
+    def inputs(feats, boxes, ids):
+        return feats, boxes, torch.ones(feats.shape[:2], dtype=torch.bool), ids.masked_fill(masked[:len(ids)], tok.mask_token_id)
+
+    steps = 900
+    for step in range(steps):
+        feats, boxes, ids = colour_copy_batch(rng, tok, 64)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, lr, 50, steps)
+        logits = model(*inputs(feats, boxes, ids), level1, masked)
+        loss_sum, weight = masked_lm_loss(logits, model.to_output(ids[:, 1]), end)
+        optimizer.zero_grad()
+        (loss_sum / weight).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    model.eval()
+    feats, boxes, ids = colour_copy_batch(np.random.default_rng(1), tok, 64)
+    with torch.no_grad():
+        own = model(*inputs(feats, boxes, ids), level1, masked).argmax(-1)
+        shuffled = model(*inputs(feats.roll(1, 0), boxes.roll(1, 0), ids), level1, masked).argmax(-1)
+    truth = model.to_output(ids[:, 1])
+    assert (own == truth).float().mean() > 0.9
+    assert (shuffled == truth).float().mean() < 0.4  # another image's regions: the colour is read, not guessed
