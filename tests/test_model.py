@@ -286,7 +286,7 @@ def test_ddp_two_processes_match_one_process(tmp_path, world):
 
 
 def test_a_table_of_the_shortlist_equals_the_full_table(world):
-    """input_vocab keeps only the rows a shortlisted model can use: the same logits, loss and
+    """input_vocab keeps only the rows a shortlisted model can use: the same initial weights, loss and
     gradients on those rows as the full 30,522-row table; a token without a row is a clear error."""
     tok = load_tokenizer()
     captions, features = world
@@ -294,14 +294,20 @@ def test_a_table_of_the_shortlist_equals_the_full_table(world):
                                 tok, get_levels("caption"), "trusted")
     used = sorted({i for row in examples.tokens for i in row} | {eos_id(tok)})
     table = sorted(used + [tok.pad_token_id, tok.mask_token_id])
-    base = tiny_model(seed=1).config
-    full = M.Captioner(dataclasses.replace(base, output_vocab=used))
-    compact = M.Captioner(dataclasses.replace(base, output_vocab=used, input_vocab=table))
-    full.tokenizer = compact.tokenizer = tok
-    state = full.state_dict()
-    state["embeddings.word_embeddings.weight"] = state["embeddings.word_embeddings.weight"][table]
-    compact.load_state_dict(state)
+    base = tiny_model().config
+
+    def build(config):
+        torch.manual_seed(1)  # the same random draws: the compact table starts as the full table's rows
+        model = M.Captioner(config)
+        model.tokenizer = tok
+        return model
+
+    full = build(dataclasses.replace(base, output_vocab=used))
+    compact = build(dataclasses.replace(base, output_vocab=used, input_vocab=table))
     assert compact.embeddings.word_embeddings.weight.shape == (len(table), 64)
+    for name, value in compact.state_dict().items():
+        expected = full.state_dict()[name]
+        assert torch.equal(value, expected[table] if name == "embeddings.word_embeddings.weight" else expected), name
 
     input_ids, targets, masked, levels = collate(examples, [0, 1], full, seed=0, step=0)
     assert (input_ids == tok.pad_token_id).any() and (input_ids == tok.mask_token_id).any()
