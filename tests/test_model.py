@@ -397,7 +397,7 @@ THINGS = ["dog", "cat", "tree", "house", "car", "ball", "umbrella", "bench", "bi
 
 def colour_copy_batch(rng, tok, size, objects=4):
     """Images of ``objects`` objects, each region = one-hot colour + one-hot category; the caption
-    "a <colour> <thing> ." names one of them. Returns model inputs, the colour's token id per row."""
+    "a <colour> <thing> ." names one of them. Returns (features, 6-d boxes, token ids)."""
     dim = len(COLOURS) + len(THINGS)
     feats = np.zeros((size, objects + 1, dim), np.float32)
     boxes = np.zeros((size, objects + 1, 6), np.float32)
