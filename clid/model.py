@@ -226,6 +226,13 @@ class Encoder(nn.Module):
         return x if keep is None else kept(x)
 
 
+def token_index(token_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[vocab_size] map from a token id to its place in ``token_ids`` (-1: not there)."""
+    index = torch.full((vocab_size,), -1, dtype=torch.long)
+    index[token_ids] = torch.arange(len(token_ids))
+    return index
+
+
 class WordTable(nn.Embedding):
     """The word embeddings: a row per token id, or (``token_ids``) rows for those tokens only.
 
@@ -237,15 +244,16 @@ class WordTable(nn.Embedding):
         super().__init__(vocab_size, hidden_size)
         self.vocab_size, self.token_ids = vocab_size, token_ids
         if token_ids is not None:
-            self.weight = nn.Parameter(self.weight.detach()[torch.tensor(token_ids)].clone())
+            self.weight = nn.Parameter(self.rows_of(self.weight.detach()).clone())
             self.num_embeddings = len(token_ids)
+
+    def rows_of(self, full: torch.Tensor) -> torch.Tensor:
+        """This table's rows of a full [vocab_size, H] table (random draws, pretrained BERT weights)."""
+        return full if self.token_ids is None else full[torch.tensor(self.token_ids)]
 
     @torch.no_grad()
     def normal_(self, std: float) -> None:
-        if self.token_ids is None:
-            self.weight.normal_(std=std)
-        else:
-            self.weight.copy_(torch.empty(self.vocab_size, self.embedding_dim).normal_(std=std)[torch.tensor(self.token_ids)])
+        self.weight.copy_(self.rows_of(torch.empty(self.vocab_size, self.embedding_dim).normal_(std=std)))
 
 
 class Embeddings(nn.Module):
@@ -255,9 +263,7 @@ class Embeddings(nn.Module):
         super().__init__()
         self.word_embeddings = WordTable(c.vocab_size, c.hidden_size, c.input_vocab)
         if c.input_vocab is not None:  # token id -> row of the table (-1: no row)
-            index = torch.full((c.vocab_size,), -1, dtype=torch.long)
-            index[torch.tensor(c.input_vocab)] = torch.arange(len(c.input_vocab))
-            self.register_buffer("input_index", index, persistent=False)
+            self.register_buffer("input_index", token_index(torch.tensor(c.input_vocab), c.vocab_size), persistent=False)
         else:  # the row is the token id
             self.input_index = None
         self.position_embeddings = nn.Embedding(c.max_position, c.hidden_size)
@@ -336,10 +342,8 @@ class Captioner(nn.Module):
         # Off by default (the paper predicts the whole vocabulary); the CPU demo uses it for speed.
         if config.output_vocab is not None:
             ids = torch.tensor(sorted(set(config.output_vocab)), dtype=torch.long)
-            index = torch.full((config.vocab_size,), -1, dtype=torch.long)
-            index[ids] = torch.arange(len(ids))
             self.register_buffer("output_ids", ids, persistent=False)
-            self.register_buffer("output_index", index, persistent=False)
+            self.register_buffer("output_index", token_index(ids, config.vocab_size), persistent=False)
             # where the head's classes sit in the word-embedding table
             self.register_buffer("output_rows", self.embeddings.rows(ids), persistent=False)
         else:
@@ -471,7 +475,7 @@ def load_bert_weights(model: Captioner, name_or_path: str) -> None:
                 target[key][: value.shape[0]].copy_(value)
                 copied += 1
             elif key == "embeddings.word_embeddings.weight" and model.config.input_vocab is not None:
-                target[key].copy_(value[torch.tensor(model.config.input_vocab)])  # the rows of the table
+                target[key].copy_(model.embeddings.word_embeddings.rows_of(value))  # the rows of the table
                 copied += 1
             elif key in target and target[key].shape == value.shape:
                 target[key].copy_(value)
