@@ -13,7 +13,8 @@ In: nothing but a seed. Out, in --out (the formats of ../shared/DESIGN.md, read 
   scene_graphs_clean.json  the true graphs (diagnostics only; no stage should read them)
   image_data.json          VG image records: width, height, coco_id (VG id = 1,000,000 + caption id)
   features.h5              one group per caption id: row 0 the whole image, then one row per true object
-                           box (x1, y1, x2, y2 pixels); ImageNet EfficientNet-Lite0 features of the pixels
+                           box (x1, y1, x2, y2 pixels); ImageNet EfficientNet-Lite0 features of the pixels,
+                           then a colour histogram of the box's pixels (--colour-bins)
   long_refs.json           test images only: several true descriptions per level 3-6 (20-59 tokens),
                            each sentence with a "level" key; for evaluation only, never for training
   world.json               the arguments and counts; a re-run with the same arguments skips the work
@@ -1663,6 +1664,25 @@ class RegionEncoder:
         return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
 
 
+def colour_histograms(image: Image.Image, boxes, bins: int) -> np.ndarray:
+    """[R, bins**3] joint RGB histograms of the boxes' pixels (each row sums to 1).
+
+    Why: ImageNet features average colour away (a linear probe reads an object's colour from the
+    pooled EfficientNet features for about 64% of the demo's coloured objects, from this histogram
+    for 86%), while real bottom-up features come from a detector trained to predict Visual Genome
+    attributes, colours first among them."""
+    out = np.zeros((len(boxes), bins ** 3 if bins else 0), np.float32)
+    if not bins:
+        return out
+    pixels = np.asarray(image.convert("RGB"))
+    for row, (x1, y1, x2, y2) in enumerate(boxes):
+        patch = pixels[int(y1):max(int(y2), int(y1) + 1), int(x1):max(int(x2), int(x1) + 1)].reshape(-1, 3)
+        cell = (patch.astype(np.int64) * bins) // 256  # the bin of each channel, 0..bins-1
+        counts = np.bincount((cell[:, 0] * bins + cell[:, 1]) * bins + cell[:, 2], minlength=bins ** 3)
+        out[row] = counts / counts.sum()
+    return out
+
+
 # =============================================================================================
 # One image, start to finish (runs in worker processes)
 
@@ -1697,11 +1717,13 @@ def make_image(image_id: int, split: str) -> dict:
               "boxes": region_boxes(scene), "kind": scene.kind}
     if not c["skip_features"]:
         record["whole"], record["crops"] = crop_regions(scene.image, record["boxes"][1:], c["crop"], c["whole"])
+        record["colours"] = colour_histograms(scene.image, record["boxes"], c["colour_bins"])
     return record
 
 
 def make_chunk(jobs: list) -> list[dict]:
-    """A few images at once, so the encoder sees full batches: adds ``features`` [R, 1280] to each record."""
+    """A few images at once, so the encoder sees full batches: adds ``features`` [R, 1280 + bins**3]
+    (EfficientNet, then the colour histogram) to each record."""
     records = [make_image(image_id, split) for image_id, split in jobs]
     if not CONFIG["skip_features"]:
         encoder = CONFIG["encoder"]
@@ -1710,7 +1732,8 @@ def make_chunk(jobs: list) -> list[dict]:
         row = 0
         for r, whole in zip(records, wholes):
             n = len(r["boxes"]) - 1
-            r["features"] = np.concatenate([whole[None], crops[row:row + n]]).astype(np.float32)
+            encoded = np.concatenate([whole[None], crops[row:row + n]])
+            r["features"] = np.concatenate([encoded, r.pop("colours")], axis=1).astype(np.float32)
             row += n
     return records
 
@@ -1806,6 +1829,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--long-levels", default="3,4,5,6", help="caption levels of the long references")
     p.add_argument("--crop", type=int, default=64, help="object crops are resized to crop x crop for the encoder")
     p.add_argument("--whole", type=int, default=128, help="the whole image is resized to whole x whole")
+    p.add_argument("--colour-bins", type=int, default=4,
+                   help="each region's features end with a joint RGB histogram of its box, this many bins per "
+                        "channel (bins**3 values; 0: EfficientNet features only)")
     p.add_argument("--batch-size", type=int, default=256, help="encoder batch size")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="processes drawing and encoding the scenes (one torch thread each)")
@@ -1820,6 +1846,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--graph-noise must be in [0, 1]")
     if args.n_train < 0 or args.n_val < 0 or args.n_test < 0 or args.n_train + args.n_val + args.n_test == 0:
         p.error("the split sizes must be >= 0 and not all 0")
+    if args.colour_bins < 0:
+        p.error("--colour-bins must be >= 0")
     if args.size < 64:
         p.error("--size must be at least 64 pixels")
     return args
@@ -1856,7 +1884,7 @@ def main(argv=None) -> None:
     config = {"out": str(out), "seed": args.seed, "size": args.size, "graph_noise": args.graph_noise,
               "captions_per_image": args.captions_per_image, "refs_per_level": args.refs_per_level,
               "long_levels": [int(x) for x in args.long_levels.split(",")], "crop": args.crop, "whole": args.whole,
-              "skip_features": args.skip_features, "batch_size": args.batch_size}
+              "colour_bins": args.colour_bins, "skip_features": args.skip_features, "batch_size": args.batch_size}
     (out / "images").mkdir(parents=True, exist_ok=True)
 
     # 1. draw the scenes, write the images, encode the regions (chunks of images in worker processes);
