@@ -415,7 +415,7 @@ def percentile_threshold(u, q: float, method: str = "linear") -> float:
 # (csrc/common/philox.h and csrc/common/sampler_math.h spell out the same operations.)
 
 def _philox4x32_10(c0, c1, c2, c3, k0: int, k1: int):
-    """Philox4x32-10 on uint32 arrays (Salmon et al. 2011)."""
+    """Philox4x32-10 on uint32 arrays (the counter-based generator of Random123)."""
     m0, m1 = _np.uint64(0xD2511F53), _np.uint64(0xCD9E8D57)
     k0, k1 = _np.uint32(k0), _np.uint32(k1)
     w0, w1 = _np.uint32(0x9E3779B9), _np.uint32(0xBB67AE85)
