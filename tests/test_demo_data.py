@@ -223,14 +223,14 @@ def test_colour_histograms_count_the_boxes_pixels(demo):
     assert demo.colour_histograms(image, [(0, 0, 20, 20)], bins=0).shape == (1, 0)
 
 
-def test_world_features_tell_colours_apart(worlds):
+def test_world_features_tell_colours_apart(worlds, demo):
     """The histogram columns are the boxes' pixels counted from the saved images, and they tell an object's
     colour far better than the EfficientNet columns (nearest centroid, leave one out)."""
     from PIL import Image
 
     out = worlds["a"]
     store = FeatureStore(out / "features.h5")
-    colours = ("red", "blue", "green", "yellow", "black", "white", "gray", "brown", "orange", "purple", "pink")
+    colours = demo.ALL_COLOURS
     rows, ys = [], []
     for g in read_json(out / "scene_graphs_clean.json"):
         image_id = g["image_id"] - 1_000_000
