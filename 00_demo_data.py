@@ -14,7 +14,7 @@ In: nothing but a seed. Out, in --out (the formats of ../shared/DESIGN.md, read 
   image_data.json          VG image records: width, height, coco_id (VG id = 1,000,000 + caption id)
   features.h5              one group per caption id: row 0 the whole image, then one row per true object
                            box (x1, y1, x2, y2 pixels); ImageNet EfficientNet-Lite0 features of the pixels,
-                           then a colour histogram of the box's pixels (--colour-bins)
+                           then colour histograms of the box and of its figure (--colour-bins)
   long_refs.json           test images only: several true descriptions per level 3-6 (20-59 tokens),
                            each sentence with a "level" key; for evaluation only, never for training
   world.json               the arguments and counts; a re-run with the same arguments skips the work
@@ -1664,22 +1664,45 @@ class RegionEncoder:
         return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
 
 
-def colour_histograms(image: Image.Image, boxes, bins: int) -> np.ndarray:
-    """[R, bins**3] joint RGB histograms of the boxes' pixels (each row sums to 1).
+def rgb_histogram(pixels: np.ndarray, bins: int) -> np.ndarray:
+    """The joint RGB histogram (bins**3 values summing to 1; all 0 for no pixels) of [..., 3] pixels."""
+    cell = (pixels.reshape(-1, 3).astype(np.int64) * bins) // 256  # the bin of each channel, 0..bins-1
+    counts = np.bincount((cell[:, 0] * bins + cell[:, 1]) * bins + cell[:, 2], minlength=bins ** 3)
+    return (counts / max(counts.sum(), 1)).astype(np.float32)
 
-    Why: ImageNet features average colour away (a linear probe reads an object's colour from the
-    pooled EfficientNet features for about 64% of the demo's coloured objects, from this histogram
-    for 86%), while real bottom-up features come from a detector trained to predict Visual Genome
-    attributes, colours first among them."""
-    out = np.zeros((len(boxes), bins ** 3 if bins else 0), np.float32)
+
+def colour_histograms(image: Image.Image, boxes, bins: int) -> np.ndarray:
+    """[R, 2 * bins**3]: each box's joint RGB histogram, then its figure histogram.
+
+    The figure histogram is what the box adds over its surroundings: the box's histogram minus that of
+    a ring around it (a quarter of the box's width and height on each side, clipped to the image),
+    negative parts dropped, renormalised (all 0 when the box looks like its surroundings; the box's
+    own histogram when there is no ring, as for the whole image). It separates an object's colour
+    from the floor or sky between its legs, its spokes or under its roof.
+
+    Why: ImageNet features average colour away, and real bottom-up features come from a detector
+    trained to predict Visual Genome attributes, colours first among them. A linear probe reads an
+    object's colour (11 colours) on the demo world from the pooled EfficientNet features for 64% of
+    the coloured objects, from the box histogram for 87%, from the figure histogram for 94% (tables
+    71% and 95%, umbrellas 73% and 98%)."""
+    out = np.zeros((len(boxes), 2 * bins ** 3 if bins else 0), np.float32)
     if not bins:
         return out
     pixels = np.asarray(image.convert("RGB"))
+    height, width = pixels.shape[:2]
     for row, (x1, y1, x2, y2) in enumerate(boxes):
-        patch = pixels[int(y1):max(int(y2), int(y1) + 1), int(x1):max(int(x2), int(x1) + 1)].reshape(-1, 3)
-        cell = (patch.astype(np.int64) * bins) // 256  # the bin of each channel, 0..bins-1
-        counts = np.bincount((cell[:, 0] * bins + cell[:, 1]) * bins + cell[:, 2], minlength=bins ** 3)
-        out[row] = counts / counts.sum()
+        x1, y1 = int(x1), int(y1)
+        x2, y2 = max(int(x2), x1 + 1), max(int(y2), y1 + 1)
+        box = rgb_histogram(pixels[y1:y2, x1:x2], bins)
+        mx, my = max(2, (x2 - x1) // 4), max(2, (y2 - y1) // 4)
+        X1, Y1, X2, Y2 = max(0, x1 - mx), max(0, y1 - my), min(width, x2 + mx), min(height, y2 + my)
+        outside = np.ones((Y2 - Y1, X2 - X1), bool)
+        outside[y1 - Y1:y2 - Y1, x1 - X1:x2 - X1] = False
+        figure = box
+        if outside.any():
+            figure = np.clip(box - rgb_histogram(pixels[Y1:Y2, X1:X2][outside], bins), 0.0, None)
+            figure = figure / figure.sum() if figure.sum() > 0 else figure
+        out[row] = np.concatenate([box, figure])
     return out
 
 
@@ -1722,8 +1745,8 @@ def make_image(image_id: int, split: str) -> dict:
 
 
 def make_chunk(jobs: list) -> list[dict]:
-    """A few images at once, so the encoder sees full batches: adds ``features`` [R, 1280 + bins**3]
-    (EfficientNet, then the colour histogram) to each record."""
+    """A few images at once, so the encoder sees full batches: adds ``features`` [R, 1280 + 2 * bins**3]
+    (EfficientNet, then the colour histograms) to each record."""
     records = [make_image(image_id, split) for image_id, split in jobs]
     if not CONFIG["skip_features"]:
         encoder = CONFIG["encoder"]
@@ -1830,8 +1853,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--crop", type=int, default=64, help="object crops are resized to crop x crop for the encoder")
     p.add_argument("--whole", type=int, default=128, help="the whole image is resized to whole x whole")
     p.add_argument("--colour-bins", type=int, default=4,
-                   help="each region's features end with a joint RGB histogram of its box, this many bins per "
-                        "channel (bins**3 values; 0: EfficientNet features only)")
+                   help="each region's features end with two joint RGB histograms, of its box and of what the box "
+                        "adds over its surroundings, this many bins per channel (2 * bins**3 values; "
+                        "0: EfficientNet features only)")
     p.add_argument("--batch-size", type=int, default=256, help="encoder batch size")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="processes drawing and encoding the scenes (one torch thread each)")
@@ -1868,6 +1892,7 @@ def main(argv=None) -> None:
     # 0. a re-run with the same arguments has nothing to do
     recipe = {k: v for k, v in vars(args).items()
               if k not in ("out", "workers", "chunk", "batch_size", "preview", "force")}
+    recipe["colour_features"] = "box and figure histograms"  # a world with the older features is rebuilt
     stamp = out / "world.json"
     wanted = list(OUTPUTS) + ([] if args.skip_features else ["features.h5"])
     if not args.force and stamp.exists() and all((out / f).exists() for f in wanted):

@@ -105,7 +105,7 @@ def test_every_file_loads_through_the_clid_loaders(worlds):
     assert sum(len(g.relations) for g in clean) > 5 * len(clean)
     # features: one group per caption id, row 0 the whole image, then one row per true object box
     store = FeatureStore(out / "features.h5")
-    assert store.ids() == [r.image_id for r in records] and store.feature_dim() == 1280 + 4 ** 3
+    assert store.ids() == [r.image_id for r in records] and store.feature_dim() == 1280 + 2 * 4 ** 3
     for g in clean:
         regions = store.get(g.coco_id)
         assert regions.cls_prob is None and regions.features.dtype == np.float32
@@ -210,22 +210,47 @@ def test_features_come_from_the_pixels(demo):
 
 
 def test_colour_histograms_count_the_boxes_pixels(demo):
-    """Each row is the joint RGB histogram of its box: a pure red box puts all its mass in red's bin, a box
-    half red half green splits it evenly, rows sum to 1; --colour-bins 0 gives no columns."""
+    """The first half of a row is the joint RGB histogram of its box: a pure red box puts all its mass in
+    red's bin, a box half red half green splits it evenly, rows sum to 1; --colour-bins 0 gives no columns."""
     from PIL import Image
 
     image = Image.new("RGB", (40, 20), (40, 200, 40))  # green
     image.paste((230, 30, 30), (0, 0, 20, 20))  # the left half red
-    hist = demo.colour_histograms(image, [(0, 0, 20, 20), (10, 5, 30, 15), (0, 0, 40, 20)], bins=4)
-    red, green = (3 * 4 + 0) * 4 + 0, (0 * 4 + 3) * 4 + 0  # (r, g, b) bins (3, 0, 0) and (0, 3, 0)
+    hist = demo.colour_histograms(image, [(0, 0, 20, 20), (10, 5, 30, 15), (0, 0, 40, 20)], bins=4)[:, :64]
     assert hist.shape == (3, 64) and np.allclose(hist.sum(1), 1)
-    assert hist[0, red] == 1 and hist[1, red] == hist[1, green] == 0.5 and hist[2, red] == 0.5
+    assert hist[0, RED] == 1 and hist[1, RED] == hist[1, GREEN] == 0.5 and hist[2, RED] == 0.5
     assert demo.colour_histograms(image, [(0, 0, 20, 20)], bins=0).shape == (1, 0)
 
 
+RED, GREEN, BLUE = (3 * 4 + 0) * 4 + 0, (0 * 4 + 3) * 4 + 0, (0 * 4 + 0) * 4 + 3  # bins (3,0,0), (0,3,0), (0,0,3)
+
+
+def test_figure_histogram_is_what_the_box_adds_over_its_surroundings(demo):
+    """The second half of a row: the box's histogram minus its surrounding ring's, renormalised. A red
+    table (top and two legs, grass between them) on grass is all red; a box that looks like its ring is
+    all 0; the whole image, with no ring, keeps its own histogram."""
+    from PIL import Image
+
+    image = Image.new("RGB", (60, 40), (40, 200, 40))  # grass
+    for part in ((20, 10, 40, 14), (20, 10, 23, 30), (37, 10, 40, 30)):  # the table's top and legs
+        image.paste((230, 30, 30), part)
+    image.paste((30, 30, 230), (50, 0, 60, 40))  # a blue strip at the right edge
+    table, like_ring, whole = (20, 10, 40, 30), (2, 2, 12, 12), (0, 0, 60, 40)
+    box, figure = np.split(demo.colour_histograms(image, [table, like_ring, whole], bins=4), 2, axis=1)
+    red_share = (20 * 4 + 2 * 3 * 16) / 400
+    assert box[0, RED] == pytest.approx(red_share) and box[0, GREEN] == pytest.approx(1 - red_share)
+    assert figure[0, RED] == pytest.approx(1) and figure[0].sum() == pytest.approx(1)
+    assert not figure[1].any()  # grass on grass
+    assert np.array_equal(figure[2], box[2]) and box[2, BLUE] == pytest.approx(1 / 6)
+    # the ring is clipped to the image: a box at the right edge still sees the grass to its left
+    edge = demo.colour_histograms(image, [(45, 10, 60, 20)], bins=4)[0, 64:]
+    assert edge[BLUE] == pytest.approx(1)
+
+
 def test_world_features_tell_colours_apart(worlds, demo):
-    """The histogram columns are the boxes' pixels counted from the saved images, and they tell an object's
-    colour far better than the EfficientNet columns (nearest centroid, leave one out)."""
+    """The box histogram columns are the boxes' pixels counted from the saved images; the histogram columns
+    tell an object's colour far better than the EfficientNet columns (nearest centroid, leave one out:
+    0.89 against 0.39 on the small world), and the figure histogram better than the box's (0.90, 0.80)."""
     from PIL import Image
 
     out = worlds["a"]
@@ -236,7 +261,7 @@ def test_world_features_tell_colours_apart(worlds, demo):
         image_id = g["image_id"] - 1_000_000
         regions = store.get(image_id)
         with Image.open(out / "images" / f"demo_{image_id:06d}.png") as image:
-            assert np.allclose(regions.features[:, 1280:], demo_histograms(image, regions.boxes), atol=1e-6)
+            assert np.allclose(regions.features[:, 1280:1344], demo_histograms(image, regions.boxes), atol=1e-6)
         index = {tuple(b): i for i, b in enumerate(regions.boxes.tolist())}
         for o in g["objects"]:
             named = [a for a in o["attributes"] if a in colours]
@@ -256,7 +281,9 @@ def test_world_features_tell_colours_apart(worlds, demo):
         return correct / len(x)
 
     histogram, efficientnet = leave_one_out(rows[:, 1280:]), leave_one_out(rows[:, :1280])
+    box, figure = leave_one_out(rows[:, 1280:1344]), leave_one_out(rows[:, 1344:])
     assert len(rows) > 300 and histogram > 0.6 and histogram > efficientnet + 0.1, (histogram, efficientnet)
+    assert figure > box + 0.05, (figure, box)  # the figure drops the background between legs and spokes
 
 
 def demo_histograms(image, boxes) -> np.ndarray:
