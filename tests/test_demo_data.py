@@ -209,6 +209,9 @@ def test_features_come_from_the_pixels(demo):
     assert sim[0, 6] < min(sim[0, 1], sim[0, 2])  # colour shows too
 
 
+RED, GREEN, BLUE = (3 * 4 + 0) * 4 + 0, (0 * 4 + 3) * 4 + 0, (0 * 4 + 0) * 4 + 3  # cells (3,0,0), (0,3,0), (0,0,3)
+
+
 def test_colour_histograms_count_the_boxes_pixels(demo):
     """The first half of a row is the joint RGB histogram of its box: a pure red box puts all its mass in
     red's bin, a box half red half green splits it evenly, rows sum to 1; --colour-bins 0 gives no columns."""
@@ -220,9 +223,6 @@ def test_colour_histograms_count_the_boxes_pixels(demo):
     assert hist.shape == (3, 64) and np.allclose(hist.sum(1), 1)
     assert hist[0, RED] == 1 and hist[1, RED] == hist[1, GREEN] == 0.5 and hist[2, RED] == 0.5
     assert demo.colour_histograms(image, [(0, 0, 20, 20)], bins=0).shape == (1, 0)
-
-
-RED, GREEN, BLUE = (3 * 4 + 0) * 4 + 0, (0 * 4 + 3) * 4 + 0, (0 * 4 + 0) * 4 + 3  # bins (3,0,0), (0,3,0), (0,0,3)
 
 
 def test_figure_histogram_is_what_the_box_adds_over_its_surroundings(demo):
