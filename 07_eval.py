@@ -65,10 +65,23 @@ def parse_args(argv=None):
     p.add_argument("--examples", type=int, default=3, help="test images shown with their captions in report.md (default: 3)")
     p.add_argument("--batch-size", type=int, default=64, help="generation batch size (default: 64)")
     p.add_argument("--device", default="cpu", help="generation device: cpu (default), cuda, cuda:1, ...")
+    p.add_argument("--decode-steps", type=int, nargs="+", default=None, metavar="N",
+                   help="mask-predict iterations, one number per level or one for every level (default: the "
+                        "paper's 10, 15, ..., 40)")
+    p.add_argument("--eos-decay", type=float, default=1.0,
+                   help="penalty on '.' inside a level's range, decay ** (distance to the level's end) "
+                        "(default 1.0: none, as the authors' configuration)")
+    p.add_argument("--labert-average", action="store_true",
+                   help="LaBERT's decoding variant: re-predict every position and average the confidences")
     p.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")
     p.add_argument("--tokenizer", default=None, help="tokenizer for caption lengths (default: offline bert-base-uncased)")
     p.add_argument("--out", required=True, help="output folder")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.decode_steps is not None and min(args.decode_steps) < 1:
+        p.error("--decode-steps must be at least 1")
+    if not 0.0 < args.eos_decay <= 1.0:
+        p.error("--eos-decay must be in (0, 1]")
+    return args
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,13 +168,14 @@ def fingerprint(checkpoint) -> dict:
 def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_levels):
     """(levels, {level: {image_id: caption}}, number of test images without features)."""
     meta_path = cache.with_suffix(".meta.json")
+    decoding = {"steps": args.decode_steps, "eos_decay": args.eos_decay, "labert_average": args.labert_average}
     key = {"checkpoint": str(checkpoint), "files": fingerprint(checkpoint),
-           "images": hashlib.sha1("\n".join(image_ids).encode()).hexdigest()}
+           "images": hashlib.sha1("\n".join(image_ids).encode()).hexdigest(), "decoding": decoding}
     if not args.regenerate and cache.exists() and meta_path.exists():
         meta = read_json(meta_path)
         if meta.get("key") == key:
             levels = get_levels(meta["levels"])
-            print(f"{checkpoint}: reusing {cache} (checkpoint unchanged)")
+            print(f"{checkpoint}: reusing {cache} (checkpoint and decoding unchanged)")
             return levels, read_generated(cache, len(levels)), meta["no_features"]
 
     from clid.decode import generate_captions
@@ -171,12 +185,18 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     levels = get_levels(model.levels)
     if wanted_levels is not None and levels != wanted_levels:
         raise SystemExit(f"error: {checkpoint} was trained with levels {levels}, not {wanted_levels}")
+    steps = args.decode_steps
+    if steps is not None and len(steps) not in (1, len(levels)):
+        raise SystemExit(f"error: --decode-steps takes one number per level ({len(levels)}) or one for all, "
+                         f"not {len(steps)}")
+    steps = None if steps is None else tuple(steps * len(levels) if len(steps) == 1 else steps)
     have = [i for i in image_ids if i in features]
     if not have:
         raise SystemExit(f"error: {features.path} holds none of the {len(image_ids)} test images")
     print(f"{checkpoint}: generating captions for {len(have)} test images at {len(levels)} levels")
     generated = generate_captions(model, features, have, list(range(1, len(levels) + 1)),
-                                  batch_size=args.batch_size, device=args.device, progress=True)
+                                  batch_size=args.batch_size, device=args.device, steps=steps,
+                                  eos_decay=args.eos_decay, labert_average=args.labert_average, progress=True)
     write_generated(cache, generated)
     write_json(meta_path, {"key": key, "levels": [list(l) for l in levels],
                            "no_features": len(image_ids) - len(have)}, indent=1)

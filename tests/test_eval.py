@@ -185,9 +185,10 @@ def install_fake_captioner(monkeypatch, pool, calls):
     decode_module = types.ModuleType("clid.decode")
     model_module.load_checkpoint = lambda path, device="cpu": FakeCaptioner(path, pool)
 
-    def generate_captions(model, features, image_ids, levels, batch_size=64, device="cpu", progress=False):
+    def generate_captions(model, features, image_ids, levels, batch_size=64, device="cpu", steps=None,
+                          eos_decay=1.0, labert_average=False, progress=False):
         assert isinstance(features, FeatureStore) and progress
-        calls.append((model.name, list(image_ids), list(levels), batch_size, device))
+        calls.append((model.name, list(image_ids), list(levels), batch_size, device, steps, eos_decay, labert_average))
         return {level: {i: model.caption(i, level) for i in image_ids if features.get(i) is not None}
                 for level in levels}
 
@@ -209,7 +210,8 @@ def test_checkpoint_runs_generate_cache_and_report(demo_like_world, monkeypatch)
     script.main(argv)
 
     assert [c[0] for c in calls] == ["trusted", "clid"]
-    assert calls[0][1] == test_ids[2:] and calls[0][2] == list(range(1, 8)) and calls[0][3:] == (16, "cpu")
+    assert calls[0][1] == test_ids[2:] and calls[0][2] == list(range(1, 8))
+    assert calls[0][3:] == (16, "cpu", None, 1.0, False)  # the paper's decoding unless told otherwise
     result = read_json(out / "metrics.json")
     assert list(result["runs"]) == ["trusted", "clid"] and result["level_set"] == "caption"
     for name in ("trusted", "clid"):
@@ -256,6 +258,13 @@ def test_checkpoint_runs_generate_cache_and_report(demo_like_world, monkeypatch)
         assert again[3][test_ids[5]] == FakeCaptioner(name, pool).caption(test_ids[5], 3)
     features.close()
     assert [c[0] for c in calls] == ["trusted", "clid", "clid"]
+    # other decoding settings generate again, and reach the decoder
+    script.main(argv + ["--decode-steps", "3", "--eos-decay", "0.9", "--labert-average"])
+    assert [c[0] for c in calls[3:]] == ["trusted", "clid"] and calls[3][5:] == ((3,) * 7, 0.9, True)
+    script.main(argv + ["--decode-steps", *map(str, range(1, 8))])
+    assert len(calls) == 7 and calls[5][5:] == (tuple(range(1, 8)), 1.0, False)
+    with pytest.raises(SystemExit, match="one number per level"):
+        script.main(argv + ["--decode-steps", "2", "3"])
 
     with pytest.raises(SystemExit, match="trained with levels"):
         script.main(argv[:-2] + ["--out", str(world / "eval2"), "--levels", "labert"])
