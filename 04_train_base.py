@@ -77,7 +77,7 @@ def main(argv=None):
     if not args.init_from:  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
 
-    trainer = Trainer(model, examples, RegionCache(features, model.config.num_classes > 0), settings_from_args(args),
+    trainer = Trainer(model, examples, RegionCache(features, model.config.num_classes), settings_from_args(args),
                       args.out, {"train": vars(args), "stage": "04_train_base"}, device, rank, world,
                       validation_check(args, features, val_ids, device))
     if trainer.resume() and rank == 0:

@@ -129,9 +129,11 @@ def main(argv=None):
     except (DataError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     models = [load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)]
-    if models[0].levels != models[1].levels or models[0].config.output_vocab != models[1].config.output_vocab:
-        sys.exit("error: the trusted and extended checkpoints use different length levels or output vocabularies")
-    regions = RegionCache(features, use_cls_prob=models[0].config.num_classes > 0)
+    if any(getattr(models[0].config, name) != getattr(models[1].config, name)
+           for name in ("levels", "output_vocab", "num_classes")):
+        sys.exit("error: the trusted and extended checkpoints use different length levels, output vocabularies "
+                 "or region class counts")
+    regions = RegionCache(features, models[0].config.num_classes)
     mine = len(spec.select(items))
     print(f"scoring {mine} of {len(items)} captions (shard {spec.shard_id}/{spec.num_shards}) "
           f"in {args.mode} mode on {args.device}")

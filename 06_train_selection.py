@@ -162,7 +162,7 @@ def main(argv=None):
         with atomic_path(out / "selection_log.jsonl") as tmp:
             tmp.write_text("".join(json.dumps(p) + "\n" for p in plan))
 
-    trainer = Trainer(model, examples, RegionCache(features, config.num_classes > 0), settings_from_args(args), out,
+    trainer = Trainer(model, examples, RegionCache(features, config.num_classes), settings_from_args(args), out,
                       {"train": vars(args), "stage": "06_train_selection"}, device, rank, world,
                       validation_check(args, features, items.val_ids, device))
     if trainer.resume() and rank == 0:

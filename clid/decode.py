@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from .english import remove_doubled_words
-from .files import FeatureStore
+from .files import DataError, FeatureStore
 from .model import Captioner, region_inputs
 from .text import decode, eos_id, get_levels
 
@@ -49,9 +49,15 @@ def pad_regions(items: list[tuple[torch.Tensor, torch.Tensor]], dtype=torch.floa
     return feats, pos, mask
 
 
-def load_regions(features: FeatureStore, image_id, use_cls_prob: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def load_regions(features: FeatureStore, image_id, num_classes: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(features [R, D], region position inputs [R, 6 + num_classes]) of one image; ``num_classes`` > 0
+    appends the file's ``cls_prob``, which must be that wide."""
     r = features.get(image_id)
-    pos = region_inputs(r.boxes, r.width, r.height, r.cls_prob if use_cls_prob else None)
+    if num_classes and (r.cls_prob is None or r.cls_prob.shape[1] != num_classes):
+        found = "no cls_prob" if r.cls_prob is None else f"cls_prob of {r.cls_prob.shape[1]} classes"
+        raise DataError(features.path, f"image {image_id}",
+                        f"{found}, but the model reads {num_classes} class probabilities per region")
+    pos = region_inputs(r.boxes, r.width, r.height, r.cls_prob if num_classes else None)
     return torch.as_tensor(r.features, dtype=torch.float32), pos
 
 
@@ -108,12 +114,11 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
 
     model.eval()
     steps = steps or default_steps(model.levels)
-    use_cls = model.config.num_classes > 0
     out: dict[int, dict[str, str]] = {level: {} for level in levels}
     batches = [image_ids[i:i + batch_size] for i in range(0, len(image_ids), batch_size)]
     bar = tqdm(total=len(batches) * len(levels), desc="decode", unit="batch", disable=not progress)
     for batch in batches:
-        feats, pos, mask = (t.to(device) for t in pad_regions([load_regions(features, i, use_cls) for i in batch]))
+        feats, pos, mask = (t.to(device) for t in pad_regions([load_regions(features, i, model.config.num_classes) for i in batch]))
         for level in levels:
             ids = mask_predict(model, feats, pos, mask, level, steps[level - 1], eos_decay, labert_average)
             for image_id, row in zip(batch, ids.tolist()):

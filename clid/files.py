@@ -171,6 +171,11 @@ class FeatureStore:
         first = next(iter(self._file.values()))
         return int(first["features"].shape[1])
 
+    def num_classes(self) -> int:
+        """Width of the per-region class probabilities ``cls_prob`` (0 when the file has none)."""
+        first = next(iter(self._file.values()))
+        return int(first["cls_prob"].shape[1]) if "cls_prob" in first else 0
+
     def get(self, image_id) -> Regions:
         key = str(image_id)
         if key not in self._file:
@@ -188,6 +193,9 @@ class FeatureStore:
         except KeyError as err:
             raise DataError(self.path, f"image {key}", f"missing attribute {err}") from None
         cls_prob = group["cls_prob"][()] if "cls_prob" in group else None
+        if cls_prob is not None and (cls_prob.ndim != 2 or cls_prob.shape[0] != features.shape[0]):
+            raise DataError(self.path, f"image {key}",
+                            f"cls_prob {cls_prob.shape} does not match features {features.shape} as [R, C]")
         return Regions(features, boxes.astype(np.float32), width, height, cls_prob)
 
     def close(self) -> None:

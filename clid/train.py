@@ -132,17 +132,18 @@ def corpus_vocab(paths, tokenizer) -> list[int]:
 
 
 class RegionCache:
-    """Region inputs (features, 6-d boxes) per image id, read from the HDF5 once and kept in memory."""
+    """Region inputs (features, 6-d boxes plus ``num_classes`` class probabilities) per image id, read
+    from the HDF5 once and kept in memory."""
 
-    def __init__(self, features: FeatureStore, use_cls_prob: bool = False):
+    def __init__(self, features: FeatureStore, num_classes: int = 0):
         self.features = features
-        self.use_cls_prob = use_cls_prob
+        self.num_classes = num_classes
         self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def get(self, image_id: str):
         item = self._cache.get(image_id)
         if item is None:
-            item = self._cache[image_id] = load_regions(self.features, image_id, self.use_cls_prob)
+            item = self._cache[image_id] = load_regions(self.features, image_id, self.num_classes)
         return item
 
     def batch(self, image_ids: list[str]):
@@ -384,6 +385,9 @@ def add_train_args(p) -> None:
                    help="standardize: shift and scale each region-feature dimension by the training images' "
                         "mean and deviation (the demo: grounding is learned several times faster); "
                         "none: raw features, as LaBERT and the paper")
+    p.add_argument("--cls-prob", choices=["use", "ignore"], default="use",
+                   help="use: the region position embedding reads each region's class probabilities when the "
+                        "feature file has them (cls_prob), as LaBERT; ignore: box coordinates only")
     p.add_argument("--amp", action="store_true", help="bfloat16 autocast of the forward pass (fast on CPUs "
                                                        "with AMX/AVX512-BF16 and on GPUs; default: float32)")
     p.add_argument("--save-every", type=int, default=1000)
@@ -431,8 +435,10 @@ def new_model(args, features: FeatureStore, device, pretrained: bool = True) -> 
         tokenizer = load_tokenizer()
         output_vocab = corpus_vocab(args.output_vocab, tokenizer)
         input_vocab = sorted({*output_vocab, tokenizer.pad_token_id, tokenizer.mask_token_id})
-    config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, dropout=args.dropout,
-                           output_vocab=output_vocab, input_vocab=input_vocab, region_norm=args.region_norm)
+    num_classes = features.num_classes() if args.cls_prob == "use" else 0
+    config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, num_classes=num_classes,
+                           dropout=args.dropout, output_vocab=output_vocab, input_vocab=input_vocab,
+                           region_norm=args.region_norm)
     if not pretrained:
         config.init_from = None
     torch.manual_seed(item_seed(args.seed, "init"))

@@ -53,6 +53,15 @@ def test_h5_groups_and_feature_store(tmp_path):
     assert (regions.width, regions.height) == (100.0, 80.0) and regions.cls_prob is None
     with pytest.raises(files.DataError, match="image 7: no region features"):
         store.get("7")
+    assert store.num_classes() == 0
+    files.write_h5_groups(path, [("1", {"features": np.zeros((3, 8), np.float32), "boxes": np.zeros((3, 4), np.float32),
+                                         "cls_prob": np.full((3, 5), 0.2, np.float32)}, {"width": 10, "height": 10}),
+                                 ("2", {"features": np.zeros((3, 8), np.float32), "boxes": np.zeros((3, 4), np.float32),
+                                        "cls_prob": np.full((2, 5), 0.2, np.float32)}, {"width": 10, "height": 10})])
+    store = files.FeatureStore(path)
+    assert store.num_classes() == 5 and store.get("1").cls_prob.shape == (3, 5)
+    with pytest.raises(files.DataError, match=r"image 2: cls_prob \(2, 5\) does not match features \(3, 8\)"):
+        store.get("2")
 
 
 def test_quality_round_trip(tmp_path):

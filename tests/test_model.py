@@ -368,6 +368,36 @@ def test_labert_preset_from_a_local_bert_folder(tmp_path):
         M.preset_config("labert", region_dim=16, bert=str(tmp_path / "nothing"))
 
 
+def test_class_probabilities_reach_the_region_position_embedding(tmp_path):
+    """A feature file with cls_prob: the trained model reads it (as LaBERT's 6 + 1601 inputs), decodes
+    with it, and says clearly when a file lacks it; --cls-prob ignore trains on boxes alone."""
+    from clid.files import DataError
+
+    (tmp_path / "w").mkdir(), (tmp_path / "plain").mkdir()
+    world = make_toy_world(tmp_path / "w", cls_prob=True)
+    run_script(*train_cmd(world, tmp_path / "use", "--max-steps", "2"))
+    run_script(*train_cmd(world, tmp_path / "ignore", "--max-steps", "2", "--cls-prob", "ignore"))
+    model, boxes_only = M.load_checkpoint(tmp_path / "use").eval(), M.load_checkpoint(tmp_path / "ignore")
+    assert model.config.num_classes == 6 and boxes_only.config.num_classes == 0
+    assert model.embeddings.region_position_embed[0].weight.shape[1] == 6 + 6
+
+    features = FeatureStore(world[1])
+    f, p, m = RegionCache(features, 6).batch(["1", "2"])
+    assert p.shape[2] == 12
+    torch.testing.assert_close(p[0, :4, 6:], torch.as_tensor(features.get("1").cls_prob))
+    ids, lv = torch.full((2, 9), model.tokenizer.mask_token_id), torch.tensor([1, 1])
+    other_classes = torch.cat([p[..., :6], p[..., 6:].roll(1, -1)], -1)
+    assert not torch.allclose(model.encode(f, p, m, ids, lv), model.encode(f, other_classes, m, ids, lv))
+    captions = generate_captions(model, features, ["47", "48"], [1, 2])
+    assert all(set(captions[level]) == {"47", "48"} for level in (1, 2))  # a 2-step model may say nothing yet
+
+    plain = FeatureStore(make_toy_world(tmp_path / "plain")[1])
+    with pytest.raises(DataError, match=r"features.h5: image 47: no cls_prob, but the model reads 6 class"):
+        generate_captions(model, plain, ["47"], [1])
+    with pytest.raises(DataError, match=r"image 1: cls_prob of 6 classes, but the model reads 1601"):
+        RegionCache(features, 1601).get("1")
+
+
 def test_output_shortlist_trains_and_decodes_only_its_tokens(tmp_path, world):
     """Also trains with --amp (bfloat16 autocast): the checkpoint is float32 and decodes as usual."""
     from clid.train import corpus_vocab

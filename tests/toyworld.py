@@ -14,10 +14,11 @@ CATEGORIES = ["dog", "cat", "ball", "car", "tree", "boat"]
 COLOURS = ["red", "blue", "green", "yellow"]
 
 
-def make_toy_world(folder, n_train=40, n_val=6, n_test=6, dim=32, seed=0, long_every=0):
+def make_toy_world(folder, n_train=40, n_val=6, n_test=6, dim=32, seed=0, long_every=0, cls_prob=False):
     """Write captions.json and features.h5 into ``folder``; return their paths.
 
     ``long_every`` > 0 also makes every n-th caption a long one (for tests that need several levels).
+    ``cls_prob`` adds each region's category as class probabilities (one-hot; all 0 for the whole image).
     """
     rng = np.random.default_rng(seed)
     cat_code = rng.normal(size=(len(CATEGORIES), dim))
@@ -34,8 +35,10 @@ def make_toy_world(folder, n_train=40, n_val=6, n_test=6, dim=32, seed=0, long_e
             boxes.append([x, y, x + rng.uniform(10, 60), y + rng.uniform(10, 60)])
         feats.append(np.mean(feats, axis=0))  # whole image
         boxes.append([0, 0, 160, 160])
-        groups.append((str(image_id), {"features": np.asarray(feats, np.float32), "boxes": np.asarray(boxes, np.float32)},
-                       {"width": 160, "height": 160}))
+        datasets = {"features": np.asarray(feats, np.float32), "boxes": np.asarray(boxes, np.float32)}
+        if cls_prob:
+            datasets["cls_prob"] = np.eye(len(CATEGORIES) + 1, len(CATEGORIES), dtype=np.float32)[[c for c, _ in objs] + [-1]]
+        groups.append((str(image_id), datasets, {"width": 160, "height": 160}))
         phrases = [f"a {COLOURS[k]} {CATEGORIES[c]}" for c, k in objs]
         sentences = []
         for n in range(3):
