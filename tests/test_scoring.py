@@ -123,3 +123,12 @@ def test_score_stage_end_to_end(setup, tmp_path):
     selfgen_rows = q["source"] == "selfgen"
     assert list(q2["id"]) == list(q["id"][selfgen_rows])
     np.testing.assert_allclose(q2["logp_trusted"], q["logp_trusted"][selfgen_rows], atol=1e-5)
+    # a trusted model that reads class probabilities and an extended one that does not: one clear error
+    torch.manual_seed(0)
+    reads_classes = M.build_model(M.CaptionerConfig(region_dim=32, levels=get_levels("caption"), num_classes=6, **TINY))
+    M.save_model(reads_classes, tmp_path / "trusted_cls")
+    proc = run_script("05_score_quality.py", "--trusted", tmp_path / "trusted_cls", "--extended", tmp_path / "extended",
+                      "--selfgen", selfgen, "--features", features, "--out", tmp_path / "q3.h5", "--captions", captions,
+                      check=False)
+    assert proc.returncode != 0 and "different length levels, output vocabularies or region class counts" in proc.stderr
+    assert not (tmp_path / "q3.h5").exists()
