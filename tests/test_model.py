@@ -373,7 +373,8 @@ def test_class_probabilities_reach_the_region_position_embedding(tmp_path):
     with it, and says clearly when a file lacks it; --cls-prob ignore trains on boxes alone."""
     from clid.files import DataError
 
-    (tmp_path / "w").mkdir(), (tmp_path / "plain").mkdir()
+    for name in ("w", "plain"):
+        (tmp_path / name).mkdir()
     world = make_toy_world(tmp_path / "w", cls_prob=True)
     run_script(*train_cmd(world, tmp_path / "use", "--max-steps", "2"))
     run_script(*train_cmd(world, tmp_path / "ignore", "--max-steps", "2", "--cls-prob", "ignore"))
