@@ -48,7 +48,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clid.demo import (BACKGROUND_NAMES, VG_ID_OFFSET, init_worker, make_chunk, noise_report,  # noqa: E402
                        read_preview_records, write_preview)
-from clid.files import read_json, write_h5_groups, write_json  # noqa: E402
+from clid.features import write_features  # noqa: E402
+from clid.files import read_json, write_json  # noqa: E402
 from clid.text import caption_lengths, karpathy_tokens  # noqa: E402
 
 
@@ -161,9 +162,8 @@ def main(argv=None) -> None:
 
     # 2. region features: one HDF5 group per caption id
     if not args.skip_features:
-        write_h5_groups(out / "features.h5", ((str(r["image_id"]),
-                                               {"features": r.pop("features"), "boxes": np.asarray(r["boxes"], np.float32)},
-                                               {"width": args.size, "height": args.size}) for r in records))
+        write_features(out / "features.h5", ((r["image_id"], r.pop("features"), r["boxes"], args.size, args.size)
+                                             for r in records))
 
     # 3. the dataset files
     write_json(out / "captions.json", karpathy_json(records, lambda r: [(c, {}) for c in r["captions"]]))

@@ -1,4 +1,11 @@
-"""Region features: a pretrained ImageNet EfficientNet-Lite0 applied to image pixels, plus colour histograms."""
+"""Region features of any images with boxes: a pretrained ImageNet EfficientNet-Lite0 applied to the pixels
+of each region, then colour histograms.
+
+Out: the region-feature file, one HDF5 group per image id with ``features`` [R, D] float32, ``boxes``
+[R, 4] float32 (x1, y1, x2, y2 pixels), attrs ``width`` and ``height``. Row 0 is the whole image, then
+one row per box. In Python, :class:`RegionFeatures` turns images and their boxes into those arrays and
+:func:`write_features` writes the file; ``00_demo_data.py`` uses both.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -6,6 +13,8 @@ import io
 
 import numpy as np
 from PIL import Image
+
+from .files import write_h5_groups
 
 
 def crop_regions(image: Image.Image, boxes, crop: int, whole: int, margin: float = 0.1):
@@ -90,3 +99,45 @@ def colour_histograms(image: Image.Image, boxes, bins: int) -> np.ndarray:
             figure = figure / figure.sum() if figure.sum() > 0 else figure
         out[row] = np.concatenate([box, figure])
     return out
+
+
+class RegionFeatures:
+    """The rows of the region-feature file for images with boxes: row 0 the whole image (resized to
+    ``whole`` x ``whole``), then one row per box (cropped with a little context, resized to ``crop`` x
+    ``crop``). Each row is the region's EfficientNet-Lite0 features, then its box and figure colour
+    histograms (``colour_bins`` per channel; 0: none)."""
+
+    def __init__(self, crop: int = 64, whole: int = 128, colour_bins: int = 4, batch_size: int = 256):
+        self.crop, self.whole, self.colour_bins = crop, whole, colour_bins
+        self.encoder = RegionEncoder(batch_size)
+
+    def __call__(self, images: list, boxes: list) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(features [1 + R, D] float32, boxes [1 + R, 4] float32) for each RGB image and its R boxes.
+
+        The crops of all the images are encoded together, so a few images at once fill the batches."""
+        if not images:
+            return []
+        rows, wholes, crops, colours = [], [], [], []
+        for image, image_boxes in zip(images, boxes):
+            image_rows = [(0, 0, image.width, image.height)] + [tuple(box) for box in image_boxes]
+            whole, image_crops = crop_regions(image, image_rows[1:], self.crop, self.whole)
+            rows.append(image_rows)
+            wholes.append(whole)
+            crops.append(image_crops)
+            colours.append(colour_histograms(image, image_rows, self.colour_bins))
+        encoded_crops = self.encoder(np.concatenate(crops))
+        encoded_wholes = self.encoder(np.stack(wholes))
+        out, start = [], 0
+        for image_rows, whole, colour in zip(rows, encoded_wholes, colours):
+            n = len(image_rows) - 1
+            encoded = np.concatenate([whole[None], encoded_crops[start:start + n]])
+            out.append((np.concatenate([encoded, colour], axis=1).astype(np.float32), np.asarray(image_rows, np.float32)))
+            start += n
+        return out
+
+
+def write_features(path, groups) -> int:
+    """Write ``(image_id, features, boxes, width, height)`` tuples as the region-feature file (atomically)."""
+    return write_h5_groups(path, ((str(image_id), {"features": features, "boxes": boxes},
+                                   {"width": width, "height": height})
+                                  for image_id, features, boxes, width, height in groups))

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from ..features import RegionEncoder, colour_histograms, crop_regions
+from ..features import RegionFeatures
 from ..files import atomic_path
 from .captions import trusted_captions
 from .graphs import scene_graphs
@@ -16,9 +14,9 @@ from .world import Scene
 
 
 def region_boxes(scene: Scene) -> list[tuple]:
-    """Row 0 is the whole image; then one box per true object (objects, clothes, background regions),
-    sorted by position so the row order carries no label."""
-    return [(0, 0, scene.width, scene.height)] + sorted(t.box for t in scene.things)
+    """One box per true object (objects, clothes, background regions), sorted by position so the row
+    order carries no label (the features add the whole image as row 0)."""
+    return sorted(t.box for t in scene.things)
 
 
 CONFIG: dict = {}
@@ -34,11 +32,13 @@ def init_worker(config: dict, threads: int = 1) -> None:
         import torch
 
         torch.set_num_threads(threads)
-        CONFIG["encoder"] = RegionEncoder(config["batch_size"])
+        CONFIG["features"] = RegionFeatures(config["crop"], config["whole"], config["colour_bins"],
+                                            config["batch_size"])
 
 
 def make_image(image_id: int, split: str) -> dict:
-    """Build, draw and save one scene; return its graphs, captions, references and region crops."""
+    """Build, draw and save one scene; return its graphs, captions, references and (for the features)
+    its object boxes and image."""
     c = CONFIG
     scene = build_scene(c["seed"], image_id, c["size"], c["size"])
     filename = f"demo_{image_id:06d}.png"
@@ -49,25 +49,16 @@ def make_image(image_id: int, split: str) -> dict:
               "captions": trusted_captions(scene, c["seed"], c["captions_per_image"], c["tokenizer"]),
               "refs": (long_references(scene, c["seed"], c["long_levels"], c["refs_per_level"], c["tokenizer"])
                        if split == "test" and c["refs_per_level"] > 0 else {}),
-              "boxes": region_boxes(scene), "kind": scene.kind}
-    if not c["skip_features"]:
-        record["whole"], record["crops"] = crop_regions(scene.image, record["boxes"][1:], c["crop"], c["whole"])
-        record["colours"] = colour_histograms(scene.image, record["boxes"], c["colour_bins"])
+              "boxes": region_boxes(scene), "image": scene.image, "kind": scene.kind}
     return record
 
 
 def make_chunk(jobs: list) -> list[dict]:
-    """A few images at once, so the encoder sees full batches: adds ``features`` [R, 1280 + 2 * bins**3]
-    (EfficientNet, then the colour histograms) to each record."""
+    """A few images at once, so the encoder sees full batches: replaces each record's ``image`` by its
+    ``features`` [1 + R, 1280 + 2 * bins**3] and ``boxes`` [1 + R, 4] (row 0 the whole image)."""
     records = [make_image(image_id, split) for image_id, split in jobs]
+    images = [r.pop("image") for r in records]
     if not CONFIG["skip_features"]:
-        encoder = CONFIG["encoder"]
-        crops = encoder(np.concatenate([r.pop("crops") for r in records]))
-        wholes = encoder(np.stack([r.pop("whole") for r in records]))
-        row = 0
-        for r, whole in zip(records, wholes):
-            n = len(r["boxes"]) - 1
-            encoded = np.concatenate([whole[None], crops[row:row + n]])
-            r["features"] = np.concatenate([encoded, r.pop("colours")], axis=1).astype(np.float32)
-            row += n
+        for r, (features, boxes) in zip(records, CONFIG["features"](images, [r["boxes"] for r in records])):
+            r["features"], r["boxes"] = features, boxes
     return records
