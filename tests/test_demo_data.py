@@ -339,3 +339,39 @@ def test_caption_lengths_of_the_default_world_follow_coco(tmp_path):
     above_19 = 100.0 - level[1] - level[2]
     assert level[2] >= 80.0 and above_19 < 3.0 and above_19 > 0.0, stats
     assert 11.0 <= stats["mean"] <= 13.0, stats
+
+
+def test_features_command_gives_the_worlds_features_from_its_graphs(worlds, tmp_path):
+    """`python -m clid.features` on the world's images and true graphs gives the rows 00 wrote (up to
+    float rounding of other batches), keyed by COCO id; a graph without an image file, an unreadable
+    image and a graph without a COCO id are each skipped and counted; a malformed graph file is one line."""
+    out = worlds["a"]
+    images = tmp_path / "images"
+    images.mkdir()
+    graphs = read_json(out / "scene_graphs_clean.json")[:6]
+    for g in graphs[:5]:  # the sixth image is missing
+        name = f"demo_{g['image_id'] - demo.VG_ID_OFFSET:06d}.png"
+        (images / name).write_bytes((out / "images" / name).read_bytes())
+    (images / "demo_000005.png").write_bytes(b"not a png")
+    graphs.append(dict(graphs[0], image_id=5_000_000))  # not in image_data.json: no COCO id
+    (tmp_path / "graphs.json").write_text(json.dumps(graphs))
+    proc = run_script("-m", "clid.features", "--images", images, "--scene-graphs", tmp_path / "graphs.json",
+                      "--image-data", out / "image_data.json", "--out", tmp_path / "f.h5", "--chunk", 3)
+    assert "skipped 3 of 7 scene graphs" in proc.stdout and "no COCO id" in proc.stdout
+    assert "no image file" in proc.stdout and "demo_000005.png" in proc.stdout
+    made, wrote = FeatureStore(tmp_path / "f.h5"), FeatureStore(out / "features.h5")
+    assert made.ids() == ["1", "2", "3", "4"] and made.feature_dim() == 1280 + 2 * 4 ** 3
+    for image_id in made.ids():
+        got, want = made.get(image_id), wrote.get(image_id)
+        assert (got.width, got.height) == (160, 160) and got.boxes[0].tolist() == [0, 0, 160, 160]
+        row_of = {tuple(b): i for i, b in enumerate(got.boxes.tolist())}
+        order = [row_of[tuple(b)] for b in want.boxes.tolist()]
+        assert sorted(order) == list(range(len(got.boxes)))
+        assert np.allclose(got.features[order], want.features, rtol=1e-4, atol=1e-4)
+        assert np.array_equal(got.features[order][:, 1280:], want.features[:, 1280:])  # histograms are exact
+    (tmp_path / "bad.json").write_text(json.dumps({"objects": []}))
+    proc = run_script("-m", "clid.features", "--images", images, "--scene-graphs", tmp_path / "bad.json",
+                      "--out", tmp_path / "g.h5", check=False)
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        f"error: {tmp_path / 'bad.json'}: top level: expected a list of scene graphs")
+    assert not (tmp_path / "g.h5").exists()
