@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clid.demo import (BACKGROUND_NAMES, VG_ID_OFFSET, init_worker, make_chunk, noise_report,  # noqa: E402
+from clid.demo import (BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report,  # noqa: E402
                        read_preview_records, write_preview)
 from clid.features import write_features  # noqa: E402
 from clid.files import read_json, write_json  # noqa: E402
@@ -116,7 +116,6 @@ def main(argv=None) -> None:
     from clid.text import load_tokenizer
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from tqdm import tqdm
 
     # 0. a re-run with the same arguments has nothing to do
     recipe = {k: v for k, v in vars(args).items()
@@ -143,21 +142,7 @@ def main(argv=None) -> None:
 
     # 1. draw the scenes, write the images, encode the regions (chunks of images in worker processes);
     #    graphs, captions, references and features come back in id order
-    chunks = [jobs[i:i + args.chunk] for i in range(0, len(jobs), args.chunk)]
-    records = []
-    with tqdm(total=len(jobs), desc="drawing and encoding", unit="img", smoothing=0.05) as progress:
-        if args.workers > 1:
-            import multiprocessing
-
-            with multiprocessing.get_context("fork").Pool(args.workers, init_worker, (config, 1)) as pool:
-                for part in pool.imap(make_chunk, chunks):
-                    records += part
-                    progress.update(len(part))
-        else:
-            init_worker(config, 1)  # one thread, as in the workers: features do not depend on --workers
-            for chunk in chunks:
-                records += make_chunk(chunk)
-                progress.update(len(chunk))
+    records = make_images(jobs, config, args.workers, args.chunk)
     t_draw = time.time() - t_start
 
     # 2. region features: one HDF5 group per caption id

@@ -11,8 +11,8 @@ from .captions import NOUNS, YOUNG
 from .drawing import paint_thing
 from .graphs import VG_ID_OFFSET, noise_report
 from .preview import read_preview_records, write_preview
-from .worker import init_worker, make_chunk
+from .worker import make_images
 from .world import ALL_COLOURS, BACKGROUND_NAMES, CATEGORIES, COLOURS, Thing
 
 __all__ = ["ALL_COLOURS", "BACKGROUND_NAMES", "CATEGORIES", "COLOURS", "NOUNS", "VG_ID_OFFSET", "YOUNG", "Thing",
-           "init_worker", "make_chunk", "noise_report", "paint_thing", "read_preview_records", "write_preview"]
+           "make_images", "noise_report", "paint_thing", "read_preview_records", "write_preview"]

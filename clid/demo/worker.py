@@ -62,3 +62,26 @@ def make_chunk(jobs: list) -> list[dict]:
         for r, (features, boxes) in zip(records, CONFIG["features"](images, [r["boxes"] for r in records])):
             r["features"], r["boxes"] = features, boxes
     return records
+
+
+def make_images(jobs: list, config: dict, workers: int, chunk: int) -> list[dict]:
+    """The records of ``jobs`` [(image id, split)], in order: chunks of ``chunk`` images made by ``workers``
+    processes (one torch thread each)."""
+    from tqdm import tqdm
+
+    chunks = [jobs[i:i + chunk] for i in range(0, len(jobs), chunk)]
+    records = []
+    with tqdm(total=len(jobs), desc="drawing and encoding", unit="img", smoothing=0.05) as progress:
+        if workers > 1:
+            import multiprocessing
+
+            with multiprocessing.get_context("fork").Pool(workers, init_worker, (config, 1)) as pool:
+                for part in pool.imap(make_chunk, chunks):
+                    records += part
+                    progress.update(len(part))
+        else:
+            init_worker(config, 1)  # one thread, as in the workers: features do not depend on --workers
+            for jobs_of_chunk in chunks:
+                records += make_chunk(jobs_of_chunk)
+                progress.update(len(jobs_of_chunk))
+    return records
