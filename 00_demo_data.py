@@ -2,7 +2,7 @@
 
     python 00_demo_data.py --out data/demo [--small] [--seed N] [--graph-noise 0.15] [--preview N]
 
-In: nothing but a seed. Out, in --out (the formats of ../shared/DESIGN.md, read by the `clid` loaders):
+In: nothing but a seed. Out, in --out (the formats the `clid` loaders read):
   images/demo_NNNNNN.png   rendered scenes, 160x160 by default
   captions.json            trusted captions, Karpathy JSON: 5 short human-like captions per image whose
                            length histogram follows COCO's (mostly 10-19 tokens, long ones rare)
@@ -14,7 +14,8 @@ In: nothing but a seed. Out, in --out (the formats of ../shared/DESIGN.md, read 
   image_data.json          VG image records: width, height, coco_id (VG id = 1,000,000 + caption id)
   features.h5              one group per caption id: row 0 the whole image, then one row per true object
                            box (x1, y1, x2, y2 pixels); ImageNet EfficientNet-Lite0 features of the pixels,
-                           then colour histograms of the box and of its figure (--colour-bins)
+                           then colour histograms of the box and of its figure (--colour-bins), made by
+                           clid.features, which serves any image folder with boxes
   long_refs.json           test images only: several true descriptions per level 3-6 (20-59 tokens),
                            each sentence with a "level" key; for evaluation only, never for training
   world.json               the arguments and counts; a re-run with the same arguments skips the work
@@ -32,7 +33,7 @@ are held by people or fly in the sky. Relations are read off the drawn geometry:
 the object), on, under, in front of / behind (drawn silhouettes overlap), above, below, next to, left
 of, right of, wearing, in. An object's salience grows with its visible area, centrality, contrast with
 the background behind it, and is higher for people and animals; the trusted captions name the 1 to 3
-most salient objects, as people do.
+most salient objects, as people do. The simulator is the package clid/demo/, one module per concern.
 """
 from __future__ import annotations
 
