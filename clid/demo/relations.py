@@ -5,9 +5,6 @@ import math
 
 from .world import PEOPLE, SCENES, Scene, Thing
 
-
-FORWARD = ("holding", "wearing", "on", "under", "in", "in front of", "behind", "above", "below", "next to",
-           "left of", "right of")
 INVERSE = {"held by": "holding", "supporting": "on", "over": "under"}  # b <pred> a reads better
 
 

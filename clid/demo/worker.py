@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..features import RegionFeatures
 from ..files import atomic_path
+from ..text import load_tokenizer
 from .captions import trusted_captions
 from .graphs import scene_graphs
 from .references import long_references
@@ -25,8 +26,6 @@ CONFIG: dict = {}
 def init_worker(config: dict, threads: int = 1) -> None:
     """Per process: the settings, the tokenizer and (unless skipped) the encoder, on ``threads`` threads."""
     CONFIG.update(config)
-    from clid.text import load_tokenizer
-
     CONFIG["tokenizer"] = load_tokenizer()
     if not config["skip_features"]:
         import torch
@@ -45,12 +44,11 @@ def make_image(image_id: int, split: str) -> dict:
     with atomic_path(Path(c["out"]) / "images" / filename) as tmp:
         scene.image.save(tmp, format="PNG", compress_level=1)
     clean, noisy = scene_graphs(scene, c["seed"], c["graph_noise"])
-    record = {"image_id": image_id, "split": split, "filename": filename, "clean": clean, "noisy": noisy,
-              "captions": trusted_captions(scene, c["seed"], c["captions_per_image"], c["tokenizer"]),
-              "refs": (long_references(scene, c["seed"], c["long_levels"], c["refs_per_level"], c["tokenizer"])
-                       if split == "test" and c["refs_per_level"] > 0 else {}),
-              "boxes": region_boxes(scene), "image": scene.image, "kind": scene.kind}
-    return record
+    return {"image_id": image_id, "split": split, "filename": filename, "clean": clean, "noisy": noisy,
+            "captions": trusted_captions(scene, c["seed"], c["captions_per_image"], c["tokenizer"]),
+            "refs": (long_references(scene, c["seed"], c["long_levels"], c["refs_per_level"], c["tokenizer"])
+                     if split == "test" and c["refs_per_level"] > 0 else {}),
+            "boxes": region_boxes(scene), "image": scene.image, "kind": scene.kind}
 
 
 def make_chunk(jobs: list) -> list[dict]:

@@ -67,7 +67,6 @@ CATEGORIES = {c.name: c for c in (
              (), ("ground",), flippable=True),
 )}
 PEOPLE = ("man", "woman")
-ANIMALS = ("dog", "cat", "bird")
 CLOTHES = {"man": "shirt", "woman": "dress"}  # a person's clothes are a separate graph object
 
 # what may sit on top of / lie under each supporter
