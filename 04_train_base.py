@@ -45,13 +45,16 @@ def parse_args(argv=None):
 
 def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
     """Trusted (+ self-generated) training examples, with every skipped caption counted."""
-    items = training_items(args.captions, args.selfgen if args.data == "extended" else None)
+    items = training_items(args.captions, args.selfgen if args.data == "extended" else None,
+                           args.test_ids, not args.no_split_check)
     examples, skipped = make_examples(items.trusted, tokenizer, levels, "trusted", features)
     more, more_skipped = make_examples(items.selfgen, tokenizer, levels, "selfgen", features)
     examples.extend(more)
     skipped.update(items.skipped + more_skipped)
     if rank == 0:
         kinds = Counter(examples.sources)
+        for note in items.notes:
+            print(note)
         print(f"training captions: {len(examples)} ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); "
               f"validation images: {len(items.val_ids)}")
         for reason, count in sorted(skipped.items()):

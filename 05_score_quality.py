@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from clid import shard
+from clid.data import add_split_args
 from clid.files import DataError, FeatureStore, read_jsonl, write_arrays, read_arrays
 from clid.model import load_checkpoint
 from clid.scoring import MODES, caption_logprobs
@@ -50,6 +51,7 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--chunk-size", type=int, default=4096, help="captions per resumable chunk")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_split_args(p)
     shard.add_shard_args(p)
     return p.parse_args(argv)
 
@@ -62,7 +64,7 @@ def load_items(args):
         items = [(str(r["id"]), str(r["image_id"]), r["caption"], "selfgen")
                  for r in read_jsonl(args.selfgen, required=("id", "image_id", "caption"))]
         return items, Counter()
-    found = training_items(args.captions, args.selfgen)
+    found = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check)
     items = [(*item, "selfgen") for item in found.selfgen]
     if args.include_trusted:
         items += [(f"trusted:{c}", i, t, "trusted") for c, i, t in found.trusted]

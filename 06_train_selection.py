@@ -134,7 +134,7 @@ def main(argv=None):
 
     # the data: trusted examples first, then the scored self-generated pool
     try:
-        items = training_items(args.captions, args.selfgen)
+        items = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check)
         trusted, skipped = make_examples(items.trusted, model.tokenizer, config.levels, "trusted", features)
         pool, pool_skipped = make_examples(items.selfgen, model.tokenizer, config.levels, "selfgen", features)
         u = scores_for(pool.caption_ids, args.quality)
@@ -153,6 +153,8 @@ def main(argv=None):
         if any(d != digests[0] for d in digests):
             sys.exit("error: DDP ranks drew different captions")
     if rank == 0:
+        for note in items.notes:
+            print(note)
         print(f"trusted captions: {n_trusted}; self-generated pool: {len(pool)} (u mean {float(u.mean()):+.3f})")
         for reason, count in sorted(skipped.items()):
             print(f"  skipped {count}: {reason}")

@@ -2,23 +2,35 @@
 
 Captions:
 - Karpathy JSON (``dataset_coco.json``, ``dataset_flickr30k.json``, and the files 00 writes);
-- the official COCO captions JSON plus split lists (the Karpathy 5k test ids ship in ``eccv-caption``);
+- the official COCO captions JSON plus split lists (the Karpathy 5k test ids ship in ``eccv-caption``),
+  and its converter to a Karpathy JSON:
+
+      python -m clid.data convert-coco --captions captions_train2014.json captions_val2014.json \
+          --out karpathy.json [--karpathy dataset_coco.json]
+
 - the Stanford image-paragraph file (``paragraphs_v1.json`` plus its split id lists);
 - our own JSONL (self-generated, paraphrased, generated captions).
-Scene graphs: Visual Genome ``scene_graphs.json`` with ``image_data.json`` (sizes, VG-to-COCO ids).
+Split guards: :func:`training_records` never hands a test image to training.
+Scene graphs: Visual Genome ``scene_graphs.json`` with ``image_data.json`` (sizes, VG-to-COCO ids),
+and a scene-graph generator's predictions (the Scene Graph Benchmark's TSV); :func:`load_graph_files`
+reads several files of either kind, each image from one source.
 
 Image ids are strings in memory (the dataset's own id: COCO id, VG id, or a file-name stem).
 Malformed input raises :class:`clid.files.DataError` naming the file, the record and the problem.
 """
 from __future__ import annotations
 
+import argparse
+import hashlib
 import math
-from collections import defaultdict
+import re
+import sys
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import DataError, natural_key, read_json, read_jsonl
-from .text import preprocess
+from .files import DataError, natural_key, read_json, read_jsonl, write_json
+from .text import karpathy_tokens, preprocess
 
 # ---------------------------------------------------------------------------------------------
 # Record types
@@ -236,18 +248,152 @@ def detect_format(path) -> tuple[str, object]:
                                 "paragraphs JSON or JSONL)")
 
 
-def load_captions(path, split_filter: str | None = None) -> list[ImageCaptions]:
-    """Any supported caption file; ``split_filter`` keeps one split ("train" also takes "restval")."""
+def load_any(path) -> tuple[str, object, list[ImageCaptions]]:
+    """Any supported caption file: (its format, the parsed JSON or None, the records)."""
     kind, data = detect_format(path)
     if kind == "jsonl":
-        records = load_jsonl_captions(path)
-    else:
-        loader = {"karpathy": load_karpathy, "coco": load_coco_captions, "paragraphs": load_paragraphs}[kind]
-        records = loader(path, data=data)
+        return kind, None, load_jsonl_captions(path)
+    loader = {"karpathy": load_karpathy, "coco": load_coco_captions, "paragraphs": load_paragraphs}[kind]
+    return kind, data, loader(path, data=data)
+
+
+def load_captions(path, split_filter: str | None = None) -> list[ImageCaptions]:
+    """Any supported caption file; ``split_filter`` keeps one split ("train" also takes "restval")."""
+    records = load_any(path)[2]
     if split_filter is not None:
         wanted = {split_filter, "restval"} if split_filter == "train" else {split_filter}
         records = [r for r in records if r.split in wanted]
     return records
+
+
+# ---------------------------------------------------------------------------------------------
+# Splits: the official COCO files converted, and no test image ever trained on
+
+KARPATHY_SIZES = (113_287, 5_000, 5_000)  # Karpathy's train (with restval), val and test images
+COCO_FILE_NAME = re.compile(r"COCO_([a-z]+\d{4})_(\d+)")
+FORMAT_NAMES = {"coco": "official COCO captions", "jsonl": "JSONL captions", "paragraphs": "paragraphs",
+                "karpathy": "Karpathy"}
+SPLIT_FIX = ("convert it with `python -m clid.data convert-coco --captions FILE [FILE ...] --out karpathy.json`, "
+             "give --test-ids FILE (image ids to hold out; 'karpathy' for the Karpathy 5k COCO test ids), "
+             "or --no-split-check")
+
+
+def coco_folder(filename: str) -> str:
+    """The COCO image folder named in a file name ("COCO_val2014_000000391895.jpg" -> "val2014"), or ""."""
+    match = COCO_FILE_NAME.match(Path(filename).name)
+    return match.group(1) if match else ""
+
+
+def val_rank(image_id: str) -> str:
+    """The converter's order of validation candidates: the SHA-1 of the image id (decimal COCO id)."""
+    return hashlib.sha1(image_id.encode()).hexdigest()
+
+
+def convert_coco(caption_paths, karpathy_path=None, val_size: int = 5000) -> tuple[dict, list[str]]:
+    """A Karpathy-style JSON ``{"dataset": "coco", "images": [...]}`` from official COCO captions files.
+
+    - test: the Karpathy 5k test images (their ids ship offline in eccv-caption);
+    - val: with ``karpathy_path`` (Karpathy's ``dataset_coco.json``), that file's val split, and its
+      restval images stay "restval"; otherwise the ``val_size`` val2014 images outside the test split
+      whose SHA-1 of the COCO id (as a decimal string) is smallest: a fixed pseudo-random draw that
+      needs no seed and does not depend on the order of the files;
+    - train: every other image.
+    Each image keeps Karpathy's fields: ``cocoid``, ``filepath`` (train2014 / val2014), ``filename``,
+    ``split`` and ``sentences`` (``raw`` and Karpathy ``tokens``). Returns the JSON and lines to print.
+    """
+    records: dict[str, ImageCaptions] = {}
+    source: dict[str, str] = {}
+    for path in caption_paths:
+        for r in load_coco_captions(path):
+            if r.image_id in records:
+                raise DataError(path, f"image {r.image_id}", f"is also in {source[r.image_id]}")
+            records[r.image_id], source[r.image_id] = r, str(path)
+    test_ids = set(karpathy_test_ids())
+    notes = [f"images: {len(records)} from {len(caption_paths)} captions file(s)"]
+    if karpathy_path:
+        given = {r.image_id: r.split for r in load_karpathy(karpathy_path)}
+        split_of = {i: "test" if i in test_ids else given.get(i, "train") for i in records}
+        absent = sum(1 for i in records if i not in given and i not in test_ids)
+        if absent:
+            notes.append(f"warning: {absent} images are not in {karpathy_path}; they go to train")
+        moved = sum(1 for i in records if given.get(i) == "test" and i not in test_ids)
+        if moved:
+            notes.append(f"warning: {moved} images are test in {karpathy_path} but not Karpathy test ids; "
+                         "they keep no test label (train)")
+            split_of.update({i: "train" for i in records if given.get(i) == "test" and i not in test_ids})
+    else:
+        outside_test = [i for i in records if i not in test_ids]
+        candidates = [i for i in outside_test if coco_folder(records[i].filename) == "val2014"]
+        if not candidates:
+            notes.append("warning: no val2014 image outside the test split: val is drawn from all non-test images")
+            candidates = outside_test
+        val = set(sorted(candidates, key=val_rank)[:val_size])
+        split_of = {i: "test" if i in test_ids else "val" if i in val else "train" for i in records}
+    images = []
+    for image_id in sorted(records, key=natural_key):
+        r = records[image_id]
+        images.append({"cocoid": int(image_id) if image_id.isdigit() else image_id,
+                       "filepath": coco_folder(r.filename), "filename": Path(r.filename).name,
+                       "split": split_of[image_id],
+                       "sentences": [{"raw": raw, "tokens": text.split()} for raw, text in zip(r.raw, r.captions)]})
+    sizes = Counter(split_of.values())
+    train = sizes["train"] + sizes["restval"]
+    restval = f" (restval {sizes['restval']:,})" if sizes["restval"] else ""
+    notes.append(f"splits: train {train:,}{restval} / val {sizes['val']:,} / test {sizes['test']:,} images "
+                 f"(Karpathy's: {' / '.join(f'{n:,}' for n in KARPATHY_SIZES)})")
+    missing = len(test_ids - records.keys())
+    if missing:
+        notes.append(f"warning: {missing} of the {len(test_ids)} Karpathy test images are not in the captions files "
+                     "(give captions_val2014.json)")
+    return {"dataset": "coco", "images": images}, notes
+
+
+def split_info(path) -> tuple[list[ImageCaptions], str, bool]:
+    """(records, format, whether the images are COCO images). Only a Karpathy JSON carries splits."""
+    kind, data, records = load_any(path)
+    coco = kind == "coco" or (kind == "karpathy" and (data.get("dataset") == "coco"
+                                                      or any(coco_folder(r.filename) for r in records)))
+    return records, kind, coco
+
+
+def add_split_args(parser) -> None:
+    """--test-ids and --no-split-check, for the stages that read training captions (04, 05, 06)."""
+    parser.add_argument("--test-ids", default=None, metavar="FILE",
+                        help="image ids never trained on (a JSON list or one id a line; 'karpathy': the Karpathy "
+                             "5k COCO test ids); needed for a captions file without splits")
+    parser.add_argument("--no-split-check", action="store_true",
+                        help="train even on a captions file without splits, or whose training images include "
+                             "Karpathy test images")
+
+
+def training_records(path, test_ids=None, split_check: bool = True):
+    """(train records (Karpathy "restval" included), val records, lines to print) of a captions file.
+
+    Never hands a test image to training: raises :class:`DataError` (naming what to do) when the
+    file has no train/val/test split (the official COCO JSON, JSONL, paragraphs) and no ``test_ids``
+    were given, or when COCO training images include Karpathy test ids. ``test_ids`` (a file, or
+    "karpathy") are held out of train and val. ``split_check=False`` skips both checks.
+    """
+    records, kind, coco = split_info(path)
+    held = set()
+    if test_ids:
+        held = set(karpathy_test_ids() if test_ids == "karpathy" else read_id_list(test_ids))
+    if split_check and kind != "karpathy" and not held:
+        raise DataError(path, None, f"this {FORMAT_NAMES[kind]} file has no train/val/test split, so training "
+                                    f"would use test images; {SPLIT_FIX}")
+    train = [r for r in records if r.split in ("train", "restval") and r.image_id not in held]
+    val = [r for r in records if r.split == "val" and r.image_id not in held]
+    if split_check and coco:
+        test = set(karpathy_test_ids())
+        leaked = sorted((r.image_id for r in train if r.image_id in test), key=natural_key)
+        if leaked:
+            raise DataError(path, None, f"{len(leaked)} training images are Karpathy test images (first: {leaked[0]}); "
+                                        f"{SPLIT_FIX}")
+    notes = []
+    if held:
+        removed = sum(1 for r in records if r.image_id in held and r.split in ("train", "restval", "val"))
+        notes.append(f"held out of training and validation: {removed} images of --test-ids {test_ids}")
+    return train, val, notes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,3 +515,34 @@ def group_by_image(records) -> dict[str, list]:
     for r in records:
         out[str(r["image_id"])].append(r)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m clid.data", description="Caption-file tools.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    convert = commands.add_parser("convert-coco", help="official COCO captions JSONs -> a Karpathy-style JSON",
+                                  description=convert_coco.__doc__.split("\n\n")[0] + " Val: see --help of "
+                                  "--karpathy; test: the Karpathy 5k test ids.")
+    convert.add_argument("--captions", nargs="+", required=True, metavar="FILE",
+                         help="official COCO captions JSONs (captions_train2014.json captions_val2014.json)")
+    convert.add_argument("--out", required=True, help="the Karpathy-style JSON to write")
+    convert.add_argument("--karpathy", default=None, metavar="dataset_coco.json",
+                         help="take val (and restval) from Karpathy's file; default: the 5,000 val2014 images "
+                              "outside the test split with the smallest SHA-1 of their COCO id")
+    convert.add_argument("--val-size", type=int, default=5000, help="validation images without --karpathy")
+    args = parser.parse_args(argv)
+    try:
+        data, notes = convert_coco(args.captions, args.karpathy, args.val_size)
+    except (DataError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    write_json(args.out, data)
+    print("\n".join(notes))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

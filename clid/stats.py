@@ -58,11 +58,23 @@ def format_table(stats: dict, title: str = "") -> str:
 
 
 def file_lengths(path, split: str | None = None, tokenizer=None) -> list[int]:
-    """Lengths of every caption in a supported caption file (optionally of one split)."""
-    from .data import load_captions
+    """Lengths of every caption in a supported caption file (optionally of one split, "train" with
+    Karpathy's "restval"). A file without splits, or no caption at all, raises :class:`DataError`."""
+    from .data import FORMAT_NAMES, load_any
+    from .files import DataError
 
-    records = load_captions(path, split_filter=split)
+    kind, _, records = load_any(path)
+    if split is not None:
+        if kind != "karpathy":
+            raise DataError(path, None, f"this {FORMAT_NAMES[kind]} file has no splits, so --split {split} selects "
+                                        "nothing; convert it with `python -m clid.data convert-coco`, or leave out --split")
+        present = sorted({r.split for r in records})
+        records = [r for r in records if r.split in ({split, "restval"} if split == "train" else {split})]
+        if not any(r.captions for r in records):
+            raise DataError(path, None, f"no caption of split '{split}' (splits here: {present})")
     texts = [c for r in records for c in r.captions]
+    if not texts:
+        raise DataError(path, None, "no captions")
     # the loaders already preprocessed the text; paragraphs keep their "." sentence breaks
     return caption_lengths(texts, tokenizer, keep_sentences=True)
 

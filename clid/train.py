@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .data import add_split_args
 from .decode import load_regions, pad_regions
 from .files import FeatureStore
 from .model import REGION_NORMS, Captioner, load_checkpoint, save_model
@@ -97,16 +98,17 @@ class CaptionItems:
     selfgen: list[tuple[str, str, str]]
     val_ids: list[str]  # validation images (for the quick control-precision check)
     skipped: Counter
+    notes: list[str] = field(default_factory=list)  # what the split guard held out
 
 
-def training_items(captions_path, selfgen_path=None) -> CaptionItems:
+def training_items(captions_path, selfgen_path=None, test_ids=None, split_check: bool = True) -> CaptionItems:
     """Trusted captions of the train split (Karpathy "restval" included) and the self-generated
-    captions of train-split images; self-generated captions of other images are counted, not used."""
-    from .data import load_captions
+    captions of train-split images; self-generated captions of other images are counted, not used.
+    The split guard (:func:`clid.data.training_records`) refuses files that would train on test images."""
+    from .data import training_records
     from .files import read_jsonl
 
-    records = load_captions(captions_path)
-    train = [r for r in records if r.split in ("train", "restval")]
+    train, val, notes = training_records(captions_path, test_ids, split_check)
     trusted = [(f"{r.image_id}#{j}", r.image_id, text) for r in train for j, text in enumerate(r.captions)]
     skipped, selfgen = Counter(), []
     if selfgen_path:
@@ -116,8 +118,7 @@ def training_items(captions_path, selfgen_path=None) -> CaptionItems:
                 selfgen.append((str(rec["id"]), str(rec["image_id"]), rec["caption"]))
             else:
                 skipped["selfgen: image not in the training split"] += 1
-    val_ids = [r.image_id for r in records if r.split == "val"]
-    return CaptionItems(trusted, selfgen, val_ids, skipped)
+    return CaptionItems(trusted, selfgen, [r.image_id for r in val], skipped, notes)
 
 
 def corpus_vocab(paths, tokenizer) -> list[int]:
@@ -395,6 +396,7 @@ def add_train_args(p) -> None:
     p.add_argument("--eval-images", type=int, default=100, help="validation images in that check")
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
+    add_split_args(p)
 
 
 def settings_from_args(args) -> TrainSettings:
