@@ -139,7 +139,7 @@ def load_long_refs(path) -> dict[int, dict[str, list[str]]]:
     return dict(sorted(out.items()))
 
 
-def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_ids: list[str]) -> None:
+def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_ids: list[str], num_levels: int) -> None:
     """Print how many test images have a caption of this run and how many have none (misses);
     raise :class:`DataError` naming the first unmatched image id when no caption is of a test image."""
     test = set(image_ids)
@@ -150,7 +150,7 @@ def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_
             raise DataError(path, None, "holds no captions")
         raise DataError(path, None, f"none of its captions is of a test image (first unmatched image id: {first!r}; "
                                     f"test image ids look like {image_ids[0]!r})")
-    everywhere = sum(1 for i in image_ids if all(i in by_image for by_image in captions.values()))
+    everywhere = sum(1 for i in image_ids if all(i in captions.get(n, {}) for n in range(1, num_levels + 1)))
     print(f"{name}: {len(captioned)} of {len(image_ids)} test images have a caption ({everywhere} at every level), "
           f"{len(image_ids) - len(captioned)} have none (they count as misses)")
 
@@ -475,7 +475,7 @@ def main(argv=None) -> None:
             sources[name] = f"generated captions `{path}`"
             run_skips[name] = {}
     for name, kind, path in runs:
-        report_coverage(name, path, generated[name], image_ids)
+        report_coverage(name, path, generated[name], image_ids, len(levels))
     if features is not None:
         features.close()
     level_set = next((k for k, v in LEVEL_SETS.items() if v == levels), "custom")
