@@ -1,7 +1,9 @@
 """Stage 02: self-generated captions of widely varying length from scene graphs (CLID step 2).
 
-In:  Visual Genome ``scene_graphs.json`` (+ ``image_data.json`` for sizes and the VG-to-COCO id
-     map), and the saliency HDF5 of stage 01 (or ``--saliency none``).
+In:  scene graphs: Visual Genome ``scene_graphs.json`` (+ ``image_data.json`` for sizes and the
+     VG-to-COCO id map) and/or a scene-graph generator's predictions (the Scene Graph Benchmark's
+     TSV, see clid/data.py; ``--labelmap`` for label indices, sizes from ``--sizes``, else the
+     ``--images``, else the boxes' extent), and the saliency HDF5 of stage 01 (or ``--saliency none``).
 Out: JSONL, one caption a line: ``id`` ("<image_id>_<n>"), ``image_id``, ``caption``, ``objects``
      (object ids in mention order), ``n_tokens``, ``level``, ``seed``; plus ``OUT.problems.tsv``
      (with shards: one per part) listing every graph that was skipped, repaired or noted, by
@@ -9,6 +11,12 @@ Out: JSONL, one caption a line: ``id`` ("<image_id>_<n>"), ``image_id``, ``capti
 
     python 02_scenegraph_captions.py --scene-graphs scene_graphs.json --image-data image_data.json \
         --saliency saliency.h5 --out selfgen.jsonl
+    python 02_scenegraph_captions.py --scene-graphs scene_graphs.json predictions.tsv \
+        --image-data image_data.json --labelmap VG-SGG-dicts.json --sizes hw.tsv --saliency saliency.h5 --out selfgen.jsonl
+
+Several graph files: each image is captioned from one graph. Visual Genome graphs win (a COCO image
+that is in VG takes its VG graph); among files of the same kind, the first file given wins. The
+count of images per file is printed.
 
 The walk (one caption; randomness keyed by (seed, graph id, caption number)):
   1. object saliency = the saliency map summed inside the object's box, normalised over the
@@ -44,7 +52,7 @@ from tqdm import tqdm
 
 from clid import english as en
 from clid import files, shard
-from clid.data import SceneGraph, check_box, load_image_data, load_scene_graphs
+from clid.data import SceneGraph, check_box, load_graph_files, load_image_data
 from clid.files import DataError
 from clid.rng import item_rng
 from clid.stats import format_table, length_stats
@@ -331,9 +339,21 @@ def prepare(graph: SceneGraph, image_id: str, saliency: SaliencySource | None,
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scene-graphs", required=True, help="Visual Genome scene_graphs.json")
+    parser.add_argument("--scene-graphs", required=True, nargs="+", metavar="FILE",
+                        help="Visual Genome scene_graphs.json and/or Scene Graph Benchmark predictions TSVs")
+    parser.add_argument("--graph-format", choices=["auto", "vg", "sgg"], default="auto",
+                        help="format of every --scene-graphs file (default: detected per file)")
     parser.add_argument("--image-data", default=None,
                         help="VG image_data.json: image sizes, and COCO ids as the output image ids")
+    parser.add_argument("--labelmap", default=None, help="generated graphs: the benchmark's labelmap JSON, when "
+                                                         "classes are label indices")
+    parser.add_argument("--sizes", default=None, help="generated graphs: image sizes, the benchmark's hw TSV or "
+                                                      "VG image_data.json")
+    parser.add_argument("--images", default=None, help="generated graphs: image folder, for sizes not in --sizes")
+    parser.add_argument("--min-object-conf", type=float, default=0.2,
+                        help="generated graphs: objects below this confidence are left out (the paper is silent)")
+    parser.add_argument("--min-relation-conf", type=float, default=0.1,
+                        help="generated graphs: relations below this confidence are left out (the paper is silent)")
     parser.add_argument("--saliency", required=True,
                         help="saliency HDF5 of 01_saliency.py, or 'none' for the centre prior")
     parser.add_argument("--out", required=True, help="output JSONL")
@@ -368,31 +388,41 @@ def main(argv=None) -> int:
     # 1. graphs, and the output image id of each (the COCO id when image_data.json maps it)
     try:
         image_data = load_image_data(args.image_data) if args.image_data else None
-        graphs, load_problems = load_scene_graphs(args.scene_graphs, image_data, strict=False)
+        graphs, load_problems, notes = load_graph_files(
+            args.scene_graphs, args.graph_format, image_data, args.sizes, args.images, args.labelmap,
+            args.min_object_conf, args.min_relation_conf)
     except (DataError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
+    print("\n".join(notes))
     problems: list[tuple] = []  # (image id, action, kind, detail)
     if spec.shard_id == 0:  # graphs that do not parse are not assigned to shards: shard 0 reports them
         problems += [(image_id, "skipped", load_problem_kind(reason), reason) for image_id, reason in load_problems]
-    output_id, seen = {}, {}
-    for g in graphs:
-        if image_data is not None and g.image_id not in image_data:
-            output_id[g.image_id] = (None, "not in image_data.json", f"image {g.image_id}")
-        elif image_data is not None and g.coco_id is None:
-            output_id[g.image_id] = (None, "no COCO id", f"VG image {g.image_id}")
+    # an item is a graph's place in `graphs` (VG files first): each output image from its first graph
+    output_id, seen, per_source = {}, {}, Counter()
+    for item, g in enumerate(graphs):
+        if image_data is not None and not g.generated and g.image_id not in image_data:
+            output_id[item] = (None, "not in image_data.json", f"image {g.image_id}")
+        elif image_data is not None and not g.generated and g.coco_id is None:
+            output_id[item] = (None, "no COCO id", f"VG image {g.image_id}")
         else:
             target = g.coco_id or g.image_id
-            if target in seen:
-                output_id[g.image_id] = (None, "duplicate image id",
-                                         f"{target} is already captioned from graph {seen[target]}")
+            if target in seen and graphs[seen[target]].source == g.source:
+                output_id[item] = (None, "duplicate image id",
+                                   f"{target} is already captioned from graph {graphs[seen[target]].image_id}")
+            elif target in seen:  # another file has it: counted per source below
+                output_id[item] = (None, "", "")
+                per_source[(g.source, "left to an earlier file")] += 1
             else:
-                seen[target] = g.image_id
-                output_id[g.image_id] = (target, "", "")
-    items = [g.image_id for g in graphs]
-    if len(set(items)) != len(items):
-        duplicates = [k for k, v in Counter(items).items() if v > 1]
-        sys.exit(f"error: {args.scene_graphs}: image id(s) {duplicates[:5]} appear more than once")
-    by_id = {g.image_id: g for g in graphs}
+                seen[target] = item
+                output_id[item] = (target, "", "")
+                per_source[(g.source, "taken")] += 1
+    if len(args.scene_graphs) > 1:
+        for path in dict.fromkeys(g.source for g in graphs):
+            also = per_source[(path, "left to an earlier file")]
+            print(f"images from {path}: {per_source[(path, 'taken')]}"
+                  + (f" ({also} more are taken from an earlier file)" if also else ""))
+    items = list(range(len(graphs)))
+    by_id = dict(enumerate(graphs))
 
     # 2. check this shard's graphs and compute their object saliency
     saliency = None if args.saliency.lower() == "none" else SaliencySource(args.saliency)
@@ -400,7 +430,8 @@ def main(argv=None) -> int:
     for graph_id in tqdm(spec.select(items), desc="object saliency", unit="graph", disable=None):
         target, kind, detail = output_id[graph_id]
         if target is None:
-            problems.append((graph_id, "skipped", kind, detail))
+            if kind:  # (not an image taken from an earlier file)
+                problems.append((by_id[graph_id].image_id, "skipped", kind, detail))
             continue
         p = prepare(by_id[graph_id], target, saliency, problems)
         if p is not None:
@@ -430,7 +461,7 @@ def main(argv=None) -> int:
     # 4. report: problems by reason, the problems file, the length table
     write_problems(problems_path, problems)
     counts = Counter((action, kind) for _, action, kind, _ in problems)
-    print(f"graphs: {len(graphs) + len(load_problems)} in {args.scene_graphs}, {len(mine)} in this shard, "
+    print(f"graphs: {len(graphs) + len(load_problems)} in {' '.join(args.scene_graphs)}, {len(mine)} in this shard, "
           f"{len(prepared)} captioned ({args.per_image} captions each)")
     for (action, kind), n in sorted(counts.items()):
         examples = [i for i, a, k, _ in problems if a == action and k == kind][:5]
