@@ -132,3 +132,28 @@ def test_02_with_a_forced_wrong_format_is_one_clear_line(fixtures, tmp_path):
                           "--graph-format", "sgg", "--saliency", "none", "--out", tmp_path / "s.jsonl", check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "expected an image key, a tab, then a JSON object" in proc.stdout + proc.stderr
+
+
+def test_flickr30k_with_generated_graphs_only(fixtures, tmp_path):
+    """The Flickr30k recipe: Karpathy's dataset_flickr30k.json (ids are file-name stems) and generated
+    graphs keyed by file name; the self-generated captions reach training for the train images only."""
+    from clid.train import training_items
+
+    karpathy = fixtures / "dataset_flickr30k_sample.json"
+    splits = {r.image_id: r.split for r in data.load_karpathy(karpathy)}
+    assert splits == {"1000092795": "train", "10002456": "test"}
+    man = {"rect": [120.5, 40.2, 260.8, 330.0], "class": "man", "conf": 0.91, "attr": ["young"]}
+    bush = {"rect": [0.0, 150.3, 500.0, 333.0], "class": "bush", "conf": 0.64, "attr": ["green"]}
+    hat = {"rect": [140.0, 20.1, 190.6, 60.4], "class": "hat", "conf": 0.72, "attr": ["orange"]}
+    tsv = write_tsv(tmp_path, [("1000092795.jpg", {"objects": [man, dict(man, rect=[270.1, 50.0, 380.2, 320.5]), bush],
+                                                   "relations": [{"subj_id": 0, "obj_id": 2, "class": "near", "conf": 0.4}]}),
+                               ("10002456.jpg", {"objects": [man, hat],
+                                                 "relations": [{"subj_id": 0, "obj_id": 1, "class": "wearing", "conf": 0.6}]})])
+    out = tmp_path / "selfgen.jsonl"
+    proc = run_one_thread("02_scenegraph_captions.py", "--scene-graphs", tsv, "--saliency", "none", "--out", out)
+    assert "image sizes from the boxes' extent (2)" in proc.stdout
+    records = list(files.read_jsonl(out))
+    assert {r["image_id"] for r in records} == set(splits)
+    items = training_items(karpathy, out)
+    assert {i for _, i, _ in items.selfgen} == {"1000092795"}
+    assert items.skipped == {"selfgen: image not in the training split": 5}
