@@ -790,7 +790,7 @@ def group_by_image(records) -> dict[str, list]:
 # Command line
 
 
-def main(argv=None) -> None:
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m clid.data", description="Caption-file tools.")
     commands = parser.add_subparsers(dest="command", required=True)
     convert = commands.add_parser("convert-coco", help="official COCO captions JSONs -> a Karpathy-style JSON",
@@ -803,7 +803,11 @@ def main(argv=None) -> None:
                          help="take val (and restval) from Karpathy's file; default: the 5,000 val2014 images "
                               "outside the test split with the smallest SHA-1 of their COCO id")
     convert.add_argument("--val-size", type=int, default=5000, help="validation images without --karpathy")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
     try:
         data, notes = convert_coco(args.captions, args.karpathy, args.val_size)
     except (DataError, FileNotFoundError) as err:
