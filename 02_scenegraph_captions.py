@@ -351,7 +351,8 @@ def parse_args(argv=None):
                                                       "VG image_data.json")
     parser.add_argument("--images", default=None, help="generated graphs: image folder, for sizes not in --sizes")
     parser.add_argument("--min-object-conf", type=float, default=0.2,
-                        help="generated graphs: objects below this confidence are left out (the paper is silent)")
+                        help="generated graphs: objects below this confidence are left out (the paper is silent; "
+                             "0.2 is the benchmark's usual detection score threshold)")
     parser.add_argument("--min-relation-conf", type=float, default=0.1,
                         help="generated graphs: relations below this confidence are left out (the paper is silent)")
     parser.add_argument("--saliency", required=True,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .files import DataError, natural_key, read_json, read_jsonl, write_json
-from .text import karpathy_tokens, preprocess
+from .text import preprocess
 
 # ---------------------------------------------------------------------------------------------
 # Record types
@@ -322,7 +322,7 @@ def convert_coco(caption_paths, karpathy_path=None, val_size: int = 5000) -> tup
         moved = sum(1 for i in records if given.get(i) == "test" and i not in test_ids)
         if moved:
             notes.append(f"warning: {moved} images are test in {karpathy_path} but not Karpathy test ids; "
-                         "they keep no test label (train)")
+                         "they go to train (the test split is the Karpathy test ids)")
             split_of.update({i: "train" for i in records if given.get(i) == "test" and i not in test_ids})
     else:
         outside_test = [i for i in records if i not in test_ids]
@@ -658,7 +658,8 @@ def load_sgg(path, labelmap=None, min_object_conf: float = 0.2, min_relation_con
                     record = json.loads(text)
                 except json.JSONDecodeError as err:
                     raise DataError(path, where, f"not valid JSON ({err.msg})") from None
-                graph = _parse_sgg(key, record, path, where, labelmap, min_object_conf, min_relation_conf, dropped)
+                left_out = Counter()
+                graph = _parse_sgg(key, record, path, where, labelmap, min_object_conf, min_relation_conf, left_out)
                 if graph.image_id in seen:
                     raise DataError(path, where, f"image {graph.image_id} is listed twice")
             except DataError as err:
@@ -666,6 +667,7 @@ def load_sgg(path, labelmap=None, min_object_conf: float = 0.2, min_relation_con
                     raise
                 problems.append((image_key_to_id(key) if key.strip() else f"line {number}", err.problem))
                 continue
+            dropped.update(left_out)
             seen.add(graph.image_id)
             graph.source = str(path)
             graphs.append(graph)
@@ -699,6 +701,8 @@ def fill_sizes(graphs: list[SceneGraph], sizes: dict | None = None, images=None)
     """Set each graph's image size: from ``sizes`` (:func:`load_sizes`), else from the image file in
     the folder ``images`` (matched by :func:`image_key_to_id` of its name), else the extent of its
     boxes. Returns how many sizes came from each source."""
+    from PIL import Image
+
     files = {}
     if images:
         files = {image_key_to_id(p.name): p for p in sorted(Path(images).rglob("*"))
@@ -708,8 +712,6 @@ def fill_sizes(graphs: list[SceneGraph], sizes: dict | None = None, images=None)
         if sizes and g.image_id in sizes:
             (g.width, g.height), source = sizes[g.image_id], "the sizes file"
         elif g.image_id in files:
-            from PIL import Image
-
             with Image.open(files[g.image_id]) as image:  # reads the header only
                 (g.width, g.height), source = image.size, "the images"
         elif g.objects:
@@ -793,9 +795,12 @@ def group_by_image(records) -> dict[str, list]:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m clid.data", description="Caption-file tools.")
     commands = parser.add_subparsers(dest="command", required=True)
-    convert = commands.add_parser("convert-coco", help="official COCO captions JSONs -> a Karpathy-style JSON",
-                                  description=convert_coco.__doc__.split("\n\n")[0] + " Val: see --help of "
-                                  "--karpathy; test: the Karpathy 5k test ids.")
+    convert = commands.add_parser(
+        "convert-coco", help="official COCO captions JSONs -> a Karpathy-style JSON",
+        description="Official COCO captions JSONs -> a Karpathy-style JSON with train, val and test. test: the "
+                    "Karpathy 5k test images (ids from eccv-caption); val: --karpathy's val (and its restval), else "
+                    "the 5,000 val2014 images outside test with the smallest SHA-1 of their COCO id; train: the rest. "
+                    "Prints the split sizes (Karpathy's: 113,287 / 5,000 / 5,000).")
     convert.add_argument("--captions", nargs="+", required=True, metavar="FILE",
                          help="official COCO captions JSONs (captions_train2014.json captions_val2014.json)")
     convert.add_argument("--out", required=True, help="the Karpathy-style JSON to write")
