@@ -5,8 +5,11 @@
         --selfgen paraphrased.jsonl --out runs/extended
     torchrun --nproc_per_node 4 04_train_base.py ...          # DDP: NCCL on GPU, gloo on CPU
 
-In:  trusted captions (the train split of a Karpathy / COCO captions file), region features, and for
+In:  trusted captions (the train split of a Karpathy JSON), region features, and for
      ``--data extended`` the self-generated captions (only those of train-split images are used).
+     No test image is trained on: a file without splits (the official COCO captions: convert it
+     with ``python -m clid.data convert-coco``) needs ``--test-ids FILE|karpathy``, and COCO
+     training images that are Karpathy test images stop the run (``--no-split-check`` overrides).
 Out: a checkpoint folder (model.safetensors, config.json, tokenizer, optimizer.pt, train_state.json,
      train_log.jsonl). Killing the run and starting the same command again resumes from the last
      checkpoint; on CPU the final weights equal those of an uninterrupted run.

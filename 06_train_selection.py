@@ -4,6 +4,7 @@
         --quality quality.h5 --features features.h5 --out runs/clid
 
 In:  trusted captions, self-generated captions, their quality scores u (05), region features.
+     The split guard of 04 applies (``--test-ids``, ``--no-split-check``).
 Out: a checkpoint folder usable by 07, with ``selection_log.jsonl`` (one line per iteration).
 
 Schedule (paper defaults: c = 2, s = 1, eta = 1200): for iterations i = 0, 1, 2, ...
