@@ -157,3 +157,20 @@ def test_flickr30k_with_generated_graphs_only(fixtures, tmp_path):
     items = training_items(karpathy, out)
     assert {i for _, i, _ in items.selfgen} == {"1000092795"}
     assert items.skipped == {"selfgen: image not in the training split": 5}
+
+
+def test_bad_labelmap_and_sizes_files(fixtures, tmp_path):
+    bad = tmp_path / "labelmap.json"
+    bad.write_text(json.dumps({"labels": ["woman", "cake"]}))
+    with pytest.raises(DataError, match=r"labelmap.json: top level: expected 'label_to_idx' or 'idx_to_label'"):
+        data.load_labelmap(bad)
+    small = tmp_path / "small.json"
+    small.write_text(json.dumps({"label_to_idx": {"woman": 5}, "attribute_to_idx": {"smiling": 2}}))
+    graphs, problems, _ = data.load_sgg(fixtures / "sgg_predictions.tsv", small, strict=False)
+    assert problems == [("522418", "object index 1 is not in the labelmap")]
+    assert [g.image_id for g in graphs] == ["391895", "318219", "184613"]  # the lines with names still load
+    hw = tmp_path / "hw.tsv"
+    hw.write_text('000000391895\t[{"height": 360, "width": 640}]\n000000000001\t[{"height": 10}]\n')
+    with pytest.raises(DataError, match=r'hw.tsv: line 2 \(image 000000000001\): expected an image key, a tab, '
+                                        r'then \[\{"height": H, "width": W\}\]'):
+        data.load_sizes(hw)

@@ -216,3 +216,11 @@ def test_07_prints_how_many_test_images_have_a_caption(fixtures, tmp_path):
     proc = run_script(ROOT / "07_eval.py", "--refs", refs, "--generated", mine, "--levels", "labert",
                       "--out", tmp_path / "eval", "--spice", "off")
     assert "mine: 2 of 4 test images have a caption (1 at every level), 2 have none (they count as misses)" in proc.stdout
+
+
+def test_07_fails_on_an_empty_generated_file(fixtures, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    proc = run_script(ROOT / "07_eval.py", "--refs", fixtures / "dataset_coco_sample.json", "--generated", empty,
+                      "--out", tmp_path / "eval", "--spice", "off", check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == f"error: {empty}: holds no captions"
