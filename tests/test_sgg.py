@@ -126,6 +126,23 @@ def test_02_on_vg_and_generated_graphs_together(fixtures, tmp_path):
     problems = (tmp_path / "selfgen.jsonl.problems.tsv").read_text()
     assert "1\tskipped\tno COCO id" in problems and "318219" not in problems
 
+    # with the saliency maps of 01 run on the COCO images (keyed by COCO id), for both graph sources
+    import h5py
+    import numpy as np
+
+    sizes = {"318219": (556, 640), "391895": (640, 360), "522418": (640, 480), "184613": (500, 336)}
+    with h5py.File(tmp_path / "saliency.h5", "w") as f:
+        for image_id, (width, height) in sizes.items():
+            group = f.create_group(image_id)
+            group.create_dataset("map", data=np.random.default_rng(0).random((height // 8, width // 8)).astype(np.float16))
+            group.attrs.update(width=width, height=height)
+    run_one_thread("02_scenegraph_captions.py", "--scene-graphs", vg, sgg, "--image-data",
+                   fixtures / "vg_image_data_sample.json", "--labelmap", fixtures / "sgg_labelmap.json",
+                   "--sizes", fixtures / "sgg_hw.tsv", "--saliency", tmp_path / "saliency.h5", "--per-image", "3",
+                   "--out", tmp_path / "with_maps.jsonl")
+    assert {r["image_id"] for r in files.read_jsonl(tmp_path / "with_maps.jsonl")} == set(sizes)
+    assert "no saliency map" not in (tmp_path / "with_maps.jsonl.problems.tsv").read_text()
+
 
 def test_02_with_a_forced_wrong_format_is_one_clear_line(fixtures, tmp_path):
     proc = run_one_thread("02_scenegraph_captions.py", "--scene-graphs", fixtures / "vg_scene_graphs_sample.json",
