@@ -62,6 +62,8 @@ def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
               f"validation images: {len(items.val_ids)}")
         for reason, count in sorted(skipped.items()):
             print(f"  skipped {count}: {reason}")
+        if features.skip_report():
+            print(f"  {features.skip_report()}")
     if not len(examples):
         sys.exit(f"error: no training captions left from {args.captions}")
     return examples, items.val_ids
@@ -96,4 +98,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except DataError as err:  # e.g. an image's region features found bad when first read
+        sys.exit(f"error: {err}")

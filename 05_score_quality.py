@@ -29,7 +29,7 @@ import torch
 
 from clid import shard
 from clid.data import add_split_args
-from clid.files import DataError, FeatureStore, read_jsonl, write_arrays, read_arrays
+from clid.files import DataError, FeatureStore, add_bad_features_arg, read_jsonl, write_arrays, read_arrays
 from clid.model import load_checkpoint
 from clid.scoring import MODES, caption_logprobs
 from clid.train import RegionCache, make_examples, training_items
@@ -41,6 +41,7 @@ def parse_args(argv=None):
     p.add_argument("--extended", required=True, help="checkpoint of the model trained on the extended set")
     p.add_argument("--selfgen", required=True, help="self-generated (paraphrased) captions JSONL")
     p.add_argument("--features", required=True)
+    add_bad_features_arg(p)
     p.add_argument("--out", required=True, help="quality HDF5")
     p.add_argument("--mode", choices=MODES, default="prefix")
     p.add_argument("--count-padding", action="store_true",
@@ -127,7 +128,7 @@ def main(argv=None):
     spec = shard.Shard.from_args(args)
     try:
         items, skipped = load_items(args)
-        features = FeatureStore(args.features)
+        features = FeatureStore(args.features, bad=args.bad_features)
     except (DataError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     models = [load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)]
@@ -145,6 +146,8 @@ def main(argv=None):
     bar.close()
     for reason, count in sorted(skipped.items()):
         print(f"  not scored {count}: {reason}")
+    if features.skip_report():
+        print(f"  {features.skip_report()}")
     if done is not None:
         report(done)
     else:
@@ -153,4 +156,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except DataError as err:  # e.g. an image's region features found bad when first read
+        sys.exit(f"error: {err}")

@@ -159,6 +159,8 @@ def main(argv=None):
         print(f"trusted captions: {n_trusted}; self-generated pool: {len(pool)} (u mean {float(u.mean()):+.3f})")
         for reason, count in sorted(skipped.items()):
             print(f"  skipped {count}: {reason}")
+        if features.skip_report():
+            print(f"  {features.skip_report()}")
         print(f"plan: {sum(1 for p in plan if p['drawn'])} selection iterations, then trusted only "
               f"from step {plan[-1]['start'] if plan[-1].get('trusted_only') else args.max_steps}")
         out.mkdir(parents=True, exist_ok=True)
@@ -197,4 +199,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except DataError as err:  # e.g. an image's region features found bad when first read
+        sys.exit(f"error: {err}")

@@ -32,7 +32,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a mod
 
 from clid.data import (detect_format, karpathy_test_ids, load_coco_captions, load_jsonl_captions,
                        load_karpathy, load_paragraphs, read_id_list)
-from clid.files import DataError, FeatureStore, atomic_path, natural_key, read_json, read_jsonl, write_json
+from clid.files import (DataError, FeatureStore, add_bad_features_arg, atomic_path, natural_key, read_json, read_jsonl,
+                        write_json)
 from clid.metrics import (QUALITY_METRICS, CocoScorer, counts_sentences, evaluate, has_words,
                           read_generated, write_generated)
 from clid.text import LEVEL_SETS, caption_lengths, get_levels, load_tokenizer
@@ -51,6 +52,7 @@ def parse_args(argv=None):
     p.add_argument("--long-refs", default=None, help="Karpathy JSON of long references with a 'level' per sentence")
     p.add_argument("--selfgen", default=None, help="self-generated captions JSONL (length histogram only)")
     p.add_argument("--features", default=None, help="region features HDF5 (needed by --checkpoint)")
+    add_bad_features_arg(p)
     p.add_argument("--checkpoint", action="append", default=[], help="a checkpoint folder to evaluate (repeatable)")
     p.add_argument("--generated", action="append", default=[], help="a generated-captions JSONL (repeatable)")
     p.add_argument("--name", action="append", default=[],
@@ -456,7 +458,7 @@ def main(argv=None) -> None:
     features = None
     for name, kind, path in runs:
         if kind == "checkpoint":
-            features = features or FeatureStore(args.features)
+            features = features or FeatureStore(args.features, bad=args.bad_features)
             run_levels, captions, no_features = generate_run(path, out / "generated" / f"{name}.jsonl",
                                                              args, image_ids, features, levels)
             levels = levels or run_levels
@@ -477,6 +479,8 @@ def main(argv=None) -> None:
     for name, kind, path in runs:
         report_coverage(name, path, generated[name], image_ids, len(levels))
     if features is not None:
+        if features.skip_report():
+            print(f"warning: {features.skip_report()}; they count as misses")
         features.close()
     level_set = next((k for k, v in LEVEL_SETS.items() if v == levels), "custom")
     keep_sentences = counts_sentences(levels)

@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from .data import add_split_args
 from .decode import load_regions, pad_regions
-from .files import FeatureStore
+from .files import FeatureStore, add_bad_features_arg
 from .model import REGION_NORMS, Captioner, load_checkpoint, save_model
 from .rng import item_rng, item_seed
 from .text import encode, eos_id, get_levels, length_to_level
@@ -365,6 +365,7 @@ class TrainSettings:
 def add_train_args(p) -> None:
     """The model and optimizer flags of 04 and 06; defaults are the paper's (LaBERT's) recipe."""
     p.add_argument("--features", required=True, help="region features HDF5")
+    add_bad_features_arg(p)
     p.add_argument("--out", required=True, help="checkpoint folder (a re-run resumes from it)")
     p.add_argument("--preset", choices=["tiny", "minilm", "labert"], default="labert")
     p.add_argument("--bert", help="BERT folder or hub name for minilm/labert (default: the preset's)")
@@ -418,7 +419,7 @@ def start_run(args):
     if already_trained(args, rank):
         return None
     try:
-        features = FeatureStore(args.features)
+        features = FeatureStore(args.features, bad=args.bad_features)
     except FileNotFoundError as err:
         raise SystemExit(f"error: {err}") from None
     return rank, world, device, features
