@@ -115,8 +115,11 @@ def scores_for(selfgen_ids: list[str], quality_path) -> torch.Tensor:
         raise DataError(quality_path, None, f"{len(missing)} self-generated captions have no quality score "
                                             f"(first: {missing[0]}); run 05 on the same captions")
     u = np.asarray([by_id[c] for c in selfgen_ids], dtype=np.float32)
-    if np.isnan(u).any():
-        raise DataError(quality_path, f"caption {selfgen_ids[int(np.isnan(u).argmax())]}", "u is NaN")
+    bad = ~np.isfinite(u)  # NaN or +-inf: no threshold or weight can be computed from it
+    if bad.any():
+        first = int(bad.argmax())
+        raise DataError(quality_path, f"caption {selfgen_ids[first]}",
+                        f"u is {u[first]} ({int(bad.sum())} of the {len(u)} scores are not finite)")
     return torch.from_numpy(u)
 
 

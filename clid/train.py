@@ -508,22 +508,33 @@ class Trainer:
             logits = (self.ddp or model)(*batch, masked)
         eos_class = int(model.to_output(torch.tensor(eos_id(model.tokenizer))))
         loss_sum, weight_sum = masked_lm_loss(logits, classes, eos_class, s.eos_weight, s.label_smoothing)
-        total_weight = weight_sum.detach().clone()
+        total_weight, reported = weight_sum.detach().clone(), loss_sum.detach().clone()
         if self.world > 1:
             dist.all_reduce(total_weight)
+            dist.all_reduce(reported)  # the global loss: every rank sees the same value and stops together
+        self.stop_if_not_finite(reported / total_weight, "the training loss")
         loss = loss_sum * self.world / total_weight  # DDP averages the gradients over the ranks
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.step, s.lr, s.warmup, s.max_steps)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if s.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
+        # the norm of the (DDP-averaged) gradient; with --grad-clip 0 it is only measured (clip at inf)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip if s.grad_clip > 0 else math.inf)
+        self.stop_if_not_finite(norm, "the gradient norm")
         self.optimizer.step()
-        reported = loss_sum.detach().clone()
-        if self.world > 1:
-            dist.all_reduce(reported)
         self.step += 1
         return float(reported / total_weight)
+
+    def stop_if_not_finite(self, value: torch.Tensor, what: str) -> None:
+        """Stop the run, before the optimizer step, when ``value`` is NaN or infinite."""
+        if not bool(torch.isfinite(value)):
+            raise SystemExit(f"error: {what} is {float(value)} at step {self.step + 1}; stopped before its optimizer "
+                             f"step, {self.kept()}. A diverging run: try a lower --lr or a longer --warmup")
+
+    def kept(self) -> str:
+        """What the output folder holds when a run is stopped (for the error message)."""
+        step = self.state.get("step")
+        return f"{self.out_dir} keeps its last checkpoint (step {step})" if step else "no checkpoint was written"
 
     # -- checkpointing and logging --------------------------------------------------------------
     def log(self, record: dict) -> None:
@@ -531,6 +542,11 @@ class Trainer:
             self.pending_log.append(json.dumps(record))
 
     def save(self, extra_state: dict | None = None) -> None:
+        """Checkpoint the current step; refuses (stops the run) if any weight is NaN or infinite."""
+        for name, tensor in self.model.state_dict().items():  # the same weights on every DDP rank
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise SystemExit(f"error: the weights hold NaN or inf after step {self.step} ({name}); not saved, "
+                                 f"{self.kept()}. A diverging run: try a lower --lr or a longer --warmup")
         self.state = {"step": self.step, **(extra_state or {})}
         if self.rank == 0:
             save_checkpoint(self.out_dir, self.model, self.optimizer, self.state, self.config_extra, self.pending_log)
@@ -550,20 +566,22 @@ class Trainer:
         bar = tqdm(total=end_step, initial=self.step, desc=desc, unit="step", disable=self.rank != 0,
                    dynamic_ncols=True)
         started, losses = time.time(), []
-        while self.step < end_step:
-            loss = self.train_step(batch_for(self.step))
-            losses.append(loss)
-            lr = self.optimizer.param_groups[0]["lr"]
-            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
-            bar.update(1)
-            if self.step % s.log_every == 0 or self.step == end_step:
-                self.log({"step": self.step, "loss": float(np.mean(losses)), "lr": lr,
-                          "seconds": round(time.time() - started, 2)})
-                losses = []
-            if self.evaluate and s.eval_every and self.step % s.eval_every == 0 and self.rank == 0:
-                result = self.evaluate(self.model, self.step)
-                self.log({"step": self.step, "eval": result})
-                bar.write(f"step {self.step}: " + " ".join(f"{k}={v}" for k, v in result.items()))
-            if self.step % s.save_every == 0 or self.step == end_step:
-                self.save(state_for(self.step) if state_for else None)
-        bar.close()
+        try:  # the bar closes before an error stops the run, so the error is the last line
+            while self.step < end_step:
+                loss = self.train_step(batch_for(self.step))
+                losses.append(loss)
+                lr = self.optimizer.param_groups[0]["lr"]
+                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
+                bar.update(1)
+                if self.step % s.log_every == 0 or self.step == end_step:
+                    self.log({"step": self.step, "loss": float(np.mean(losses)), "lr": lr,
+                              "seconds": round(time.time() - started, 2)})
+                    losses = []
+                if self.evaluate and s.eval_every and self.step % s.eval_every == 0 and self.rank == 0:
+                    result = self.evaluate(self.model, self.step)
+                    self.log({"step": self.step, "eval": result})
+                    bar.write(f"step {self.step}: " + " ".join(f"{k}={v}" for k, v in result.items()))
+                if self.step % s.save_every == 0 or self.step == end_step:
+                    self.save(state_for(self.step) if state_for else None)
+        finally:
+            bar.close()
