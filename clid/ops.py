@@ -1,12 +1,16 @@
 """Fused kernels of the csrc/ extension, each next to the plain PyTorch reference it is tested against.
 
-The extension (``clid_ops``) is built just in time with ``torch.utils.cpp_extension.load`` (ninja)
-on first use: ``csrc/binding.cpp`` plus every ``csrc/cpu/*.cpp``, plus every ``csrc/cuda/*.cu`` when
-PyTorch has CUDA and a CUDA toolkit is found. The build is cached under
+The extension (``clid_ops``: ``csrc/binding.cpp``, every ``csrc/cpu/*.cpp``, and every
+``csrc/cuda/*.cu`` when PyTorch has CUDA and a CUDA toolkit is found) is built once, at install time:
+
+    python -m clid.ops build          # run by `make venv` and by slurm/submit_all.sh
+
+with ``torch.utils.cpp_extension.load`` (ninja), into
 ``$XDG_CACHE_HOME/clid/torch_extensions/`` (``~/.cache`` by default; ``CLID_OPS_BUILD_DIR``
-overrides it), in a folder keyed by the Python/torch versions, the CPU and the compiler flags, and
-ninja rebuilds whatever source or header changed. If the build fails, or ``CLID_OPS_DISABLE=1``,
-every wrapper warns once and runs its reference instead.
+overrides it), in a folder named after a hash of the sources, the headers, the Python and torch
+versions, the CPU, the compiler and the flags. At run time it is only imported; a run that finds
+no build makes it once (see "Building and loading" below: killed builds never block later runs).
+If the build fails, or ``CLID_OPS_DISABLE=1``, every wrapper warns once and runs its reference.
 
 Scoring ops (Eq. 2 of the paper, ``log p(y|x) = (1/m) sum_t log P(w_t | ...)``):
 
@@ -22,11 +26,19 @@ of threads. A caption with no scored token (m = 0) gets NaN: the mean of nothing
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import math
 import os
 import platform
+import re
+import shutil
+import socket
 import sys
+import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -42,6 +54,36 @@ _warned: set[str] = set()
 
 # ---------------------------------------------------------------------------------------------
 # Building and loading the extension
+#
+# Built once, at install time (`python -m clid.ops build`, run by `make venv` and by the cluster
+# recipe), into a folder named after a hash of everything that goes into it: the sources and
+# headers, the Python and torch versions, the CPU, the compiler and its flags. At run time the
+# finished module is only imported. If it was never built, the first run builds it, with these
+# guarantees (a killed build used to leave torch's `lock` file behind and hang every later run):
+# - the build happens in a private staging folder renamed into place when complete, with a
+#   `ready.json` inside, so a half-built folder is never used;
+# - builders take turns through an flock() on `<folder>.lock`, which the kernel releases when its
+#   holder dies (kill -9, Ctrl-C, a preempted job): nothing stale can block the next run; a waiter
+#   prints which process it waits for, and since when, every 30 s;
+# - a failed build is recorded in `<folder>.failed`, so later runs fall back at once instead of
+#   failing the same build again; `python -m clid.ops build` always tries again.
+
+READY = "ready.json"
+WAIT_REPORT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class ExtensionSpec:
+    """What to compile: the module's name, its sources, include folders and flags."""
+
+    name: str
+    sources: tuple[Path, ...]
+    include_dirs: tuple[Path, ...] = ()
+    cflags: tuple[str, ...] = ()
+    cuda_flags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+    with_cuda: bool = False
+
 
 def cuda_build_enabled() -> bool:
     """CUDA sources are compiled only where PyTorch has CUDA and a toolkit (nvcc) is found."""
@@ -60,14 +102,31 @@ def sources(with_cuda: bool | None = None) -> list[Path]:
     return found
 
 
+CUDA_ARCHS = ("80", "90")  # A100, H100 (the archs csrc/check_cuda.sh checks); PTX of the last for newer GPUs
+
+
 def compile_flags(with_cuda: bool) -> tuple[list[str], list[str]]:
-    """Host and nvcc flags. -march=native is safe because the build folder is keyed by the CPU."""
+    """Host and nvcc flags. -march=native is safe because the build folder is keyed by the CPU.
+
+    GPU code is compiled for CUDA_ARCHS (TORCH_CUDA_ARCH_LIST overrides them), not for the visible
+    GPUs as torch would pick: a build made where no GPU is visible (a login node) still runs."""
     cflags = ["-O3", "-fopenmp", "-march=native", "-DNDEBUG"]
     cuda_flags = ["-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]
     if with_cuda:
         cflags.append("-DCLID_WITH_CUDA")
         cuda_flags.append("-DCLID_WITH_CUDA")
+        if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+            cuda_flags += [f"-gencode=arch=compute_{a},code=sm_{a}" for a in CUDA_ARCHS]
+            cuda_flags.append(f"-gencode=arch=compute_{CUDA_ARCHS[-1]},code=compute_{CUDA_ARCHS[-1]}")
     return cflags, cuda_flags
+
+
+def extension_spec() -> ExtensionSpec:
+    """The ``clid_ops`` extension of csrc/, with CUDA kernels where PyTorch and a toolkit allow."""
+    with_cuda = cuda_build_enabled()
+    cflags, cuda_flags = compile_flags(with_cuda)
+    return ExtensionSpec(EXTENSION_NAME, tuple(sources(with_cuda)), (CSRC,), tuple(cflags), tuple(cuda_flags),
+                         ("-fopenmp",), with_cuda)
 
 
 def _cpu_fingerprint() -> str:
@@ -86,33 +145,148 @@ def _cpu_fingerprint() -> str:
     return text
 
 
-def build_directory(with_cuda: bool) -> Path:
-    """The cache folder of this build: one per Python, torch, CPU, flags and CUDA-ness."""
-    cflags, cuda_flags = compile_flags(with_cuda)
-    key = "|".join([sys.version, torch.__version__, _cpu_fingerprint(), *cflags, *cuda_flags, str(with_cuda)])
-    tag = hashlib.sha1(key.encode()).hexdigest()[:12]
+def build_key(spec: ExtensionSpec) -> str:
+    """A hash of everything the build depends on: the content of the sources and of every header
+    in the include folders, the Python and torch versions, the CPU, the compiler, the flags and
+    TORCH_CUDA_ARCH_LIST. Equal sources in two clones give the same key."""
+    digest = hashlib.sha256()
+    for part in (spec.name, sys.version, torch.__version__, str(torch.version.cuda), _cpu_fingerprint(),
+                 os.environ.get("CXX", "c++"), *spec.cflags, "|", *spec.cuda_flags, "|", *spec.ldflags,
+                 str(spec.with_cuda), os.environ.get("TORCH_CUDA_ARCH_LIST", "")):
+        digest.update(part.encode() + b"\0")
+    headers = sorted({h for folder in spec.include_dirs for pattern in ("*.h", "*.cuh", "*.hpp")
+                      for h in Path(folder).rglob(pattern)})
+    for path in [*spec.sources, *headers]:
+        digest.update(Path(path).name.encode() + b"\0" + Path(path).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def build_root() -> Path:
+    """Where builds are kept: ``CLID_OPS_BUILD_DIR``, else ``$XDG_CACHE_HOME/clid/torch_extensions``."""
     base = os.environ.get("CLID_OPS_BUILD_DIR")
     if not base:
         cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         base = os.path.join(cache, "clid", "torch_extensions")
-    return Path(base) / f"{EXTENSION_NAME}_py{sys.version_info[0]}{sys.version_info[1]}_{tag}"
+    return Path(base)
 
 
-def _build(verbose: bool = False):
-    from torch.utils.cpp_extension import load
+def build_directory(spec: ExtensionSpec | None = None) -> Path:
+    """The folder of this build, e.g. ``clid_ops_py311_torch2.13.0_cpu_<hash>``."""
+    spec = spec or extension_spec()
+    torch_version = re.sub(r"[^A-Za-z0-9.]", "_", torch.__version__)
+    return build_root() / f"{spec.name}_py{sys.version_info[0]}{sys.version_info[1]}_torch{torch_version}_{build_key(spec)[:16]}"
 
-    with_cuda = cuda_build_enabled()
-    cflags, cuda_flags = compile_flags(with_cuda)
-    folder = build_directory(with_cuda)
-    folder.mkdir(parents=True, exist_ok=True)
-    return load(name=EXTENSION_NAME, sources=[str(s) for s in sources(with_cuda)],
-                extra_include_paths=[str(CSRC)], extra_cflags=cflags, extra_cuda_cflags=cuda_flags,
-                extra_ldflags=["-fopenmp"], build_directory=str(folder), with_cuda=with_cuda,
-                verbose=verbose)
+
+def _import_built(folder: Path):
+    """Import the finished module of a build folder (no compiler, no lock)."""
+    import importlib.util
+
+    ready = json.loads((folder / READY).read_text())
+    path = folder / ready["file"]
+    spec = importlib.util.spec_from_file_location(ready["module"], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _lock_holder(lock_path: Path) -> str:
+    try:
+        return lock_path.read_text().strip() or "another process"
+    except OSError:
+        return "another process"
+
+
+@contextlib.contextmanager
+def build_lock(lock_path: Path, folder: Path, report_every: float = WAIT_REPORT_SECONDS):
+    """Hold an exclusive flock() on ``lock_path`` for the block (the builder's pid and host written in it).
+
+    The kernel releases the lock when its holder exits or is killed, so a lock is never stale.
+    While a live holder builds, prints what it waits for every ``report_every`` seconds. On a file
+    system without flock() (e.g. Lustre mounted without ``-o flock``) it says so and goes on
+    unlocked: builds then may run twice, but never half-built, since each has its own staging folder.
+    """
+    import fcntl
+
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        started, last_report, locked = time.monotonic(), -math.inf, True
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # a live process holds it
+                now = time.monotonic()
+                if now - last_report >= report_every:
+                    print(f"clid.ops: waiting for {_lock_holder(lock_path)}, building the extension in {folder} "
+                          f"({now - started:.0f} s so far)", file=sys.stderr, flush=True)
+                    last_report = now
+                time.sleep(0.2)
+            except OSError as err:
+                print(f"clid.ops: cannot lock {lock_path} ({err.strerror}); building without a lock",
+                      file=sys.stderr, flush=True)
+                locked = False
+                break
+        if locked:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()} since "
+                         f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def load_or_build(spec: ExtensionSpec, force: bool = False, verbose: bool = False,
+                  report_every: float = WAIT_REPORT_SECONDS):
+    """The compiled module of ``spec``: imported if already built, else built once (see above).
+
+    Raises if the build fails; the failure is recorded in ``<folder>.failed`` and re-raised by later
+    calls without building again, unless ``force`` (what ``python -m clid.ops build`` passes).
+    """
+    folder = build_directory(spec)
+    failed = folder.with_name(folder.name + ".failed")
+    if (folder / READY).exists():
+        return _import_built(folder)
+    if failed.exists() and not force:
+        first_line = failed.read_text().partition("\n")[0]
+        raise RuntimeError(f"the build failed before ({first_line}); `python -m clid.ops build` tries again")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with build_lock(folder.with_name(folder.name + ".lock"), folder, report_every):
+        if (folder / READY).exists():  # built by the process we waited for
+            return _import_built(folder)
+        for leftover in folder.parent.glob(folder.name + ".tmp-*"):  # killed builders' staging folders
+            shutil.rmtree(leftover, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)  # (only ever an unfinished folder)
+        staging = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+        staging.mkdir()
+        hint = "" if force else " (once for these sources; `python -m clid.ops build` does it at install time)"
+        print(f"clid.ops: building the {spec.name} extension in {folder}{hint}", file=sys.stderr, flush=True)
+        started = time.time()
+        try:
+            from torch.utils.cpp_extension import load
+
+            module = load(name=spec.name, sources=[str(s) for s in spec.sources],
+                          extra_include_paths=[str(d) for d in spec.include_dirs], extra_cflags=list(spec.cflags),
+                          extra_cuda_cflags=list(spec.cuda_flags), extra_ldflags=list(spec.ldflags),
+                          build_directory=str(staging), with_cuda=spec.with_cuda, verbose=verbose)
+        except Exception as err:
+            shutil.rmtree(staging, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the telling line first, then the whole log
+                failed.write_text(f"{_short_error(err)}\n{type(err).__name__}: {err}\n")
+            raise
+        (staging / READY).write_text(json.dumps({
+            "module": module.__name__, "file": Path(module.__file__).name, "key": build_key(spec),
+            "seconds": round(time.time() - started, 1), "host": socket.gethostname(),
+            "sources": [str(s) for s in spec.sources]}, indent=1))
+        try:
+            os.rename(staging, folder)
+        except OSError:  # an unlocked builder finished first: keep its folder
+            shutil.rmtree(staging, ignore_errors=True)
+        failed.unlink(missing_ok=True)
+    return module
 
 
 def extension(verbose: bool = False):
-    """The compiled ``clid_ops`` module (built on first call), or None if it cannot be built."""
+    """The compiled ``clid_ops`` module (built on first call if it never was), or None if it cannot be."""
     global _extension, _build_error
     if _extension is not None or _build_error is not None:
         return _extension
@@ -120,13 +294,18 @@ def extension(verbose: bool = False):
         _build_error = "disabled by CLID_OPS_DISABLE=1"
         return None
     try:
-        _extension = _build(verbose=verbose or os.environ.get("CLID_OPS_VERBOSE") == "1")
+        _extension = load_or_build(extension_spec(), verbose=verbose or os.environ.get("CLID_OPS_VERBOSE") == "1")
     except Exception as err:  # a compiler error, a missing ninja, a broken toolchain: fall back
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        compiler = [line for line in lines if "error:" in line]            # the compiler's own message
-        errors = [line for line in lines if "error" in line.lower()]
-        _build_error = f"{type(err).__name__}: {(compiler or errors or lines or [''])[0][:300]}"
+        _build_error = _short_error(err)
     return _extension
+
+
+def _short_error(err: Exception) -> str:
+    """The telling line of a build error: the compiler's own ``error:`` line if there is one."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    compiler = [line for line in lines if "error:" in line]
+    errors = [line for line in lines if "error" in line.lower()]
+    return f"{type(err).__name__}: {(compiler or errors or lines or [''])[0][:300]}"
 
 
 def build_error() -> str | None:
@@ -652,3 +831,40 @@ def _smoothstep_sample_path(u, threshold: float, s: float, k: int, seed: int, it
     indices, path, _filled, _positive = extension().sampler_successive(u, float(threshold), float(s), int(k), seed,
                                                                        iteration, force_code)
     return indices, ("trivial", "window", "radix")[path]
+
+
+# ---------------------------------------------------------------------------------------------
+# The install-time build: python -m clid.ops build
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m clid.ops", description="Build the clid_ops C++/CUDA extension once "
+                                "(make venv and the cluster recipe run this); later runs only import it.")
+    p.add_argument("command", choices=["build"])
+    p.add_argument("--strict", action="store_true", help="exit 1 if the build fails (default: warn and exit 0; "
+                                                          "every op then runs its PyTorch reference)")
+    p.add_argument("--verbose", action="store_true", help="show the compiler's commands and output")
+    args = p.parse_args(argv)
+    if os.environ.get("CLID_OPS_DISABLE") == "1":
+        print("clid.ops: CLID_OPS_DISABLE=1, nothing to build")
+        return 0
+    spec = extension_spec()
+    folder = build_directory(spec)
+    if (folder / READY).exists():
+        print(f"clid.ops: {spec.name} is already built in {folder}")
+        return 0
+    started = time.time()
+    try:
+        module = load_or_build(spec, force=True, verbose=args.verbose)
+    except Exception as err:
+        print(f"clid.ops: could not build the {spec.name} extension ({_short_error(err)}; --verbose shows the "
+              f"build log); every op will run its slower PyTorch reference", file=sys.stderr)
+        return 1 if args.strict else 0
+    kernels = "CPU and CUDA" if module.with_cuda() else "CPU"
+    print(f"clid.ops: built {spec.name} ({kernels} kernels) in {folder} in {time.time() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
