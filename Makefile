@@ -1,7 +1,9 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   runs the whole pipeline on the embedded demo world
 #   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
-# Both create and fill .venv on first use and reuse it afterwards.
+# Both create and fill .venv on first use, and build the C++/CUDA extension once (clid.ops), and
+# reuse both afterwards. After editing csrc/, `make ops` builds the new sources (otherwise the
+# first run that needs them does).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -14,7 +16,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all venv test demo cuda-check clean
+.PHONY: all venv ops test demo cuda-check clean
 
 all: test
 
@@ -23,7 +25,11 @@ venv: $(STAMP)
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet -r requirements.txt
+	$(PY) -m clid.ops build
 	touch $(STAMP)
+
+ops: $(STAMP)
+	$(PY) -m clid.ops build
 
 test: $(STAMP) cuda-check
 	$(PY) -m pytest -q tests

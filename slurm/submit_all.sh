@@ -2,12 +2,14 @@
 # Submit the whole COCO pipeline (Visual Genome + generated scene graphs) with afterok dependencies:
 #   00 convert -> 01 (array) -> merge -> 02 (array) -> merge -> 03 (array) -> merge
 #   -> 04 trusted (after 00) + 04 extended -> 05 (array) -> merge -> 06 -> 07
+# plus, at once, the build of the C++/CUDA extension (clid.ops), which 05 and 06 wait for.
 # Run from the repository root after `make venv` and the downloads of README.md.
 set -euo pipefail
 source slurm/common.sh
 submit() { sbatch --parsable --output="$RUNS/logs/%x-%j.out" "$@"; }
 array() { sbatch --parsable --output="$RUNS/logs/%x-%A_%a.out" --array=0-$((SHARDS - 1)) "$@"; }
 
+ops=$(submit slurm/build_ops.sbatch)
 c00=$(submit slurm/00_convert.sbatch)
 s01=$(array --dependency=afterok:$c00 slurm/01_saliency.sbatch)
 m01=$(submit --dependency=afterok:$s01 slurm/merge.sbatch "$RUNS/saliency.h5" "$SHARDS")
@@ -17,8 +19,8 @@ s03=$(array --dependency=afterok:$m02 slurm/03_paraphrase.sbatch)
 m03=$(submit --dependency=afterok:$s03 slurm/merge.sbatch "$RUNS/paraphrased.jsonl" "$SHARDS")
 t04=$(submit --dependency=afterok:$c00 slurm/04_train_base.sbatch trusted)
 e04=$(submit --dependency=afterok:$m03 slurm/04_train_base.sbatch extended)
-s05=$(array --dependency=afterok:$t04:$e04 slurm/05_score.sbatch)
+s05=$(array --dependency=afterok:$t04:$e04:$ops slurm/05_score.sbatch)
 m05=$(submit --dependency=afterok:$s05 slurm/merge.sbatch "$RUNS/quality.h5" "$SHARDS")
 s06=$(submit --dependency=afterok:$m05 slurm/06_train_selection.sbatch)
 s07=$(submit --dependency=afterok:$s06 slurm/07_eval.sbatch)
-echo "submitted: 00=$c00 01=$s01 02=$s02 03=$s03 04=$t04,$e04 05=$s05 06=$s06 07=$s07 (logs in $RUNS/logs)"
+echo "submitted: build=$ops 00=$c00 01=$s01 02=$s02 03=$s03 04=$t04,$e04 05=$s05 06=$s06 07=$s07 (logs in $RUNS/logs)"
