@@ -158,3 +158,33 @@ def test_06_refuses_infinite_and_nan_scores(world, tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (f"error: {quality}: caption 5_0: u is inf "
                                                     "(1 of the 12 scores are not finite)")
+
+
+def test_scoring_and_evaluation_stop_on_a_bad_image_or_skip_it(world, tmp_path):
+    captions, features = world
+    run_script(*train_cmd(world, tmp_path / "ckpt", "--max-steps", "2"))
+    selfgen = tmp_path / "selfgen.jsonl"
+    files.write_jsonl(selfgen, [{"id": f"{i}_0", "image_id": i, "caption": "a red dog in the park"} for i in range(1, 7)])
+    damage(features, "3", "nan_box")  # a training image: 05 scores its caption
+    damage(features, "16", "zero_width")  # a test image: 07 captions it
+    score = ["05_score_quality.py", "--trusted", tmp_path / "ckpt", "--extended", tmp_path / "ckpt", "--selfgen", selfgen,
+             "--features", features, "--device", "cpu"]
+    stopped = run_script(*score, "--out", tmp_path / "q_error.h5", check=False)
+    assert stopped.returncode == 1 and "Traceback" not in stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1] == f"error: {features}: image 3: boxes: NaN at region 1 (column 2)"
+    skipped = run_script(*score, "--out", tmp_path / "q_skip.h5", "--bad-features", "skip")
+    assert "not scored 1: selfgen: no region features for the image" in skipped.stdout
+    assert "skipped 1 image(s) with bad region features (--bad-features skip); first: image 3" in skipped.stdout
+    assert sorted(files.read_quality(tmp_path / "q_skip.h5")["id"]) == ["1_0", "2_0", "4_0", "5_0", "6_0"]
+
+    evaluate = ["07_eval.py", "--refs", captions, "--features", features, "--checkpoint", tmp_path / "ckpt",
+                "--spice", "off", "--decode-steps", "1"]
+    stopped = run_script(*evaluate, "--out", tmp_path / "eval_error", check=False)
+    assert stopped.returncode == 1 and "Traceback" not in stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1] == (f"error: {features}: image 16: width is 0.0; "
+                                                       "it must be a positive number of pixels")
+    skipped = run_script(*evaluate, "--out", tmp_path / "eval_skip", "--bad-features", "skip")
+    assert ("skipped 1 image(s) with bad region features (--bad-features skip); first: image 16: width is 0.0; "
+            "it must be a positive number of pixels; they count as misses") in skipped.stdout
+    metrics = json.loads((tmp_path / "eval_skip" / "metrics.json").read_text())
+    assert metrics["runs"]["ckpt"]["skipped"]["test images without region features (counted as misses)"] == 1
