@@ -198,7 +198,8 @@ def _lock_holder(lock_path: Path) -> str:
 
 @contextlib.contextmanager
 def build_lock(lock_path: Path, folder: Path, report_every: float = WAIT_REPORT_SECONDS):
-    """Hold an exclusive flock() on ``lock_path`` for the block (the builder's pid and host written in it).
+    """Hold an exclusive flock() on ``lock_path`` for the block (the builder's pid and host written in
+    it); yields whether the lock is held.
 
     The kernel releases the lock when its holder exits or is killed, so a lock is never stale.
     While a live holder builds, prints what it waits for every ``report_every`` seconds. On a file
@@ -230,7 +231,7 @@ def build_lock(lock_path: Path, folder: Path, report_every: float = WAIT_REPORT_
             os.ftruncate(fd, 0)
             os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()} since "
                          f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-        yield
+        yield locked
     finally:
         os.close(fd)  # releases the lock
 
@@ -250,12 +251,12 @@ def load_or_build(spec: ExtensionSpec, force: bool = False, verbose: bool = Fals
         first_line = failed.read_text().partition("\n")[0]
         raise RuntimeError(f"the build failed before ({first_line}); `python -m clid.ops build` tries again")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with build_lock(folder.with_name(folder.name + ".lock"), folder, report_every):
+    with build_lock(folder.with_name(folder.name + ".lock"), folder, report_every) as locked:
         if (folder / READY).exists():  # built by the process we waited for
             return _import_built(folder)
-        for leftover in folder.parent.glob(folder.name + ".tmp-*"):  # killed builders' staging folders
-            shutil.rmtree(leftover, ignore_errors=True)
-        shutil.rmtree(folder, ignore_errors=True)  # (only ever an unfinished folder)
+        if locked:  # no other builder is alive: what is there was left by killed ones
+            for leftover in folder.parent.glob(folder.name + ".tmp-*"):
+                shutil.rmtree(leftover, ignore_errors=True)
         staging = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
         staging.mkdir()
         hint = "" if force else " (once for these sources; `python -m clid.ops build` does it at install time)"

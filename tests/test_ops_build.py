@@ -117,6 +117,19 @@ def test_a_waiter_reports_the_live_builder_periodically_and_goes_on_when_it_dies
     assert f"building the extension in {folder}" in err
 
 
+def test_a_file_system_without_flock_builds_unlocked_and_says_so(tmp_path, monkeypatch, capsys):
+    import errno
+    import fcntl
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with ops.build_lock(tmp_path / "ext.lock", tmp_path / "ext") as locked:
+        assert locked is False
+    assert f"cannot lock {tmp_path / 'ext.lock'} (No locks available); building without a lock" in capsys.readouterr().err
+
+
 def test_same_sources_share_a_folder_and_changed_ones_never_clash(tmp_path):
     clones = []
     for name in ("clone_a", "clone_b"):
