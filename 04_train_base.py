@@ -62,8 +62,8 @@ def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
               f"validation images: {len(items.val_ids)}")
         for reason, count in sorted(skipped.items()):
             print(f"  skipped {count}: {reason}")
-        if features.skip_report():
-            print(f"  {features.skip_report()}")
+        if bad_line := features.skip_report():
+            print(f"  {bad_line}")
     if not len(examples):
         sys.exit(f"error: no training captions left from {args.captions}")
     return examples, items.val_ids

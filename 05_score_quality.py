@@ -146,8 +146,8 @@ def main(argv=None):
     bar.close()
     for reason, count in sorted(skipped.items()):
         print(f"  not scored {count}: {reason}")
-    if features.skip_report():
-        print(f"  {features.skip_report()}")
+    if bad_line := features.skip_report():
+        print(f"  {bad_line}")
     if done is not None:
         report(done)
     else:

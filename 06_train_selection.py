@@ -162,8 +162,8 @@ def main(argv=None):
         print(f"trusted captions: {n_trusted}; self-generated pool: {len(pool)} (u mean {float(u.mean()):+.3f})")
         for reason, count in sorted(skipped.items()):
             print(f"  skipped {count}: {reason}")
-        if features.skip_report():
-            print(f"  {features.skip_report()}")
+        if bad_line := features.skip_report():
+            print(f"  {bad_line}")
         print(f"plan: {sum(1 for p in plan if p['drawn'])} selection iterations, then trusted only "
               f"from step {plan[-1]['start'] if plan[-1].get('trusted_only') else args.max_steps}")
         out.mkdir(parents=True, exist_ok=True)

@@ -479,8 +479,8 @@ def main(argv=None) -> None:
     for name, kind, path in runs:
         report_coverage(name, path, generated[name], image_ids, len(levels))
     if features is not None:
-        if features.skip_report():
-            print(f"warning: {features.skip_report()}; they count as misses")
+        if bad_line := features.skip_report():
+            print(f"warning: {bad_line}; they count as misses")
         features.close()
     level_set = next((k for k, v in LEVEL_SETS.items() if v == levels), "custom")
     keep_sentences = counts_sentences(levels)
