@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +29,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add", &add); }
 # Builds (or imports) the tiny extension through clid.ops.load_or_build and calls it.
 BUILD_TINY = """
 import sys, time
-from pathlib import Path
 from clid import ops
 spec = ops.ExtensionSpec("clid_tiny", (Path(sys.argv[1]),), cflags=("-O0",))
 started = time.time()
