@@ -29,6 +29,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add", &add); }
 # Builds (or imports) the tiny extension through clid.ops.load_or_build and calls it.
 BUILD_TINY = """
 import sys, time
+from pathlib import Path
 from clid import ops
 spec = ops.ExtensionSpec("clid_tiny", (Path(sys.argv[1]),), cflags=("-O0",))
 started = time.time()
@@ -67,7 +68,11 @@ def test_a_build_killed_mid_way_does_not_block_the_waiter_or_the_next_run(tiny, 
     source, env, root = tiny
     builder = start(BUILD_TINY, source, env=env)
     # the builder is compiling once torch has written its ninja file into the private staging folder
-    staging = wait_for(lambda: next(root.glob("clid_tiny_*.tmp-*/build.ninja"), None), 120, "the build to start").parent
+    def started():
+        assert builder.poll() is None, builder.communicate()[1]  # (a builder that died at once shows why)
+        return next(root.glob("clid_tiny_*.tmp-*/build.ninja"), None)
+
+    staging = wait_for(started, 120, "the build to start").parent
     waiter_log = tmp_path / "waiter.err"
     with open(waiter_log, "w") as err:
         waiter = start(BUILD_TINY, source, env=env, stderr=err)
