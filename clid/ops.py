@@ -837,7 +837,7 @@ def _smoothstep_sample_path(u, threshold: float, s: float, k: int, seed: int, it
 # ---------------------------------------------------------------------------------------------
 # The install-time build: python -m clid.ops build
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m clid.ops", description="Build the clid_ops C++/CUDA extension once "
@@ -846,7 +846,11 @@ def main(argv=None) -> int:
     p.add_argument("--strict", action="store_true", help="exit 1 if the build fails (default: warn and exit 0; "
                                                           "every op then runs its PyTorch reference)")
     p.add_argument("--verbose", action="store_true", help="show the compiler's commands and output")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     if os.environ.get("CLID_OPS_DISABLE") == "1":
         print("clid.ops: CLID_OPS_DISABLE=1, nothing to build")
         return 0
