@@ -26,7 +26,7 @@ import json
 import math
 import re
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -779,13 +779,6 @@ def load_graph_files(paths, graph_format: str = "auto", image_data=None, sizes=N
         graphs += found
         problems += bad
     return graphs, problems, notes
-
-
-def group_by_image(records) -> dict[str, list]:
-    out = defaultdict(list)
-    for r in records:
-        out[str(r["image_id"])].append(r)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

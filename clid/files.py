@@ -327,22 +327,6 @@ class FeatureStore:
 
 
 # ---------------------------------------------------------------------------------------------
-# Saliency maps
-
-def read_saliency(path) -> dict[str, np.ndarray]:
-    """All saliency maps of a file as float32 arrays, keyed by image id."""
-    import h5py
-
-    out = {}
-    with h5py.File(path, "r") as f:
-        for key, group in f.items():
-            if "map" not in group:
-                raise DataError(path, f"image {key}", "missing dataset 'map'")
-            out[key] = group["map"][()].astype(np.float32)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
 # Quality scores: flat arrays, one row per caption
 
 QUALITY_FIELDS = ("logp_trusted", "logp_extended", "u")

@@ -328,14 +328,6 @@ def _kernel_module(op: str, *tensors):
     return ext
 
 
-def _check_cuda_tensor(op: str, ext, *tensors) -> bool:
-    """True if the inputs are on a GPU and this build has CUDA kernels; an error if GPU without them."""
-    on_gpu = any(t is not None and t.is_cuda for t in tensors)
-    if on_gpu and not ext.with_cuda():
-        raise RuntimeError(f"clid.ops.{op}: inputs are on the GPU but the extension was built without CUDA")
-    return on_gpu
-
-
 # ---- score ops (C1) ----
 # Fused Eq. 2 scoring. Each op has a plain PyTorch `*_reference` (float64 arithmetic when given
 # float64, otherwise float32) that the tests compare against and that the wrappers fall back to.

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import hashlib
-import random
 
 import numpy as np
 
@@ -19,15 +18,3 @@ def item_seed(seed: int, *keys) -> int:
 
 def item_rng(seed: int, *keys) -> np.random.Generator:
     return np.random.default_rng(item_seed(seed, *keys))
-
-
-def item_random(seed: int, *keys) -> random.Random:
-    return random.Random(item_seed(seed, *keys))
-
-
-def item_torch_generator(seed: int, *keys):
-    import torch
-
-    g = torch.Generator()
-    g.manual_seed(item_seed(seed, *keys) & ((1 << 63) - 1))
-    return g

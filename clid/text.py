@@ -153,7 +153,3 @@ def level_range(level: int, levels="caption") -> tuple[int, int]:
     if not 1 <= level <= len(levels):
         raise ValueError(f"level {level} is outside 1..{len(levels)}")
     return levels[level - 1]
-
-
-def max_length(levels="caption") -> int:
-    return get_levels(levels)[-1][1]
