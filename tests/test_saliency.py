@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from clid import files
+from clid import emlnet, files
 
 from conftest import import_script, run_one_thread
 
@@ -142,7 +142,7 @@ def official_layout(model):
 
 def test_emlnet_names_match_the_official_checkpoints_and_load(one_thread, tmp_path, photo_folder):
     torch.manual_seed(0)
-    encoder, decoder = stage01.EMLEncoder(), stage01.EMLDecoder()
+    encoder, decoder = emlnet.EMLEncoder(), emlnet.EMLDecoder()
     for module in list(encoder.modules()) + list(decoder.modules()):  # non-trivial BN statistics
         if isinstance(module, torch.nn.BatchNorm2d):
             module.running_mean.uniform_(-0.1, 0.1)
@@ -161,7 +161,7 @@ def test_emlnet_names_match_the_official_checkpoints_and_load(one_thread, tmp_pa
     torch.save(official_layout(encoder), tmp_path / "res_imagenet.pth")
     torch.save({"state_dict": decoder.state_dict()}, tmp_path / "res_decoder.pth")
 
-    net = stage01.EMLNet([tmp_path / "res_imagenet.pth"] * 2 + [tmp_path / "res_decoder.pth"], size=(64, 96))
+    net = emlnet.EMLNet([tmp_path / "res_imagenet.pth"] * 2 + [tmp_path / "res_decoder.pth"], size=(64, 96))
     for loaded in net.encoders:
         for key, value in encoder.state_dict().items():
             assert torch.equal(loaded.state_dict()[key], value), key
@@ -171,10 +171,10 @@ def test_emlnet_names_match_the_official_checkpoints_and_load(one_thread, tmp_pa
         reference = decoder(encoder.readouts(x), encoder.readouts(x), (64, 96))[:, 0]
     got = net(x)
     assert got.shape == (2, 64, 96)
-    expected = stage01.normalise01(stage01.gaussian_blur(reference, 5.0 * 64 / 480))
+    expected = emlnet.normalise01(emlnet.gaussian_blur(reference, 5.0 * 64 / 480))
     torch.testing.assert_close(got, expected)
-    single = stage01.EMLNet([tmp_path / "res_imagenet.pth"], size=(64, 96))  # one encoder, its own head
-    torch.testing.assert_close(single(x), stage01.normalise01(stage01.gaussian_blur(encoder(x)[:, 0], 5.0 * 64 / 480)))
+    single = emlnet.EMLNet([tmp_path / "res_imagenet.pth"], size=(64, 96))  # one encoder, its own head
+    torch.testing.assert_close(single(x), emlnet.normalise01(emlnet.gaussian_blur(encoder(x)[:, 0], 5.0 * 64 / 480)))
 
     out = tmp_path / "eml.h5"
     weights = [tmp_path / "res_imagenet.pth", tmp_path / "res_imagenet.pth", tmp_path / "res_decoder.pth"]
