@@ -21,7 +21,9 @@ Methods:
   decoder, on the RGB image resized to 480 x 640 in [0, 1]; the prediction is blurred
   (sigma 5 px) and normalised, as the official evaluation does. Module names follow the official
   checkpoints, so the released ``res_imagenet.pth``, ``res_places.pth`` and ``res_decoder.pth``
-  load unchanged.
+  load unchanged. Weights are never unpickled: ``.safetensors`` or a ``.pth`` of plain tensors; a
+  ``.pth`` holding a pickled module is refused (convert it once: ``python -m clid.emlnet convert
+  --trust-pickle IN.pth --out OUT.safetensors``).
 
 A missing or unreadable image is reported by path and counted; the run goes on and exits
 non-zero at the end. Runs are sharded (``--shard-id/--num-shards``) and resume after a kill.

@@ -3,9 +3,16 @@
 ResNet-50 encoders read out at five depths and a small decoder that fuses the read-outs of an
 ImageNet and a Places encoder. Module names follow the official checkpoints, so the released
 ``res_imagenet.pth``, ``res_places.pth`` and ``res_decoder.pth`` load unchanged.
+
+Checkpoints are read without unpickling (safetensors, or ``torch.load(weights_only=True)``). A
+``.pth`` that holds a whole pickled module is refused; convert it once, if you trust it::
+
+    python -m clid.emlnet convert --trust-pickle res_imagenet.pth --out res_imagenet.safetensors
 """
 from __future__ import annotations
 
+import argparse
+import pickle
 from pathlib import Path
 
 import torch
@@ -136,26 +143,43 @@ class EMLDecoder(nn.Module):
 
 
 def read_state_dict(path) -> dict[str, torch.Tensor]:
-    """A checkpoint's tensors: plain or under "state_dict", "module." prefixes (DataParallel) removed."""
+    """A checkpoint's tensors: plain or under "state_dict", "module." prefixes (DataParallel) removed.
+
+    Reads ``.safetensors``, or a ``.pth`` with ``torch.load(weights_only=True)``, which refuses
+    anything but tensors and plain containers: a file is never unpickled, so it cannot run code.
+    A ``.pth`` that holds more (a whole pickled module) is refused with the one-time conversion
+    command, ``python -m clid.emlnet convert --trust-pickle``.
+    """
     path = Path(path)
     if not path.exists():
         raise SystemExit(f"error: {path}: EML-Net weights not found")
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
-        state = load_file(str(path))
+        try:
+            state = load_file(str(path))
+        except Exception as err:  # SafetensorError, OSError
+            raise SystemExit(f"error: {path}: not a readable safetensors file ({err})") from None
     else:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:
-            if "weights_only" not in str(err) and "Unpickler" not in str(err):
-                raise SystemExit(f"error: {path}: cannot read this file as a PyTorch checkpoint ({err})") from None
-            print(f"note: {path} holds more than tensors; loading it with full unpickling (trust the file)")
-            state = torch.load(path, map_location="cpu", weights_only=False)
+        except pickle.UnpicklingError:
+            raise SystemExit(f"error: {path}: holds more than tensors, and loading it would run code stored in the "
+                             f"file; it is not loaded. If you trust the file, convert it once: python -m clid.emlnet "
+                             f"convert --trust-pickle {path} --out {path.with_suffix('.safetensors')}") from None
+        except Exception as err:  # not a zip or legacy torch file, truncated, ...
+            raise SystemExit(f"error: {path}: cannot read this file as a PyTorch checkpoint ({err})") from None
+    return tensors_of(state, path)
+
+
+def tensors_of(state, path) -> dict[str, torch.Tensor]:
+    """The state dict inside a loaded checkpoint (a dict, a dict under "state_dict", or a module)."""
+    if isinstance(state, nn.Module):
+        state = state.state_dict()
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
-    if not isinstance(state, dict):
-        raise SystemExit(f"error: {path}: expected a state dict, found {type(state).__name__}")
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise SystemExit(f"error: {path}: expected a state dict of tensors, found {type(state).__name__}")
     return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in state.items()}
 
 
@@ -196,3 +220,51 @@ class EMLNet:
             pred = self.decoder(self.encoders[0].readouts(rgb), self.encoders[1].readouts(rgb), self.size)
         blur = EMLNET_BLUR * self.size[0] / EMLNET_SIZE[0]  # the official blur, scaled with the input size
         return normalise01(gaussian_blur(pred[:, 0].float().cpu(), blur))
+
+
+# ---------------------------------------------------------------------------------------------
+# python -m clid.emlnet convert --trust-pickle IN.pth --out OUT.safetensors
+
+def convert(source, out, trust_pickle: bool) -> int:
+    """Write the tensors of a checkpoint as safetensors; returns their count. Unpickles the source
+    (which can run code stored in it) only when ``trust_pickle`` is set."""
+    from safetensors.torch import save_file
+
+    from .files import atomic_path
+
+    source = Path(source)
+    if not source.exists():
+        raise SystemExit(f"error: {source}: not found")
+    try:
+        state = torch.load(source, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        if not trust_pickle:
+            raise SystemExit(f"error: {source}: holds more than tensors; reading it means unpickling it, which runs "
+                             f"code stored in the file. Only for a file you trust: add --trust-pickle") from None
+        print(f"note: unpickling {source} (--trust-pickle): code stored in the file runs")
+        state = torch.load(source, map_location="cpu", weights_only=False)
+    except Exception as err:
+        raise SystemExit(f"error: {source}: cannot read this file as a PyTorch checkpoint ({err})") from None
+    tensors = {k: v.detach().contiguous() for k, v in tensors_of(state, source).items()}
+    with atomic_path(out) as tmp:
+        save_file(tensors, str(tmp))
+    return len(tensors)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m clid.emlnet",
+                                     description="Convert an EML-Net checkpoint to safetensors, once.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("convert", help="write a .pth checkpoint's tensors as .safetensors")
+    c.add_argument("source", help="the .pth checkpoint")
+    c.add_argument("--out", required=True, help="the .safetensors file to write")
+    c.add_argument("--trust-pickle", action="store_true",
+                   help="unpickle the source if it holds more than tensors (a pickled module): this runs code "
+                        "stored in the file, so use it only for a file you trust, e.g. the official release")
+    args = parser.parse_args(argv)
+    count = convert(args.source, args.out, args.trust_pickle)
+    print(f"wrote {count} tensors to {args.out}; pass it to 01_saliency.py --weights")
+
+
+if __name__ == "__main__":
+    main()

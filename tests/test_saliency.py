@@ -193,3 +193,51 @@ def test_emlnet_names_match_the_official_checkpoints_and_load(one_thread, tmp_pa
                "--weights", tmp_path / "res_decoder.pth", check=False)
     assert proc.returncode == 1 and "not an EML-Net ResNet-50 encoder checkpoint" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+class RunsCode:
+    """Unpickling this object calls Path.touch(marker): what a crafted checkpoint could do."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        from pathlib import Path
+
+        return Path.touch, (Path(self.marker),)
+
+
+def test_emlnet_weights_are_never_unpickled(one_thread, tmp_path, photo_folder, capsys):
+    marker = tmp_path / "code-ran"
+    crafted = tmp_path / "res_imagenet.pth"
+    torch.save({"state_dict": {"conv1.weight": torch.zeros(1)}, "payload": RunsCode(marker)}, crafted)
+    with pytest.raises(SystemExit) as refused:
+        stage01.main(["--images", str(photo_folder), "--out", str(tmp_path / "x.h5"), "--method", "emlnet",
+                      "--weights", str(crafted)])
+    message = str(refused.value)
+    assert message.startswith(f"error: {crafted}: holds more than tensors") and "\n" not in message
+    assert "--trust-pickle" in message
+    assert not marker.exists()  # the payload never ran
+    # the conversion command refuses it too, unless told to trust the file
+    with pytest.raises(SystemExit, match="Only for a file you trust: add --trust-pickle"):
+        emlnet.main(["convert", str(crafted), "--out", str(tmp_path / "x.safetensors")])
+    assert not marker.exists() and not (tmp_path / "x.safetensors").exists()
+
+    # a whole pickled module (not a state dict): converted once with --trust-pickle, then loaded safely
+    torch.manual_seed(0)
+    decoder = emlnet.EMLDecoder()
+    pickled = tmp_path / "res_decoder.pth"
+    torch.save(decoder, pickled)
+    with pytest.raises(SystemExit, match="holds more than tensors"):
+        emlnet.read_state_dict(pickled)
+    converted = tmp_path / "res_decoder.safetensors"
+    emlnet.main(["convert", "--trust-pickle", str(pickled), "--out", str(converted)])
+    assert "unpickling" in capsys.readouterr().out
+    loaded = emlnet.load_weights(emlnet.EMLDecoder(), converted, "decoder")
+    for key, value in decoder.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    # a plain state dict needs no trust at all
+    plain = tmp_path / "plain.pth"
+    torch.save({"state_dict": {f"module.{k}": v for k, v in decoder.state_dict().items()}}, plain)
+    emlnet.main(["convert", str(plain), "--out", str(tmp_path / "plain.safetensors")])
+    assert emlnet.read_state_dict(tmp_path / "plain.safetensors").keys() == decoder.state_dict().keys()
