@@ -26,11 +26,11 @@ import argparse
 import sys
 from collections import Counter
 
+from clid.examples import RegionCache, make_examples, training_items
 from clid.files import DataError, FeatureStore
 from clid.model import count_parameters
-from clid.train import (Trainer, RegionCache, add_train_args, epoch_batches, finish_distributed,
-                        load_init_weights, make_examples, new_model, settings_from_args, start_run,
-                        standardize_regions, training_items, validation_check)
+from clid.train import (Trainer, add_train_args, epoch_batches, finish_distributed, load_init_weights, new_model,
+                        settings_from_args, start_run, standardize_regions, validation_check)
 
 
 def parse_args(argv=None):

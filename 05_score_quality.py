@@ -29,10 +29,10 @@ import torch
 
 from clid import shard
 from clid.data import add_split_args
+from clid.examples import RegionCache, make_examples, training_items
 from clid.files import DataError, FeatureStore, add_bad_features_arg, read_jsonl, write_arrays, read_arrays
 from clid.model import load_checkpoint
 from clid.scoring import MODES, caption_logprobs
-from clid.train import RegionCache, make_examples, training_items
 
 
 def parse_args(argv=None):

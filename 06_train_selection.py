@@ -37,11 +37,11 @@ import numpy as np
 import torch
 
 from clid import ops
+from clid.examples import RegionCache, make_examples, training_items
 from clid.files import DataError, atomic_path, read_quality
 from clid.model import count_parameters
-from clid.train import (RegionCache, Trainer, add_train_args, epoch_batches, finish_distributed,
-                        load_init_weights, make_examples, new_model, settings_from_args, start_run,
-                        standardize_regions, training_items, validation_check)
+from clid.train import (Trainer, add_train_args, epoch_batches, finish_distributed, load_init_weights, new_model,
+                        settings_from_args, start_run, standardize_regions, validation_check)
 
 
 def parse_args(argv=None):

@@ -177,7 +177,7 @@ def end_to_end(rows, device):
     from clid.files import FeatureStore
     from clid.model import build_model, preset_config
     from clid.scoring import caption_logprobs, caption_logprobs_eager
-    from clid.train import RegionCache, make_examples
+    from clid.examples import RegionCache, make_examples
 
     with tempfile.TemporaryDirectory() as tmp:
         world = Path(tmp) / "demo"

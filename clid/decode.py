@@ -18,8 +18,9 @@ from __future__ import annotations
 import torch
 
 from .english import remove_doubled_words
-from .files import DataError, FeatureStore
-from .model import Captioner, region_inputs
+from .examples import load_regions, pad_regions
+from .files import FeatureStore
+from .model import Captioner
 from .text import decode, eos_id, get_levels
 
 # steps per level (the issue's defaults for the 7 caption levels, +5 per further level)
@@ -33,32 +34,6 @@ def default_steps(levels) -> tuple[int, ...]:
         return LABERT_STEPS
     return tuple(DEFAULT_STEPS[i] if i < len(DEFAULT_STEPS) else DEFAULT_STEPS[-1] + 5 * (i - 6)
                  for i in range(len(levels)))
-
-
-def pad_regions(items: list[tuple[torch.Tensor, torch.Tensor]], dtype=torch.float32):
-    """Stack per-image (features [R, D], box inputs [R, 6+C]) into padded [B, Rmax, .] + mask [B, Rmax]."""
-    R = max(f.shape[0] for f, _ in items)
-    B = len(items)
-    feats = torch.zeros(B, R, items[0][0].shape[1], dtype=dtype)
-    pos = torch.zeros(B, R, items[0][1].shape[1], dtype=dtype)
-    mask = torch.zeros(B, R, dtype=torch.bool)
-    for i, (f, p) in enumerate(items):
-        feats[i, : f.shape[0]] = f
-        pos[i, : p.shape[0]] = p
-        mask[i, : f.shape[0]] = True
-    return feats, pos, mask
-
-
-def load_regions(features: FeatureStore, image_id, num_classes: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(features [R, D], region position inputs [R, 6 + num_classes]) of one image; ``num_classes`` > 0
-    appends the file's ``cls_prob``, which must be that wide."""
-    r = features.get(image_id)
-    if num_classes and (r.cls_prob is None or r.cls_prob.shape[1] != num_classes):
-        found = "no cls_prob" if r.cls_prob is None else f"cls_prob of {r.cls_prob.shape[1]} classes"
-        raise DataError(features.path, f"image {image_id}",
-                        f"{found}, but the model reads {num_classes} class probabilities per region")
-    pos = region_inputs(r.boxes, r.width, r.height, r.cls_prob if num_classes else None)
-    return torch.as_tensor(r.features, dtype=torch.float32), pos
 
 
 @torch.no_grad()

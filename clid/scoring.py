@@ -25,7 +25,7 @@ import torch
 from . import ops
 from .model import Captioner
 from .text import eos_id
-from .train import Examples, RegionCache
+from .examples import Examples, RegionCache
 
 MODES = ("prefix", "pseudo", "onepass")
 

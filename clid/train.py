@@ -1,7 +1,5 @@
 """Training machinery shared by 04_train_base.py and 06_train_selection.py.
 
-- :func:`make_examples`: captions -> token ids and length levels (too-long captions counted, not hidden);
-- :class:`RegionCache`: region features of the images, loaded once;
 - :func:`collate`: LaBERT's training input: pad each caption with "." to its level's highest length,
   mask a uniform count in [max(1, int(0.1 * high)), high] of its positions;
 - :func:`masked_lm_loss`: label-smoothed cross-entropy (0.1) on the masked positions only, "." targets
@@ -18,8 +16,7 @@ import math
 import os
 import shutil
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -28,97 +25,11 @@ import torch
 import torch.distributed as dist
 
 from .data import add_split_args
-from .decode import load_regions, pad_regions
+from .examples import Examples, RegionCache
 from .files import FeatureStore, add_bad_features_arg
 from .model import REGION_NORMS, Captioner, load_checkpoint, save_model
 from .rng import item_rng, item_seed
-from .text import encode, eos_id, get_levels, length_to_level
-
-# ---------------------------------------------------------------------------------------------
-# Examples
-
-
-@dataclass
-class Examples:
-    """Tokenised training captions. ``tokens[i]`` ends with "."; ``levels[i]`` is 1-based."""
-
-    image_ids: list[str] = field(default_factory=list)
-    tokens: list[list[int]] = field(default_factory=list)
-    levels: list[int] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)  # "trusted" / "selfgen"
-    caption_ids: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def extend(self, other: "Examples") -> "Examples":
-        for name in ("image_ids", "tokens", "levels", "sources", "caption_ids"):
-            getattr(self, name).extend(getattr(other, name))
-        return self
-
-    def subset(self, indices) -> "Examples":
-        out = Examples()
-        for name in ("image_ids", "tokens", "levels", "sources", "caption_ids"):
-            values = getattr(self, name)
-            setattr(out, name, [values[i] for i in indices])
-        return out
-
-
-def make_examples(items: list[tuple[str, str, str]], tokenizer, levels, source: str,
-                  features: FeatureStore | None = None) -> tuple[Examples, Counter]:
-    """Tokenise ``(caption id, image id, text)`` triples. Returns the examples and skip counts by reason.
-
-    With the paragraph levels, sentence breaks stay in the text as "." tokens (they count).
-    """
-    skipped = Counter()
-    keep_sentences = get_levels(levels) == get_levels("paragraph")
-    ids = encode([text for _, _, text in items], tokenizer, keep_sentences)
-    out = Examples()
-    for (caption_id, image_id, _), row in zip(items, ids):
-        level = length_to_level(len(row), levels)
-        if level is None:
-            skipped[f"{source}: length {len(row)} outside the levels"] += 1
-            continue
-        if features is not None and str(image_id) not in features:
-            skipped[f"{source}: no region features for the image"] += 1
-            continue
-        out.image_ids.append(str(image_id))
-        out.tokens.append(row)
-        out.levels.append(level)
-        out.sources.append(source)
-        out.caption_ids.append(str(caption_id))
-    return out, skipped
-
-
-@dataclass
-class CaptionItems:
-    """Training captions as ``(caption id, image id, text)``: trusted (train split) and self-generated."""
-
-    trusted: list[tuple[str, str, str]]
-    selfgen: list[tuple[str, str, str]]
-    val_ids: list[str]  # validation images (for the quick control-precision check)
-    skipped: Counter
-    notes: list[str] = field(default_factory=list)  # what the split guard held out
-
-
-def training_items(captions_path, selfgen_path=None, test_ids=None, split_check: bool = True) -> CaptionItems:
-    """Trusted captions of the train split (Karpathy "restval" included) and the self-generated
-    captions of train-split images; self-generated captions of other images are counted, not used.
-    The split guard (:func:`clid.data.training_records`) refuses files that would train on test images."""
-    from .data import training_records
-    from .files import read_jsonl
-
-    train, val, notes = training_records(captions_path, test_ids, split_check)
-    trusted = [(f"{r.image_id}#{j}", r.image_id, text) for r in train for j, text in enumerate(r.captions)]
-    skipped, selfgen = Counter(), []
-    if selfgen_path:
-        train_ids = {r.image_id for r in train}
-        for rec in read_jsonl(selfgen_path, required=("id", "image_id", "caption")):
-            if str(rec["image_id"]) in train_ids:
-                selfgen.append((str(rec["id"]), str(rec["image_id"]), rec["caption"]))
-            else:
-                skipped["selfgen: image not in the training split"] += 1
-    return CaptionItems(trusted, selfgen, [r.image_id for r in val], skipped, notes)
+from .text import encode, eos_id
 
 
 def corpus_vocab(paths, tokenizer) -> list[int]:
@@ -130,25 +41,6 @@ def corpus_vocab(paths, tokenizer) -> list[int]:
         texts = [c for r in load_captions(path) for c in r.captions]
         ids.update(i for row in encode(texts, tokenizer, keep_sentences=True) for i in row)
     return sorted(ids)
-
-
-class RegionCache:
-    """Region inputs (features, 6-d boxes plus ``num_classes`` class probabilities) per image id, read
-    from the HDF5 once and kept in memory."""
-
-    def __init__(self, features: FeatureStore, num_classes: int = 0):
-        self.features = features
-        self.num_classes = num_classes
-        self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def get(self, image_id: str):
-        item = self._cache.get(image_id)
-        if item is None:
-            item = self._cache[image_id] = load_regions(self.features, image_id, self.num_classes)
-        return item
-
-    def batch(self, image_ids: list[str]):
-        return pad_regions([self.get(i) for i in image_ids])
 
 
 # ---------------------------------------------------------------------------------------------

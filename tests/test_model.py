@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from clid import model as M
-from clid.decode import generate_captions, mask_predict, pad_regions
+from clid.decode import generate_captions, mask_predict
+from clid.examples import RegionCache, make_examples, pad_regions
 from clid.files import FeatureStore
 from clid.text import eos_id, get_levels, load_tokenizer
-from clid.train import RegionCache, collate, epoch_batches, make_examples, masked_lm_loss
+from clid.train import collate, epoch_batches, masked_lm_loss
 
 from conftest import kill_after_checkpoint, run_script
 from toyworld import make_toy_world

@@ -9,7 +9,7 @@ from clid import model as M
 from clid.files import FeatureStore, read_quality
 from clid.scoring import caption_logprobs, caption_logprobs_eager
 from clid.text import eos_id, get_levels
-from clid.train import RegionCache, make_examples
+from clid.examples import RegionCache, make_examples
 
 from conftest import run_script
 from toyworld import make_toy_world

@@ -1,0 +1,146 @@
+"""Captions and region features as the models read them, shared by training (04, 06), scoring (05)
+and evaluation (07).
+
+- :func:`training_items`: the trusted captions of the train split and the self-generated ones;
+- :func:`make_examples`: captions -> token ids and length levels (too-long captions counted, not hidden);
+- :func:`load_regions` / :func:`pad_regions`: one image's region inputs, a padded batch of them;
+- :class:`RegionCache`: region features of the images, loaded once.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from .files import DataError, FeatureStore
+from .model import region_inputs
+from .text import encode, get_levels, length_to_level
+
+
+@dataclass
+class Examples:
+    """Tokenised training captions. ``tokens[i]`` ends with "."; ``levels[i]`` is 1-based."""
+
+    image_ids: list[str] = field(default_factory=list)
+    tokens: list[list[int]] = field(default_factory=list)
+    levels: list[int] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # "trusted" / "selfgen"
+    caption_ids: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def extend(self, other: "Examples") -> "Examples":
+        for name in ("image_ids", "tokens", "levels", "sources", "caption_ids"):
+            getattr(self, name).extend(getattr(other, name))
+        return self
+
+    def subset(self, indices) -> "Examples":
+        out = Examples()
+        for name in ("image_ids", "tokens", "levels", "sources", "caption_ids"):
+            values = getattr(self, name)
+            setattr(out, name, [values[i] for i in indices])
+        return out
+
+
+def make_examples(items: list[tuple[str, str, str]], tokenizer, levels, source: str,
+                  features: FeatureStore | None = None) -> tuple[Examples, Counter]:
+    """Tokenise ``(caption id, image id, text)`` triples. Returns the examples and skip counts by reason.
+
+    With the paragraph levels, sentence breaks stay in the text as "." tokens (they count).
+    """
+    skipped = Counter()
+    keep_sentences = get_levels(levels) == get_levels("paragraph")
+    ids = encode([text for _, _, text in items], tokenizer, keep_sentences)
+    out = Examples()
+    for (caption_id, image_id, _), row in zip(items, ids):
+        level = length_to_level(len(row), levels)
+        if level is None:
+            skipped[f"{source}: length {len(row)} outside the levels"] += 1
+            continue
+        if features is not None and str(image_id) not in features:
+            skipped[f"{source}: no region features for the image"] += 1
+            continue
+        out.image_ids.append(str(image_id))
+        out.tokens.append(row)
+        out.levels.append(level)
+        out.sources.append(source)
+        out.caption_ids.append(str(caption_id))
+    return out, skipped
+
+
+@dataclass
+class CaptionItems:
+    """Training captions as ``(caption id, image id, text)``: trusted (train split) and self-generated."""
+
+    trusted: list[tuple[str, str, str]]
+    selfgen: list[tuple[str, str, str]]
+    val_ids: list[str]  # validation images (for the quick control-precision check)
+    skipped: Counter
+    notes: list[str] = field(default_factory=list)  # what the split guard held out
+
+
+def training_items(captions_path, selfgen_path=None, test_ids=None, split_check: bool = True) -> CaptionItems:
+    """Trusted captions of the train split (Karpathy "restval" included) and the self-generated
+    captions of train-split images; self-generated captions of other images are counted, not used.
+    The split guard (:func:`clid.data.training_records`) refuses files that would train on test images."""
+    from .data import training_records
+    from .files import read_jsonl
+
+    train, val, notes = training_records(captions_path, test_ids, split_check)
+    trusted = [(f"{r.image_id}#{j}", r.image_id, text) for r in train for j, text in enumerate(r.captions)]
+    skipped, selfgen = Counter(), []
+    if selfgen_path:
+        train_ids = {r.image_id for r in train}
+        for rec in read_jsonl(selfgen_path, required=("id", "image_id", "caption")):
+            if str(rec["image_id"]) in train_ids:
+                selfgen.append((str(rec["id"]), str(rec["image_id"]), rec["caption"]))
+            else:
+                skipped["selfgen: image not in the training split"] += 1
+    return CaptionItems(trusted, selfgen, [r.image_id for r in val], skipped, notes)
+
+
+def pad_regions(items: list[tuple[torch.Tensor, torch.Tensor]], dtype=torch.float32):
+    """Stack per-image (features [R, D], box inputs [R, 6+C]) into padded [B, Rmax, .] + mask [B, Rmax]."""
+    R = max(f.shape[0] for f, _ in items)
+    B = len(items)
+    feats = torch.zeros(B, R, items[0][0].shape[1], dtype=dtype)
+    pos = torch.zeros(B, R, items[0][1].shape[1], dtype=dtype)
+    mask = torch.zeros(B, R, dtype=torch.bool)
+    for i, (f, p) in enumerate(items):
+        feats[i, : f.shape[0]] = f
+        pos[i, : p.shape[0]] = p
+        mask[i, : f.shape[0]] = True
+    return feats, pos, mask
+
+
+def load_regions(features: FeatureStore, image_id, num_classes: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(features [R, D], region position inputs [R, 6 + num_classes]) of one image; ``num_classes`` > 0
+    appends the file's ``cls_prob``, which must be that wide."""
+    r = features.get(image_id)
+    if num_classes and (r.cls_prob is None or r.cls_prob.shape[1] != num_classes):
+        found = "no cls_prob" if r.cls_prob is None else f"cls_prob of {r.cls_prob.shape[1]} classes"
+        raise DataError(features.path, f"image {image_id}",
+                        f"{found}, but the model reads {num_classes} class probabilities per region")
+    pos = region_inputs(r.boxes, r.width, r.height, r.cls_prob if num_classes else None)
+    return torch.as_tensor(r.features, dtype=torch.float32), pos
+
+
+class RegionCache:
+    """Region inputs (features, 6-d boxes plus ``num_classes`` class probabilities) per image id, read
+    from the HDF5 once and kept in memory."""
+
+    def __init__(self, features: FeatureStore, num_classes: int = 0):
+        self.features = features
+        self.num_classes = num_classes
+        self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def get(self, image_id: str):
+        item = self._cache.get(image_id)
+        if item is None:
+            item = self._cache[image_id] = load_regions(self.features, image_id, self.num_classes)
+        return item
+
+    def batch(self, image_ids: list[str]):
+        return pad_regions([self.get(i) for i in image_ids])
