@@ -82,15 +82,16 @@ def pending_chunks(items: Sequence, out, shard: Shard, chunk_size: int) -> Itera
         return
     part = part_path(out, shard.shard_id, shard.num_shards)
     mine = shard.select(items)
-    for index, start in enumerate(range(0, len(mine), chunk_size)):
+    for index in range(count_chunks(items, shard, chunk_size)):
         path = chunk_path(part, index)
         if not path.exists():
-            yield index, mine[start:start + chunk_size], path
+            yield index, mine[index * chunk_size:(index + 1) * chunk_size], path
 
 
 def count_chunks(items: Sequence, shard: Shard, chunk_size: int) -> int:
+    """Chunks of this shard; a shard without items has one empty chunk, so it writes an empty part."""
     n = len(shard.select(items))
-    return (n + chunk_size - 1) // chunk_size
+    return max(1, (n + chunk_size - 1) // chunk_size)
 
 
 def finish_shard(items: Sequence, out, shard: Shard, chunk_size: int) -> Path | None:
@@ -148,9 +149,13 @@ def _join_h5(paths: Sequence[Path], out) -> None:
     import h5py
     import numpy as np
 
-    with h5py.File(paths[0], "r") as first:
-        grouped = all(isinstance(v, h5py.Group) for v in first.values())
-    if grouped:
+    kinds = set()  # "groups" (one group per image id) or "arrays" (flat arrays); an empty part has neither
+    for p in paths:
+        with h5py.File(p, "r") as f:
+            kinds.update("groups" if isinstance(v, h5py.Group) else "arrays" for v in f.values())
+    if len(kinds) > 1:
+        raise files.DataError(paths[0], None, "parts mix image groups and flat arrays")
+    if kinds != {"arrays"}:  # image groups, or nothing at all
         with files.atomic_path(out) as tmp, h5py.File(tmp, "w") as dst:
             for p in paths:
                 with h5py.File(p, "r") as src:
@@ -159,7 +164,7 @@ def _join_h5(paths: Sequence[Path], out) -> None:
                             raise files.DataError(p, f"image {key}", "appears in two parts")
                         src.copy(src[key], dst, name=key)
         return
-    arrays = [files.read_arrays(p) for p in paths]
+    arrays = [a for a in (files.read_arrays(p) for p in paths) if a]  # empty parts add no rows
     names = list(arrays[0])
     joined = {n: np.concatenate([a[n] for a in arrays]) for n in names}
     if "id" in joined:

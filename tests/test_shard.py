@@ -90,3 +90,30 @@ def test_keyed_randomness_is_stable():
     assert item_seed(1, "391895") != item_seed(2, "391895") != item_seed(1, "391896")
     a, b = item_rng(0, "img", "walk").random(4), item_rng(0, "img", "walk").random(4)
     assert np.array_equal(a, b)
+
+
+def test_empty_shards_write_empty_parts_and_the_merge_completes(tmp_path):
+    """More shards than items: the empty shards write empty parts (JSONL, image groups, flat arrays)."""
+    items = ["7", "3"]
+
+    def jsonl(chunk, path):
+        files.write_jsonl(path, [{"id": f"{i}_0", "image_id": i, "caption": "a dog"} for i in chunk])
+
+    def groups(chunk, path):
+        files.write_h5_groups(path, [(i, {"map": np.full((2, 2), int(i), np.float16)}, {"width": 2, "height": 2})
+                                     for i in chunk])
+
+    def arrays(chunk, path):
+        files.write_quality(path, [f"{i}_0" for i in chunk], np.zeros(len(chunk)), np.ones(len(chunk)))
+
+    for name, process in (("c.jsonl", jsonl), ("s.h5", groups), ("q.h5", arrays)):
+        out = tmp_path / name
+        finals = [shard.run_chunks(items, out, shard.Shard(i, 4), 5, process) for i in (2, 3, 0, 1)]
+        assert finals[:3] == [None] * 3 and finals[3] == out  # the last shard to finish merged
+        assert sorted(p.name for p in tmp_path.glob(name + "*")) == [name]
+    assert [r["image_id"] for r in files.read_jsonl(tmp_path / "c.jsonl")] == ["3", "7"]
+    assert files.h5_group_ids(tmp_path / "s.h5") == ["3", "7"]
+    assert list(files.read_quality(tmp_path / "q.h5")["id"]) == ["3_0", "7_0"]
+    # an empty item list: one empty output
+    assert shard.run_chunks([], tmp_path / "e.h5", shard.Shard(0, 1), 5, groups) == tmp_path / "e.h5"
+    assert files.h5_group_ids(tmp_path / "e.h5") == []
