@@ -278,20 +278,12 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    spec = shard.Shard.from_args(args)
-    out = Path(args.out)
-    part = shard.part_path(out, spec.shard_id, spec.num_shards)
+    record = shard.run_record(args, inputs=("list", "weights"), settings=(
+        "images", "list", "method", "emlnet_size", "sigma", "border", "map_side"))
+    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     started = time.time()
-    images = Path(args.images)
-    if not images.is_dir():
-        sys.exit(f"error: {images}: image folder not found")
-    try:
-        items = unique_items(list_items(images, args.list))
-    except DataError as err:
-        sys.exit(f"error: {err}")
+    items = read_items(args)
     by_id = {item.image_id: item for item in items}
-    ids = [item.image_id for item in items]
-    mine = spec.select(ids)
 
     # the saliency function: a batch of loaded images -> [B, H, W] maps
     if args.method == "spectral":
@@ -301,74 +293,87 @@ def main(argv=None) -> int:
             return spectral_residual(torch.from_numpy(np.stack(batch)), args.sigma, args.border == "mirror")
     else:
         mode, size = "RGB", tuple(args.emlnet_size)
-        model = EMLNet(args.weights, size, args.device) if not shard.is_done(out, spec) else None
+        model = EMLNet(args.weights, size, args.device) if not job.done else None
 
         def saliency(batch: list[np.ndarray]) -> torch.Tensor:
             return model(torch.from_numpy(np.stack(batch)).permute(0, 3, 1, 2).contiguous())
 
-    failures: dict[str, str] = {}
-    previews_left = args.preview
-    preview_dir = Path(args.preview_dir) if args.preview_dir else out.with_name(out.stem + "_preview")
-    boxes = preview_boxes(args.scene_graphs, args.image_data) if args.preview and args.scene_graphs else {}
+    previews = Previews(args)
     pool = ThreadPoolExecutor(max(1, args.workers))
 
-    def process(chunk: list[str], path: Path) -> None:
-        nonlocal previews_left
-        groups = []
-        for start in range(0, len(chunk), args.batch_size):
-            batch = [by_id[i] for i in chunk[start:start + args.batch_size]]
+    def process(chunk):  # each batch: load the images, compute their maps, store them at --map-side
+        groups, failed = [], []
+        for start in range(0, len(chunk.items), args.batch_size):
+            batch = [by_id[i] for i in chunk.items[start:start + args.batch_size]]
             loaded = list(pool.map(lambda item: try_load(item, mode, size), batch))
             good = []
             for item, (result, error) in zip(batch, loaded):
                 if error:
-                    failures[item.image_id] = error
+                    failed.append((item.image_id, item.path, error))
                     tqdm.write(f"failed: {item.path}: {error}")
                 else:
                     good.append((item, result))
-            if not good:
-                continue
-            maps = saliency([array for _, (array, _) in good])
+            maps = saliency([array for _, (array, _) in good]) if good else []
             for (item, (_, (width, height))), smap in zip(good, maps):
                 stored = resize_map(smap, map_shape(width, height, args.map_side))
                 attrs = {"width": width, "height": height, "method": args.method, **item.attrs}
                 groups.append((item.image_id, {"map": stored.astype(np.float16)}, attrs))
-                if previews_left > 0:
-                    write_preview(preview_dir / f"{item.image_id}.png", item.path, stored, boxes.get(item.image_id))
-                    previews_left -= 1
-        files.write_h5_groups(path, groups, compression="gzip")
+                previews.add(item, stored)
+            chunk.progress(len(batch))
+        shard.write_table(chunk.table("failed.tsv"), FAILED, failed)
+        files.write_h5_groups(chunk.path, groups, compression="gzip")
 
-    total = shard.count_chunks(ids, spec, args.chunk_size)
-    pending = list(shard.pending_chunks(ids, out, spec, args.chunk_size))
-    if shard.is_done(out, spec):
-        print(f"{part if part.exists() else out} already exists; checking it")
-    elif len(pending) < total:
-        print(f"resuming: {total - len(pending)} of {total} chunks already done")
-    with tqdm(total=len(mine), desc=f"saliency ({args.method})", unit="img", disable=None) as bar:
-        bar.update(len(mine) - sum(len(c) for _, c, _ in pending))
-        final = shard.run_chunks(ids, out, spec, args.chunk_size, process, progress=bar.update)
+    final = job.run([item.image_id for item in items], process, f"saliency ({args.method})", "img")
     pool.shutdown()
+    return report(job, final, previews, time.time() - started)
 
-    # every image of this shard without a map failed, in this run or an earlier one
-    written = final if final is not None else part
-    present = set(files.h5_group_ids(written))
-    failed = [i for i in mine if i not in present]
-    elapsed = time.time() - started
-    print(f"{len(mine) - len(failed)} of {len(mine)} images of this shard have a map in {written} "
-          f"({elapsed:.1f}s, {len(mine) / max(elapsed, 1e-9):.1f} img/s)")
-    if args.preview:
-        print(f"previews in {preview_dir}")
+
+FAILED = ("image_id", "path", "reason")  # the columns of OUT.failed.tsv
+
+
+def read_items(args) -> list[Item]:
+    """The images of ``--images`` / ``--list``, each once; a bad list is one line and exit 1."""
+    images = Path(args.images)
+    if not images.is_dir():
+        sys.exit(f"error: {images}: image folder not found")
+    try:
+        return unique_items(list_items(images, args.list))
+    except DataError as err:
+        sys.exit(f"error: {err}")
+
+
+class Previews:
+    """PNG previews of the first ``--preview`` images (in the order they are computed)."""
+
+    def __init__(self, args):
+        self.requested = self.left = args.preview
+        out = Path(args.out)
+        self.folder = Path(args.preview_dir) if args.preview_dir else out.with_name(out.stem + "_preview")
+        self.boxes = preview_boxes(args.scene_graphs, args.image_data) if args.preview and args.scene_graphs else {}
+
+    def add(self, item: Item, smap: np.ndarray) -> None:
+        if self.left > 0:
+            write_preview(self.folder / f"{item.image_id}.png", item.path, smap, self.boxes.get(item.image_id))
+            self.left -= 1
+
+
+def report(job: shard.Job, final, previews: Previews, elapsed: float) -> int:
+    """Print what the output (or this shard's part) holds; list the images that failed. Returns the exit code."""
+    written = job.written()
+    failed = shard.read_table(shard.side_path(written, "failed.tsv"))
+    print(f"{len(files.h5_group_ids(written))} images have a map in {written} ({elapsed:.1f}s, "
+          f"{(job.shard_items - job.done_before) / max(elapsed, 1e-9):.1f} img/s)")
+    if previews.requested:
+        print(f"previews in {previews.folder}")
+    if final is None:
+        print(f"shard {job.spec.shard_id} done; the output appears when all {job.spec.num_shards} shards are done")
     if failed:
-        reasons = {i: failures.get(i) or try_load(by_id[i], mode, size)[1] or "failed in an earlier run" for i in failed}
-        failed_path = part.with_name(part.name + ".failed.tsv")
-        with files.atomic_path(failed_path) as tmp, open(tmp, "w") as f:
-            f.write("image_id\tpath\treason\n")
-            f.writelines(f"{i}\t{by_id[i].path}\t{reasons[i]}\n" for i in failed)
-        print(f"error: {len(failed)} image(s) failed (missing or unreadable), listed in {failed_path}", file=sys.stderr)
-        for i in failed[:10]:
-            print(f"  {by_id[i].path}: {reasons[i]}", file=sys.stderr)
+        print(f"error: {len(failed)} image(s) failed (missing or unreadable), listed in "
+              f"{shard.side_path(written, 'failed.tsv')}", file=sys.stderr)
+        for _, path, reason in failed[:10]:
+            print(f"  {path}: {reason}", file=sys.stderr)
         return 1
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

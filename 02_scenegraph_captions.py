@@ -375,18 +375,68 @@ def parse_args(argv=None):
     return args
 
 
+PROBLEMS = ("image_id", "action", "kind", "detail")  # the columns of OUT.problems.tsv
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    spec = shard.Shard.from_args(args)
-    out = Path(args.out)
-    part = shard.part_path(out, spec.shard_id, spec.num_shards)
-    problems_path = part.with_name(part.name + ".problems.tsv")
-    if shard.is_done(out, spec):
-        print(f"{part if part.exists() else out} already exists; nothing to do")
+    record = shard.run_record(
+        args, inputs=("scene_graphs", "image_data", "labelmap", "sizes", "saliency", "tokenizer"),
+        settings=("graph_format", "images", "min_object_conf", "min_relation_conf", "saliency", "k", "t_sal",
+                  "n_attr", "per_image", "paragraph", "levels", "tokenizer", "seed"))
+    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
+    if job.done:
+        print(f"{job.written()} already exists; nothing to do")
         return 0
     started = time.time()
 
-    # 1. graphs, and the output image id of each (the COCO id when image_data.json maps it)
+    # 1. graphs (an item is a graph's place in the list), and the output image id of each
+    graphs, load_problems, image_data = load_graphs(args)
+    targets = output_ids(graphs, image_data, len(args.scene_graphs) > 1)
+    saliency = None if args.saliency.lower() == "none" else SaliencySource(args.saliency)
+    tokenizer = load_tokenizer(args.tokenizer)
+
+    # 2. per chunk of graphs: check each graph and compute its object saliency, then walk it
+    def process(chunk):
+        problems = []  # (image id, action, kind, detail)
+        if job.spec.shard_id == 0 and chunk.index == 0:  # graphs that do not parse belong to no shard
+            problems += [(image_id, "skipped", load_problem_kind(why), why) for image_id, why in load_problems]
+        records = []
+        for item in chunk.items:
+            target, kind, detail = targets[item]
+            prepared = prepare(graphs[item], target, saliency, problems) if target else None
+            if target is None and kind:  # (not an image taken from an earlier file)
+                problems.append((graphs[item].image_id, "skipped", kind, detail))
+            elif prepared is not None:
+                records += caption_image(prepared, args.seed, args)
+        lengths = caption_lengths([r["caption"] for r in records], tokenizer, args.levels == "paragraph")
+        for r, n in zip(records, lengths):
+            r.update(n_tokens=n, level=length_to_level(n, args.levels), seed=args.seed)
+        shard.write_table(chunk.table("problems.tsv"), PROBLEMS, problems)
+        files.write_jsonl(chunk.path, records)
+
+    final = job.run(list(range(len(graphs))), process, "captions", "graph")
+
+    # 3. report: problems by reason, the problems file, the length table
+    written = job.written()
+    n_graphs = len(graphs) if final else len(job.spec.select(graphs))
+    report_problems(shard.side_path(written, "problems.tsv"), saliency, n_graphs)
+    captions = list(files.read_jsonl(written))
+    print(f"graphs: {len(graphs) + len(load_problems)} in {' '.join(args.scene_graphs)}, "
+          f"{len(job.spec.select(graphs))} in this shard; {len({r['image_id'] for r in captions})} captioned "
+          f"({args.per_image} captions each) in {written}")
+    stats = length_stats([r["n_tokens"] for r in captions], args.levels)
+    print(format_table(stats, f"{written} ({args.levels} levels)"))
+    if stats["above"]:
+        print(f"{stats['above']} captions are longer than the last level (level null); they are kept")
+    if final is None:
+        print(f"shard {job.spec.shard_id} done; the output appears when all {job.spec.num_shards} shards are done")
+    print(f"done in {time.time() - started:.1f}s")
+    return 0
+
+
+def load_graphs(args):
+    """(graphs, graphs that do not parse as (image id, reason), image_data or None)."""
     try:
         image_data = load_image_data(args.image_data) if args.image_data else None
         graphs, load_problems, notes = load_graph_files(
@@ -395,93 +445,50 @@ def main(argv=None) -> int:
     except (DataError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     print("\n".join(notes))
-    problems: list[tuple] = []  # (image id, action, kind, detail)
-    if spec.shard_id == 0:  # graphs that do not parse are not assigned to shards: shard 0 reports them
-        problems += [(image_id, "skipped", load_problem_kind(reason), reason) for image_id, reason in load_problems]
-    # an item is a graph's place in `graphs` (VG files first): each output image from its first graph
-    output_id, seen, per_source = {}, {}, Counter()
+    return graphs, load_problems, image_data
+
+
+def output_ids(graphs: list[SceneGraph], image_data, several_files: bool) -> list[tuple]:
+    """Per graph: (output image id, "", "") or (None, problem kind, detail). The output id is the COCO
+    id when image_data.json maps the graph, else the graph's id; each output image is captioned from
+    its first graph (VG files come first), a later one in another file is left out without a problem."""
+    out, seen, per_source = [], {}, Counter()
     for item, g in enumerate(graphs):
+        target = g.coco_id or g.image_id
         if image_data is not None and not g.generated and g.image_id not in image_data:
-            output_id[item] = (None, "not in image_data.json", f"image {g.image_id}")
+            out.append((None, "not in image_data.json", f"image {g.image_id}"))
         elif image_data is not None and not g.generated and g.coco_id is None:
-            output_id[item] = (None, "no COCO id", f"VG image {g.image_id}")
+            out.append((None, "no COCO id", f"VG image {g.image_id}"))
+        elif target in seen and graphs[seen[target]].source == g.source:
+            out.append((None, "duplicate image id",
+                        f"{target} is already captioned from graph {graphs[seen[target]].image_id}"))
+        elif target in seen:  # another file has it: counted per source
+            out.append((None, "", ""))
+            per_source[(g.source, "left to an earlier file")] += 1
         else:
-            target = g.coco_id or g.image_id
-            if target in seen and graphs[seen[target]].source == g.source:
-                output_id[item] = (None, "duplicate image id",
-                                   f"{target} is already captioned from graph {graphs[seen[target]].image_id}")
-            elif target in seen:  # another file has it: counted per source below
-                output_id[item] = (None, "", "")
-                per_source[(g.source, "left to an earlier file")] += 1
-            else:
-                seen[target] = item
-                output_id[item] = (target, "", "")
-                per_source[(g.source, "taken")] += 1
-    if len(args.scene_graphs) > 1:
+            seen[target] = item
+            out.append((target, "", ""))
+            per_source[(g.source, "taken")] += 1
+    if several_files:
         for path in dict.fromkeys(g.source for g in graphs):
             also = per_source[(path, "left to an earlier file")]
             print(f"images from {path}: {per_source[(path, 'taken')]}"
                   + (f" ({also} more are taken from an earlier file)" if also else ""))
-    items = list(range(len(graphs)))
-    by_id = dict(enumerate(graphs))
+    return out
 
-    # 2. check this shard's graphs and compute their object saliency
-    saliency = None if args.saliency.lower() == "none" else SaliencySource(args.saliency)
-    prepared: dict[str, Prepared] = {}
-    for graph_id in tqdm(spec.select(items), desc="object saliency", unit="graph", disable=None):
-        target, kind, detail = output_id[graph_id]
-        if target is None:
-            if kind:  # (not an image taken from an earlier file)
-                problems.append((by_id[graph_id].image_id, "skipped", kind, detail))
-            continue
-        p = prepare(by_id[graph_id], target, saliency, problems)
-        if p is not None:
-            prepared[graph_id] = p
 
-    # 3. captions, chunk by chunk (a killed run resumes at the first missing chunk)
-    tokenizer = load_tokenizer(args.tokenizer)
-    keep_sentences = args.levels == "paragraph"
-
-    def process(chunk, path):
-        records = [r for graph_id in chunk if graph_id in prepared
-                   for r in caption_image(prepared[graph_id], args.seed, args)]
-        lengths = caption_lengths([r["caption"] for r in records], tokenizer, keep_sentences)
-        for r, n in zip(records, lengths):
-            r.update(n_tokens=n, level=length_to_level(n, args.levels), seed=args.seed)
-        files.write_jsonl(path, records)
-
-    mine = spec.select(items)
-    total = shard.count_chunks(items, spec, args.chunk_size)
-    pending = list(shard.pending_chunks(items, out, spec, args.chunk_size))
-    if len(pending) < total:
-        print(f"resuming: {total - len(pending)} of {total} chunks already done")
-    with tqdm(total=len(mine), desc="captions", unit="graph", disable=None) as bar:
-        bar.update(len(mine) - sum(len(c) for _, c, _ in pending))
-        final = shard.run_chunks(items, out, spec, args.chunk_size, process, progress=bar.update)
-
-    # 4. report: problems by reason, the problems file, the length table
-    write_problems(problems_path, problems)
+def report_problems(path: Path, saliency, n_graphs: int) -> None:
+    """Print the skipped, repaired and noted graphs of the problems file (of ``n_graphs``) by reason."""
+    problems = shard.read_table(path)
     counts = Counter((action, kind) for _, action, kind, _ in problems)
-    print(f"graphs: {len(graphs) + len(load_problems)} in {' '.join(args.scene_graphs)}, {len(mine)} in this shard, "
-          f"{len(prepared)} captioned ({args.per_image} captions each)")
     for (action, kind), n in sorted(counts.items()):
         examples = [i for i, a, k, _ in problems if a == action and k == kind][:5]
         print(f"  {action:>8}: {n:6d}  {kind}  (e.g. image {', '.join(examples)})")
     if problems:
-        print(f"  every skipped or repaired graph is listed in {problems_path}")
-    if saliency is not None and counts[("skipped", "no saliency map")] == len(mine) > 0:
-        print(f"note: no graph found its map in {args.saliency}; maps are looked up by the output image id "
+        print(f"  every skipped or repaired graph is listed in {path}")
+    if saliency is not None and counts[("skipped", "no saliency map")] == n_graphs > 0:
+        print(f"note: no graph found its map in {saliency.path}; maps are looked up by the output image id "
               f"(the COCO id with --image-data): run 01_saliency.py with --list captions.json or image_data.json")
-    written = final if final is not None else part
-    lengths = [r["n_tokens"] for r in files.read_jsonl(written)]
-    stats = length_stats(lengths, args.levels)
-    print(format_table(stats, f"{written} ({args.levels} levels)"))
-    if stats["above"]:
-        print(f"{stats['above']} captions are longer than the last level (level null); they are kept")
-    if final is None:
-        print(f"shard {spec.shard_id} done; the output appears when all {spec.num_shards} shards are done")
-    print(f"done in {time.time() - started:.1f}s")
-    return 0
 
 
 def load_problem_kind(reason: str) -> str:
@@ -493,16 +500,6 @@ def load_problem_kind(reason: str) -> str:
     if "box" in reason:
         return "invalid box"
     return "malformed graph"
-
-
-def write_problems(path: Path, problems: list[tuple]) -> None:
-    """Every skipped, repaired or noted graph, one a line: image id, action, kind, detail."""
-    if not problems and not path.exists():
-        return
-    with files.atomic_path(path) as tmp, open(tmp, "w") as f:
-        f.write("image_id\taction\tkind\tdetail\n")
-        for row in problems:
-            f.write("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in row) + "\n")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import re
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Callable
 
 from tqdm import tqdm
@@ -353,43 +352,21 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    spec = shard.Shard.from_args(args)
-    out = Path(args.out)
-    if shard.is_done(out, spec):
-        print(f"{out} already exists; nothing to do")
+    record = shard.run_record(args, inputs=("inp", "tokenizer"), settings=(
+        "model", "num_beams", "max_length", "piece_tokens", "min_ratio", "levels", "tokenizer"))
+    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
+    if job.done:
+        print(f"{job.written()} already exists; nothing to do")
         return 0
     started = time.time()
-    try:
-        records = list(files.read_jsonl(args.inp, required=("id", "image_id", "caption")))
-    except (DataError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
-    by_id = {}
-    for number, r in enumerate(records, 1):
-        if str(r["id"]) in by_id:
-            sys.exit(f"error: {args.inp}: line {number}: id {r['id']} appears twice")
-        by_id[str(r["id"])] = r
-    ids = list(by_id)
-
+    by_id = read_captions(args.inp)
     tokenizer = load_tokenizer(args.tokenizer)
     keep_sentences = args.levels == "paragraph"
     counts: Counter = Counter()
-    if args.model == "rules":
-        name = "rules"
+    name, paraphrase = make_paraphraser(args, tokenizer, counts)
 
-        def paraphrase(captions):
-            return [rules_paraphrase(c) for c in captions]
-    else:
-        import torch
-
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        model = ModelParaphraser(args.model, device, args.num_beams, args.batch_size, args.max_length)
-        name = args.model.rstrip("/")
-
-        def paraphrase(captions):
-            return paraphrase_captions(captions, model, tokenizer, args.piece_tokens, args.min_ratio, counts)
-
-    def process(chunk, path):
-        batch = [by_id[i] for i in chunk]
+    def process(chunk):  # paraphrase, then recount each caption's length and level
+        batch = [by_id[i] for i in chunk.items]
         raw = [r["caption"] for r in batch]
         new = paraphrase(raw)
         lengths = caption_lengths(new, tokenizer, keep_sentences)
@@ -398,30 +375,46 @@ def main(argv=None) -> int:
             out_records.append({**r, "caption": caption, "raw_caption": original, "paraphraser": name,
                                 "n_tokens": n, "level": length_to_level(n, args.levels)})
             counts["changed" if caption != original else "unchanged"] += 1
-        files.write_jsonl(path, out_records)
+        files.write_jsonl(chunk.path, out_records)
 
-    mine = spec.select(ids)
-    total = shard.count_chunks(ids, spec, args.chunk_size)
-    pending = list(shard.pending_chunks(ids, out, spec, args.chunk_size))
-    if len(pending) < total:
-        print(f"resuming: {total - len(pending)} of {total} chunks already done")
-    todo = sum(len(c) for _, c, _ in pending)
     run_started = time.time()
-    with tqdm(total=len(mine), desc=f"paraphrase ({name})", unit="caption", disable=None) as bar:
-        bar.update(len(mine) - todo)
-        final = shard.run_chunks(ids, out, spec, args.chunk_size, process, progress=bar.update)
+    final = job.run(list(by_id), process, f"paraphrase ({name})", "caption")
     run_time = time.time() - run_started
-
-    written = final if final is not None else shard.part_path(out, spec.shard_id, spec.num_shards)
+    todo = len(job.spec.select(list(by_id))) - job.done_before
     print(f"{todo} captions paraphrased by {name} in {run_time:.1f}s ({todo / max(run_time, 1e-9):.0f} captions/s): "
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    lengths = [r["n_tokens"] for r in files.read_jsonl(written)]
-    print(format_table(length_stats(lengths, args.levels), f"{written} ({args.levels} levels)"))
+    lengths = [r["n_tokens"] for r in files.read_jsonl(job.written())]
+    print(format_table(length_stats(lengths, args.levels), f"{job.written()} ({args.levels} levels)"))
     if final is None:
-        print(f"shard {spec.shard_id} done; the output appears when all {spec.num_shards} shards are done")
+        print(f"shard {job.spec.shard_id} done; the output appears when all {job.spec.num_shards} shards are done")
     print(f"done in {time.time() - started:.1f}s")
     return 0
 
+
+def read_captions(path) -> dict[str, dict]:
+    """The captions of stage 02 by caption id; a repeated id is an error."""
+    try:
+        records = list(files.read_jsonl(path, required=("id", "image_id", "caption")))
+    except (DataError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    by_id = {}
+    for number, r in enumerate(records, 1):
+        if str(r["id"]) in by_id:
+            sys.exit(f"error: {path}: line {number}: id {r['id']} appears twice")
+        by_id[str(r["id"])] = r
+    return by_id
+
+
+def make_paraphraser(args, tokenizer, counts: Counter):
+    """(name, function from captions to paraphrases) for ``--model``."""
+    if args.model == "rules":
+        return "rules", lambda captions: [rules_paraphrase(c) for c in captions]
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = ModelParaphraser(args.model, device, args.num_beams, args.batch_size, args.max_length)
+    return args.model.rstrip("/"), lambda captions: paraphrase_captions(
+        captions, model, tokenizer, args.piece_tokens, args.min_ratio, counts)
 
 if __name__ == "__main__":
     sys.exit(main())

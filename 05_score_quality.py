@@ -30,7 +30,7 @@ import torch
 from clid import shard
 from clid.data import add_split_args
 from clid.examples import RegionCache, make_examples, training_items
-from clid.files import DataError, FeatureStore, add_bad_features_arg, read_jsonl, write_arrays, read_arrays
+from clid.files import DataError, FeatureStore, add_bad_features_arg, read_arrays, read_jsonl, write_quality
 from clid.model import load_checkpoint
 from clid.scoring import MODES, caption_logprobs
 
@@ -72,22 +72,19 @@ def load_items(args):
     return items, found.skipped
 
 
-def score_chunk(chunk, path, models, features, regions, args, bar):
-    """Score one chunk of captions with both models; write its part of the quality file."""
+def score_chunk(chunk, models, features, regions, args):
+    """Score one chunk of captions with both models; write its part of the quality file (Eq. 1)
+    and the captions it could not score (``skipped.tsv``: reason, count)."""
     tokenizer = models[0].tokenizer
-    examples, skipped = make_examples([(c, i, t) for c, i, t, _ in chunk], tokenizer, models[0].levels, "selfgen",
-                                      features)
-    source = {c: s for c, _, _, s in chunk}
-    # the bar counts captions: a batch advances it by half its size per model
+    examples, skipped = make_examples([(c, i, t) for c, i, t, _ in chunk.items], tokenizer, models[0].levels,
+                                      "selfgen", features)
+    source = {c: s for c, _, _, s in chunk.items}
+    # progress counts captions: a batch counts half its size per model
     logp = [caption_logprobs(m, examples, regions, args.mode, args.batch_size, args.device, args.count_padding,
-                             progress=lambda n, k=k: bar.update(n // 2 if k == 0 else n - n // 2))
+                             progress=lambda n, k=k: chunk.progress(n // 2 if k == 0 else n - n // 2))
             for k, m in enumerate(models)]
-    bar.update(len(chunk) - len(examples))
-    write_arrays(path, {"id": np.asarray(examples.caption_ids, dtype=object),
-                        "logp_trusted": logp[0].astype(np.float32), "logp_extended": logp[1].astype(np.float32),
-                        "u": (logp[0] - logp[1]).astype(np.float32),
-                        "source": np.asarray([source[c] for c in examples.caption_ids], dtype=object)})
-    return skipped
+    shard.write_table(chunk.table("skipped.tsv"), ("reason", "count"), sorted(skipped.items()))
+    write_quality(chunk.path, examples.caption_ids, logp[0], logp[1], [source[c] for c in examples.caption_ids])
 
 
 def report(out: Path) -> None:
@@ -122,28 +119,26 @@ def report(out: Path) -> None:
 
 def main(argv=None):
     args = parse_args(argv)
-    from tqdm import tqdm
-
-    out = Path(args.out)
-    spec = shard.Shard.from_args(args)
+    record = shard.run_record(args, inputs=("trusted", "extended", "selfgen", "features", "captions"),
+                              settings=("mode", "count_padding", "include_trusted"))
+    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     try:
         items, skipped = load_items(args)
         features = FeatureStore(args.features, bad=args.bad_features)
     except (DataError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
-    models = [load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)]
-    if any(getattr(models[0].config, name) != getattr(models[1].config, name)
-           for name in ("levels", "output_vocab", "num_classes")):
-        sys.exit("error: the trusted and extended checkpoints use different length levels, output vocabularies "
-                 "or region class counts")
-    regions = RegionCache(features, models[0].config.num_classes)
-    mine = len(spec.select(items))
-    print(f"scoring {mine} of {len(items)} captions (shard {spec.shard_id}/{spec.num_shards}) "
-          f"in {args.mode} mode on {args.device}")
-    bar = tqdm(total=mine, desc="05 score", unit="cap", dynamic_ncols=True)
-    done = shard.run_chunks(items, out, spec, args.chunk_size,
-                            lambda chunk, path: skipped.update(score_chunk(chunk, path, models, features, regions, args, bar)))
-    bar.close()
+    if not job.done:
+        models = [load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)]
+        if any(getattr(models[0].config, name) != getattr(models[1].config, name)
+               for name in ("levels", "output_vocab", "num_classes")):
+            sys.exit("error: the trusted and extended checkpoints use different length levels, output vocabularies "
+                     "or region class counts")
+        regions = RegionCache(features, models[0].config.num_classes)
+        print(f"scoring {len(job.spec.select(items))} of {len(items)} captions (shard {job.spec.shard_id}/"
+              f"{job.spec.num_shards}) in {args.mode} mode on {args.device}")
+    done = job.run(items, lambda chunk: score_chunk(chunk, models, features, regions, args), "05 score", "cap")
+    for reason, count in shard.read_table(shard.side_path(job.written(), "skipped.tsv")):
+        skipped[reason] += int(count)
     for reason, count in sorted(skipped.items()):
         print(f"  not scored {count}: {reason}")
     if bad_line := features.skip_report():
@@ -151,8 +146,8 @@ def main(argv=None):
     if done is not None:
         report(done)
     else:
-        print(f"shard {spec.shard_id} done; the last shard to finish merges (or: python -m clid.shard merge {out} "
-              f"--num-shards {spec.num_shards})")
+        print(f"shard {job.spec.shard_id} done; the last shard to finish merges (or: python -m clid.shard merge "
+              f"{args.out} --num-shards {job.spec.num_shards})")
 
 
 if __name__ == "__main__":

@@ -332,14 +332,16 @@ class FeatureStore:
 QUALITY_FIELDS = ("logp_trusted", "logp_extended", "u")
 
 
-def write_quality(path, ids: list[str], logp_trusted, logp_extended) -> None:
-    """Write the quality file; ``u = logp_trusted - logp_extended`` (Eq. 1)."""
-    write_arrays(path, {
-        "id": np.asarray([str(i) for i in ids], dtype=object),
-        "logp_trusted": np.asarray(logp_trusted, dtype=np.float32),
-        "logp_extended": np.asarray(logp_extended, dtype=np.float32),
-        "u": (np.asarray(logp_trusted, np.float32) - np.asarray(logp_extended, np.float32)),
-    })
+def write_quality(path, ids: list[str], logp_trusted, logp_extended, source=None) -> None:
+    """Write the quality file, with Eq. 1: ``u = logp_trusted - logp_extended`` (in float64, stored
+    as float32); ``source`` (optional) says where each caption comes from ("selfgen", "trusted")."""
+    logp_trusted, logp_extended = np.asarray(logp_trusted, np.float64), np.asarray(logp_extended, np.float64)
+    arrays = {"id": np.asarray([str(i) for i in ids], dtype=object),
+              "logp_trusted": logp_trusted.astype(np.float32), "logp_extended": logp_extended.astype(np.float32),
+              "u": (logp_trusted - logp_extended).astype(np.float32)}
+    if source is not None:
+        arrays["source"] = np.asarray([str(s) for s in source], dtype=object)
+    write_arrays(path, arrays)
 
 
 def read_quality(path) -> dict[str, np.ndarray]:

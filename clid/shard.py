@@ -11,6 +11,13 @@ File names, for ``--out selfgen.jsonl`` and 4 shards::
     selfgen.jsonl.part-00001-of-00004                 # shard 1's part
     selfgen.jsonl.part-00001-of-00004.chunk-000007     # shard 1's 8th chunk, while running
 
+Beside the data, a chunk may have TSV side tables (``CHUNK.failed.tsv``, ``CHUNK.problems.tsv``,
+written before the chunk itself); they are joined with the chunks and the parts into
+``OUT.failed.tsv`` and so on. ``OUT.run.json`` (``PART.run.json`` while shards run) records what
+determines the output: the input files' sizes and modification times, and the settings. A run
+that finds chunks, a part or an output recorded with other inputs or settings refuses to mix
+them, naming what differs, unless told ``--restart``.
+
 Records are joined in a canonical order (natural order of image id, then of record id),
 so the merged output is byte-identical to a 1-shard run when randomness is keyed by
 (seed, item id) (see :mod:`clid.rng`).
@@ -18,9 +25,11 @@ so the merged output is byte-identical to a 1-shard run when randomness is keyed
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -35,6 +44,9 @@ def add_shard_args(parser: argparse.ArgumentParser, seed: int = 0) -> None:
     parser.add_argument("--num-shards", type=int, default=int(env.get("SLURM_ARRAY_TASK_COUNT", 1)),
                         help="number of shards (default: $SLURM_ARRAY_TASK_COUNT or 1)")
     parser.add_argument("--seed", type=int, default=seed, help="random seed; randomness is keyed by (seed, item id)")
+    parser.add_argument("--restart", action="store_true",
+                        help="discard this shard's chunks, part and output left by an earlier run with other inputs "
+                             "or settings, instead of refusing to mix them")
 
 
 @dataclass(frozen=True)
@@ -72,26 +84,233 @@ def is_done(out, shard: Shard) -> bool:
     return Path(out).exists() or part_path(out, shard.shard_id, shard.num_shards).exists()
 
 
-def pending_chunks(items: Sequence, out, shard: Shard, chunk_size: int) -> Iterator[tuple[int, list, Path]]:
-    """Yield ``(chunk index, items, chunk path)`` for this shard's chunks not yet written.
-
-    The caller writes each chunk path atomically (e.g. with :func:`clid.files.write_jsonl`), then
-    calls :func:`finish_shard`. Chunks already on disk from an earlier, killed run are skipped.
-    """
-    if is_done(out, shard):
-        return
-    part = part_path(out, shard.shard_id, shard.num_shards)
-    mine = shard.select(items)
-    for index in range(count_chunks(items, shard, chunk_size)):
-        path = chunk_path(part, index)
-        if not path.exists():
-            yield index, mine[index * chunk_size:(index + 1) * chunk_size], path
-
-
 def count_chunks(items: Sequence, shard: Shard, chunk_size: int) -> int:
     """Chunks of this shard; a shard without items has one empty chunk, so it writes an empty part."""
     n = len(shard.select(items))
     return max(1, (n + chunk_size - 1) // chunk_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# Side tables (TSV, one header line) and the run record, stored beside a data file
+
+def side_path(data: Path, name: str) -> Path:
+    """``DATA.name``: a side table (``failed.tsv``) or the run record (``run.json``) of a data file."""
+    return data.with_name(f"{data.name}.{name}")
+
+
+def write_table(path, header: Sequence[str], rows: Sequence[Sequence]) -> None:
+    """A TSV side table, written atomically; tabs and newlines inside values become spaces."""
+    with files.atomic_path(path) as tmp, open(tmp, "w") as f:
+        for row in [header, *rows]:
+            f.write("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in row) + "\n")
+
+
+def read_table(path) -> list[list[str]]:
+    """The rows of a TSV side table (without its header); none when the file does not exist."""
+    if not Path(path).exists():
+        return []
+    lines = Path(path).read_text().splitlines()
+    return [line.split("\t") for line in lines[1:]]
+
+
+def side_tables(data: Path) -> list[str]:
+    """Names (e.g. ``failed.tsv``) of the side tables beside a data file (not its chunks' tables)."""
+    prefix = data.name + "."
+    return sorted(p.name[len(prefix):] for p in data.parent.glob(prefix + "*.tsv")
+                  if ".chunk-" not in p.name[len(prefix):] and ".part-" not in p.name[len(prefix):])
+
+
+def join_tables(paths: Sequence[Path], out: Path) -> None:
+    """Join the side tables of ``paths`` into those of ``out``; a table without rows is not written."""
+    for name in sorted({name for p in paths for name in side_tables(p)}):
+        sources = [side_path(p, name) for p in paths if side_path(p, name).exists()]
+        header = sources[0].read_text().splitlines()[0].split("\t")
+        rows = [row for s in sources for row in read_table(s)]
+        target = side_path(out, name)
+        if rows:
+            write_table(target, header, rows)
+        else:
+            target.unlink(missing_ok=True)
+
+
+def file_state(path) -> dict:
+    """What identifies an input: its size and modification time (a folder: those of its files)."""
+    path = Path(path)
+    if path.is_dir():
+        return {p.name: file_state(p) for p in sorted(path.iterdir()) if p.is_file()}
+    if not path.exists():
+        return {"missing": True}
+    stat = path.stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def run_record(args, inputs: Sequence[str] = (), settings: Sequence[str] = ()) -> dict:
+    """What determines a stage's output: the files named by the ``inputs`` flags and the values of
+    the ``settings`` flags (argparse dest names; a flag that names a file may be given as both)."""
+    def flag(name):
+        return "--" + name.replace("_", "-")
+
+    out = {"inputs": {}, "settings": {}}
+    for name in inputs:
+        value = getattr(args, name)
+        for n, one in enumerate(value if isinstance(value, (list, tuple)) else [value]):
+            if one is not None and Path(one).exists():
+                out["inputs"][flag(name) + (f"[{n}]" if isinstance(value, (list, tuple)) else "")] = file_state(one)
+    for name in settings:
+        value = getattr(args, name)
+        out["settings"][flag(name)] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def record_differences(old: dict, new: dict) -> list[str]:
+    """What differs between two run records, in words."""
+    out = []
+    for flag in sorted(set(old.get("settings", {})) | set(new.get("settings", {}))):
+        a, b = old.get("settings", {}).get(flag), new.get("settings", {}).get(flag)
+        if a != b:
+            out.append(f"{flag} {a} then, {b} now")
+    for flag in sorted(set(old.get("inputs", {})) | set(new.get("inputs", {}))):
+        a, b = old.get("inputs", {}).get(flag), new.get("inputs", {}).get(flag)
+        if a != b:
+            out.append(f"the file of {flag} changed" if a and b else f"{flag} {'not given' if not b else 'new'} now")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The runner
+
+@dataclass
+class Chunk:
+    """One chunk of a shard's items; ``path`` is where the stage writes its data (atomically)."""
+
+    index: int
+    items: list
+    path: Path
+    progress: Callable[[int], None] = field(default=lambda n: None)  # report items done inside the chunk
+
+    def table(self, name: str) -> Path:
+        """The path of this chunk's side table ``name`` (e.g. "failed.tsv"); write it before the data."""
+        return side_path(self.path, name)
+
+
+class Job:
+    """One shard of a per-item stage writing ``out``: checks what an earlier run left (and its run
+    record), runs the pending chunks with a progress bar, joins them, and merges the shards.
+
+        job = shard.Job(out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
+        if not job.done:
+            final = job.run(items, process, "captions", "graph")   # process(chunk: Chunk)
+    """
+
+    def __init__(self, out, spec: Shard, chunk_size: int, record: dict, restart: bool = False):
+        if chunk_size < 1:
+            raise SystemExit(f"error: --chunk-size must be at least 1, not {chunk_size}")
+        self.out, self.spec, self.chunk_size = Path(out), spec, chunk_size
+        self.part = part_path(out, spec.shard_id, spec.num_shards)
+        self.record = {**record, "settings": {**record.get("settings", {}), "--chunk-size": chunk_size}}
+        self.shard_items = self.done_before = 0  # this shard's items, those done by an earlier run (set by run)
+        self._remove_temporary_files()
+        self._check_earlier_run(restart)
+        self.done = self.out.exists() or self.part.exists()
+
+    def own_files(self) -> list[Path]:
+        """This shard's chunks, part and their side files (the output, too, with one shard)."""
+        mine = [p for p in self.part.parent.glob(f"{self.part.name}.*") if ".part-" not in p.name[len(self.part.name):]]
+        return [self.part] * self.part.exists() + sorted(mine)
+
+    def _remove_temporary_files(self) -> None:
+        """Hidden ``.NAME.tmp-PID`` files of this shard, left by a killed run (atomic writes)."""
+        for tmp in self.part.parent.glob(f".{self.part.name}*.tmp-*"):
+            tmp.unlink(missing_ok=True)
+        for tmp in self.out.parent.glob(f".{self.out.name}.*tmp-*"):  # a killed merge's, when its writer is gone
+            pid = tmp.name.rsplit(".tmp-", 1)[-1]
+            if pid.isdigit() and not _alive(int(pid)):
+                tmp.unlink(missing_ok=True)
+
+    def _check_earlier_run(self, restart: bool) -> None:
+        # the record of what is here: the output's, else this shard's part or chunks'
+        found = [p for p in (self.out, self.part) if p.exists()]
+        chunks = sorted(self.part.parent.glob(f"{self.part.name}.chunk-*"))
+        holder = found[0] if found else self.part
+        record_file = side_path(holder, "run.json")
+        if not found and not chunks:
+            record_file.unlink(missing_ok=True)
+            return
+        if not record_file.exists():
+            if found:  # an output from before run records: taken as it is
+                return
+            print(f"note: {len(chunks)} chunk file(s) of {self.part} have no run record; they are computed again")
+            for p in chunks:
+                p.unlink(missing_ok=True)
+            return
+        try:
+            earlier = json.loads(record_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            earlier = {}
+        differences = record_differences(earlier, self.record)
+        if not differences:
+            return
+        if not restart:
+            raise SystemExit(f"error: {holder if found else self.part}: an earlier run with other inputs or settings "
+                             f"left {'this output' if found else 'chunks'} here ({'; '.join(differences)}); run with "
+                             f"the same settings to resume, or add --restart to discard it")
+        print(f"--restart: discarding what the earlier run left ({'; '.join(differences)})")
+        for p in self.own_files() + ([self.out] + sorted(self.out.parent.glob(f"{self.out.name}.*.tsv"))
+                                     + [side_path(self.out, "run.json")]) * self.out.exists():
+            p.unlink(missing_ok=True)
+
+    def run(self, items: Sequence, process: Callable[[Chunk], None], desc: str, unit: str) -> Path | None:
+        """Run ``process`` over the pending chunks, join them into the part, merge when all shards are
+        done. Returns the output path once it exists, else None (other shards still running)."""
+        from tqdm import tqdm
+
+        mine = self.spec.select(items)
+        total = count_chunks(items, self.spec, self.chunk_size)
+        if not self.done:
+            files.write_json(side_path(self.part, "run.json"), self.record)
+        pending = [] if self.done else [i for i in range(total) if not chunk_path(self.part, i).exists()]
+        self.shard_items = len(mine)
+        self.done_before = len(mine) - sum(len(self._items(mine, i)) for i in pending)
+        if self.done:
+            print(f"{self.part if self.part.exists() else self.out} already exists")
+        elif len(pending) < total:
+            print(f"resuming: {total - len(pending)} of {total} chunks already done")
+        plain = not sys.stderr.isatty()  # a log file: a plain line per chunk instead of the bar
+        started = time.time()
+        done = self.done_before
+        with tqdm(total=len(mine), initial=done, desc=desc, unit=unit, disable=None) as bar:
+            for n, index in enumerate(pending, 1):
+                chunk_items = self._items(mine, index)
+                reported = [0]
+
+                def progress(k, reported=reported):
+                    reported[0] += k
+                    bar.update(k)
+
+                process(Chunk(index, chunk_items, chunk_path(self.part, index), progress))
+                bar.update(max(0, len(chunk_items) - reported[0]))
+                done += len(chunk_items)
+                if plain:
+                    print(f"{desc}: chunk {n} of {len(pending)} done ({done} of {len(mine)} {unit}s, "
+                          f"{time.time() - started:.0f}s)", flush=True)
+        return finish_shard(items, self.out, self.spec, self.chunk_size)
+
+    def _items(self, mine: list, index: int) -> list:
+        return mine[index * self.chunk_size:(index + 1) * self.chunk_size]
+
+    def written(self) -> Path:
+        """The merged output if it exists, else this shard's part."""
+        return self.out if self.out.exists() else self.part
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def finish_shard(items: Sequence, out, shard: Shard, chunk_size: int) -> Path | None:
@@ -107,6 +326,8 @@ def finish_shard(items: Sequence, out, shard: Shard, chunk_size: int) -> Path | 
             raise RuntimeError(f"cannot finish shard {shard.shard_id}: {len(missing)} chunk(s) missing, e.g. {missing[0]}")
         join_files(chunks, part)
         for c in chunks:
+            for name in side_tables(c):
+                side_path(c, name).unlink()
             c.unlink()
     if shard.num_shards > 1 and not Path(out).exists():
         parts = [part_path(out, i, shard.num_shards) for i in range(shard.num_shards)]
@@ -118,22 +339,14 @@ def finish_shard(items: Sequence, out, shard: Shard, chunk_size: int) -> Path | 
     return Path(out) if Path(out).exists() else None
 
 
-def run_chunks(items: Sequence, out, shard: Shard, chunk_size: int, process: Callable[[list, Path], None],
-               progress: Callable[[int], None] | None = None) -> Path | None:
-    """Run ``process(chunk_items, chunk_path)`` over the pending chunks, then finish the shard."""
-    for _, chunk_items, path in pending_chunks(items, out, shard, chunk_size):
-        process(chunk_items, path)
-        if progress:
-            progress(len(chunk_items))
-    return finish_shard(items, out, shard, chunk_size)
-
-
 # ---------------------------------------------------------------------------------------------
 # Joining files of one kind (by extension): JSONL records, HDF5 groups, HDF5 flat arrays.
 
 
 def join_files(paths: Sequence[Path], out) -> None:
-    """Join partial files into ``out`` atomically, in the canonical order (see module docstring)."""
+    """Join partial files into ``out`` atomically, in the canonical order (see module docstring);
+    their side tables are joined too (the tables first: the data file marks the join as done)."""
+    join_tables(paths, Path(out))
     suffix = Path(Path(out).name.split(".part-")[0].split(".chunk-")[0]).suffix  # of the final output
     if suffix == ".jsonl":
         records = [r for p in paths for r in files.read_jsonl(p)]
@@ -179,8 +392,16 @@ def merge(out, num_shards: int) -> Path:
     missing = [str(p) for p in parts if not p.exists()]
     if missing:
         raise FileNotFoundError(f"cannot merge {out}: {len(missing)} of {num_shards} parts missing: {', '.join(missing[:3])}")
+    records = {side_path(p, "run.json").read_text() for p in parts if side_path(p, "run.json").exists()}
+    if len(records) > 1:
+        raise SystemExit(f"error: cannot merge {out}: its shards ran with other inputs or settings "
+                         f"(see {parts[0].name}.run.json and the others); rerun the odd ones with --restart")
+    if records:
+        files.write_json(side_path(Path(out), "run.json"), json.loads(records.pop()))
     join_files(parts, out)
     for p in parts:
+        for side in [side_path(p, name) for name in side_tables(p)] + [side_path(p, "run.json")]:
+            side.unlink(missing_ok=True)
         p.unlink(missing_ok=True)
     return Path(out)
 

@@ -1,5 +1,6 @@
 """Stage 03: the rule-based paraphraser, and the transformers path with a tiny random Pegasus."""
 import re
+import shutil
 import time
 
 import numpy as np
@@ -127,6 +128,7 @@ def test_rules_from_the_shell_keeps_fields_and_shards(tmp_path):
 
     # resume: a chunk left by a killed run is kept as it is, the rest is done
     files.write_jsonl(tmp_path / "three.jsonl.chunk-000000", [{**r, "caption": "Kept."} for r in records[:7]])
+    shutil.copy(tmp_path / "one.jsonl.run.json", tmp_path / "three.jsonl.run.json")  # the same inputs and flags
     proc = run_one_thread("03_paraphrase.py", "--in", tmp_path / "selfgen.jsonl", "--out", tmp_path / "three.jsonl",
                "--model", "rules", "--chunk-size", "7")
     assert "resuming: 1 of 6 chunks already done" in proc.stdout

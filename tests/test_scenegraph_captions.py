@@ -1,5 +1,6 @@
 """Stage 02: object saliency, the saliency-guided walk, surface text, bad graphs, sharding."""
 import json
+import os
 import re
 from collections import Counter
 
@@ -263,8 +264,9 @@ def test_records_bad_graphs_and_coco_ids(tmp_path):
         assert r["objects"] and set(r["objects"]) <= object_ids[r["image_id"]]
 
 
-def test_one_shard_equals_three_and_t_sal_raises_length(tmp_path):
+def test_one_shard_equals_three_resume_and_t_sal_raises_length(tmp_path, monkeypatch, capsys):
     write_world(tmp_path, n_images=40)
+    mtime = (tmp_path / "scene_graphs.json").stat().st_mtime_ns
     common = ["--scene-graphs", tmp_path / "scene_graphs.json", "--image-data", tmp_path / "image_data.json",
               "--saliency", tmp_path / "saliency.h5", "--chunk-size", "4", "--levels", "labert"]
     run_one_thread("02_scenegraph_captions.py", *common, "--out", tmp_path / "one.jsonl")
@@ -273,17 +275,45 @@ def test_one_shard_equals_three_and_t_sal_raises_length(tmp_path):
             "--shard-id", shard_id, "--num-shards", 3)
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "three.jsonl").read_bytes()
     # resume: the chunks of a killed run are kept, the missing ones written
-    for index in (0, 2):
-        marker = {"id": f"x{index}", "image_id": "0", "caption": "Kept.", "objects": [1], "n_tokens": 2,
-                  "level": 1, "seed": 0}
-        files.write_jsonl(tmp_path / f"again.jsonl.chunk-{index:06d}", [marker])
-    proc = run_one_thread("02_scenegraph_captions.py", *common, "--out", tmp_path / "again.jsonl")
-    assert "resuming: 2 of 10 chunks already done" in proc.stdout
-    again = list(files.read_jsonl(tmp_path / "again.jsonl"))
-    assert {"x0", "x2"} <= {r["id"] for r in again}
-    kept = {str(10 + i) for i in (0, 1, 2, 3, 8, 9, 10, 11)}  # the images of chunks 0 and 2
-    assert [r for r in again if r["id"][0] != "x"] == [r for r in files.read_jsonl(tmp_path / "one.jsonl")
-                                                       if r["image_id"] not in kept]
+    again = tmp_path / "again.jsonl"
+    argv = [str(x) for x in common] + ["--out", str(again)]
+    real, calls = stage02.caption_image, []
+
+    def killed_in_the_third_chunk(*args):
+        calls.append(1)
+        if len(calls) > 8:  # chunks of 4 graphs: two chunks are done
+            raise KeyboardInterrupt("killed")
+        return real(*args)
+
+    monkeypatch.setattr(stage02, "caption_image", killed_in_the_third_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        stage02.main(argv)
+    monkeypatch.setattr(stage02, "caption_image", real)
+    assert not again.exists() and len(list(tmp_path.glob("again.jsonl.chunk-*[0-9]"))) == 2
+    marker = {"id": "x0", "image_id": "0", "caption": "Kept.", "objects": [1], "n_tokens": 2, "level": 1, "seed": 0}
+    files.write_jsonl(tmp_path / "again.jsonl.chunk-000000", [marker])  # shows the chunk is not computed again
+    # other settings than the killed run's are refused, not mixed into its output
+    with pytest.raises(SystemExit) as refused:
+        stage02.main(argv + ["--per-image", "2"])
+    assert "--per-image 5 then, 2 now" in str(refused.value) and "--restart" in str(refused.value)
+    assert not again.exists() and len(list(tmp_path.glob("again.jsonl.chunk-*[0-9]"))) == 2
+    (tmp_path / "scene_graphs.json").touch()  # so is a changed input file
+    with pytest.raises(SystemExit, match="the file of --scene-graphs changed"):
+        stage02.main(argv)
+    os.utime(tmp_path / "scene_graphs.json", ns=(mtime, mtime))  # the old time back: resumed
+    capsys.readouterr()
+    stage02.main(argv)
+    assert "resuming: 2 of 10 chunks already done" in capsys.readouterr().out
+    resumed = list(files.read_jsonl(again))
+    kept = {str(10 + i) for i in range(4)}  # the images of chunk 0
+    assert resumed[0]["id"] == "x0" and resumed[1:] == [r for r in files.read_jsonl(tmp_path / "one.jsonl")
+                                                        if r["image_id"] not in kept]
+    # a finished output with other settings: refused too, and replaced with --restart
+    with pytest.raises(SystemExit, match="--per-image 5 then, 2 now"):
+        stage02.main(argv + ["--per-image", "2"])
+    stage02.main(argv + ["--per-image", "2", "--restart"])
+    restarted = list(files.read_jsonl(again))
+    assert len(restarted) == 2 * 40 and {r["id"].rsplit("_", 1)[1] for r in restarted} == {"0", "1"}
     records = list(files.read_jsonl(tmp_path / "one.jsonl"))
     assert any(r["level"] is None for r in records)  # longer than 25 tokens: kept, level null
     assert all(r["level"] is None for r in records if r["n_tokens"] > 25)

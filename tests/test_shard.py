@@ -7,7 +7,13 @@ from clid.rng import item_rng, item_seed
 from conftest import run_script
 
 
-def toy_stage(items, out, shard_spec, chunk_size=3, fail_after=None):
+def run(items, out, spec, chunk_size, process, record=None, restart=False):
+    """Run ``process(chunk items, chunk path)`` as a sharded job."""
+    job = shard.Job(out, spec, chunk_size, record or {}, restart)
+    return job.run(items, lambda chunk: process(chunk.items, chunk.path), "toy", "item")
+
+
+def toy_stage(items, out, shard_spec, chunk_size=3, fail_after=None, **kwargs):
     """A per-item stage: a few random captions per image, randomness keyed by (seed, image id)."""
     done = []
 
@@ -22,7 +28,7 @@ def toy_stage(items, out, shard_spec, chunk_size=3, fail_after=None):
         files.write_jsonl(path, records)
         done.append(path)
 
-    return shard.run_chunks(items, out, shard_spec, chunk_size, process), done
+    return run(items, out, shard_spec, chunk_size, process, **kwargs), done
 
 
 ITEMS = [str(i) for i in (5, 3, 12, 1, 40, 2, 8, 100, 7, 6, 11)]
@@ -33,7 +39,8 @@ def test_one_shard_equals_three_shards(tmp_path):
     outs = [toy_stage(ITEMS, tmp_path / "three.jsonl", shard.Shard(i, 3))[0] for i in range(3)]
     assert outs[:2] == [None, None] and outs[2] == tmp_path / "three.jsonl"  # the last shard merges
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "three.jsonl").read_bytes()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.jsonl", "three.jsonl"]  # parts cleaned up
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.jsonl", "one.jsonl.run.json", "three.jsonl",
+                                                         "three.jsonl.run.json"]  # parts cleaned up
     recs = list(files.read_jsonl(tmp_path / "one.jsonl"))
     assert len(recs) > 0 and [r["image_id"] for r in recs] == sorted((r["image_id"] for r in recs), key=int)
 
@@ -108,12 +115,12 @@ def test_empty_shards_write_empty_parts_and_the_merge_completes(tmp_path):
 
     for name, process in (("c.jsonl", jsonl), ("s.h5", groups), ("q.h5", arrays)):
         out = tmp_path / name
-        finals = [shard.run_chunks(items, out, shard.Shard(i, 4), 5, process) for i in (2, 3, 0, 1)]
+        finals = [run(items, out, shard.Shard(i, 4), 5, process) for i in (2, 3, 0, 1)]
         assert finals[:3] == [None] * 3 and finals[3] == out  # the last shard to finish merged
-        assert sorted(p.name for p in tmp_path.glob(name + "*")) == [name]
+        assert sorted(p.name for p in tmp_path.glob(name + "*")) == [name, name + ".run.json"]
     assert [r["image_id"] for r in files.read_jsonl(tmp_path / "c.jsonl")] == ["3", "7"]
     assert files.h5_group_ids(tmp_path / "s.h5") == ["3", "7"]
     assert list(files.read_quality(tmp_path / "q.h5")["id"]) == ["3_0", "7_0"]
     # an empty item list: one empty output
-    assert shard.run_chunks([], tmp_path / "e.h5", shard.Shard(0, 1), 5, groups) == tmp_path / "e.h5"
+    assert run([], tmp_path / "e.h5", shard.Shard(0, 1), 5, groups) == tmp_path / "e.h5"
     assert files.h5_group_ids(tmp_path / "e.h5") == []
