@@ -220,11 +220,15 @@ class Job:
 
     def _remove_temporary_files(self) -> None:
         """Hidden ``.NAME.tmp-PID`` files of this shard, left by a killed run (atomic writes)."""
+        def others(tmp: Path, name: str) -> bool:  # another shard's part or chunk
+            return ".part-" in tmp.name[len(name) + 1:]
+
         for tmp in self.part.parent.glob(f".{self.part.name}*.tmp-*"):
-            tmp.unlink(missing_ok=True)
+            if not others(tmp, self.part.name):
+                tmp.unlink(missing_ok=True)
         for tmp in self.out.parent.glob(f".{self.out.name}.*tmp-*"):  # a killed merge's, when its writer is gone
             pid = tmp.name.rsplit(".tmp-", 1)[-1]
-            if pid.isdigit() and not _alive(int(pid)):
+            if not others(tmp, self.out.name) and ".chunk-" not in tmp.name and pid.isdigit() and not _alive(int(pid)):
                 tmp.unlink(missing_ok=True)
 
     def _check_earlier_run(self, restart: bool) -> None:

@@ -241,3 +241,18 @@ def test_emlnet_weights_are_never_unpickled(one_thread, tmp_path, photo_folder, 
     torch.save({"state_dict": {f"module.{k}": v for k, v in decoder.state_dict().items()}}, plain)
     emlnet.main(["convert", str(plain), "--out", str(tmp_path / "plain.safetensors")])
     assert emlnet.read_state_dict(tmp_path / "plain.safetensors").keys() == decoder.state_dict().keys()
+
+
+def test_a_killed_runs_hidden_temporary_files_are_removed(one_thread, tmp_path, photo_folder):
+    out = tmp_path / "sal.h5"
+    leftovers = [tmp_path / ".sal.h5.chunk-000000.tmp-4000001", tmp_path / ".sal.h5.tmp-4000002",
+                 tmp_path / ".sal.h5.chunk-000001.failed.tsv.tmp-4000003"]  # what kill -9 leaves mid-write
+    others = [tmp_path / ".features.h5.tmp-4000004", tmp_path / ".sal.h5.part-00001-of-00002.tmp-4000005"]
+    for path in leftovers + others:
+        path.write_bytes(b"half written")
+    assert stage01.main(["--images", str(photo_folder), "--out", str(out), "--chunk-size", "2"]) == 1  # broken.jpg
+    assert not any(p.exists() for p in leftovers)
+    assert all(p.exists() for p in others)  # another output's, another shard's (it may be running)
+    assert sorted(files.h5_group_ids(out)) == sorted(PHOTOS)
+    failed = (tmp_path / "sal.h5.failed.tsv").read_text().splitlines()
+    assert failed[0] == "image_id\tpath\treason" and len(failed) == 2 and failed[1].startswith("broken\t")

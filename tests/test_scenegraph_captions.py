@@ -249,6 +249,17 @@ def test_records_bad_graphs_and_coco_ids(tmp_path):
     assert ("skipped", "no saliency map") in by_image["907"]
     assert ("skipped", "no COCO id") in by_image["7008"]
     assert "skipped:" in proc.stdout and "no COCO id" in proc.stdout and "NaN saliency" in proc.stdout
+    # with shards, the problems of every shard are merged beside the output with the parts
+    for shard_id in (2, 0, 1):
+        stage02.main([str(x) for x in ("--scene-graphs", tmp_path / "scene_graphs.json", "--image-data",
+                                       tmp_path / "image_data.json", "--saliency", tmp_path / "saliency.h5", "--out",
+                                       tmp_path / "three.jsonl", "--per-image", 3, "--chunk-size", 2,
+                                       "--shard-id", shard_id, "--num-shards", 3)])
+    merged = [line.split("\t") for line in (tmp_path / "three.jsonl.problems.tsv").read_text().splitlines()[1:]]
+    assert sorted(merged) == sorted(rows) and len(rows) >= 8
+    assert sorted(p.name for p in tmp_path.glob("three.jsonl*")) == [
+        "three.jsonl", "three.jsonl.problems.tsv", "three.jsonl.run.json"]
+    assert (tmp_path / "three.jsonl").read_bytes() == out.read_bytes()
 
     records = list(files.read_jsonl(out))
     captioned = {r["image_id"] for r in records}

@@ -1,5 +1,6 @@
 """Eq. 2 scoring (clid.scoring) and 05_score_quality.py."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from clid.scoring import caption_logprobs, caption_logprobs_eager
 from clid.text import eos_id, get_levels
 from clid.examples import RegionCache, make_examples
 
-from conftest import run_script
+from conftest import import_script, run_script
 from toyworld import make_toy_world
 
 TINY = dict(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, region_hidden=64)
@@ -132,3 +133,39 @@ def test_score_stage_end_to_end(setup, tmp_path):
                       check=False)
     assert proc.returncode != 0 and "different length levels, output vocabularies or region class counts" in proc.stderr
     assert not (tmp_path / "q3.h5").exists()
+
+
+def test_a_resumed_score_stage_keeps_the_skip_counts_of_earlier_chunks(setup, tmp_path, monkeypatch, capsys):
+    _, captions, features, model, _, _ = setup
+    for name in ("trusted", "extended"):
+        M.save_model(model, tmp_path / name)
+    too_long = " ".join(["a red dog next to a blue ball"] * 12)  # beyond the last level: not scored
+    selfgen = tmp_path / "selfgen.jsonl"
+    with open(selfgen, "w") as f:
+        for i in range(1, 13):
+            for n, text in enumerate([CAPTIONS[0], too_long]):
+                f.write(json.dumps({"id": f"{i}_{n}", "image_id": i, "caption": text}) + "\n")
+    out = tmp_path / "quality.h5"
+    argv = [str(x) for x in ("--trusted", tmp_path / "trusted", "--extended", tmp_path / "extended", "--selfgen",
+                             selfgen, "--features", features, "--out", out, "--chunk-size", 6)]
+    stage05 = import_script("05_score_quality.py", "stage05")
+    real, calls = stage05.caption_logprobs, []
+
+    def killed_in_the_second_chunk(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 2:  # two models a chunk: the first chunk is done
+            raise KeyboardInterrupt("killed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stage05, "caption_logprobs", killed_in_the_second_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        stage05.main(argv)
+    monkeypatch.setattr(stage05, "caption_logprobs", real)
+    capsys.readouterr()
+    stage05.main(argv)
+    printed = capsys.readouterr().out
+    assert "resuming: 1 of 4 chunks already done" in printed
+    assert re.search(r"not scored 12: selfgen: length \d+ outside the levels", printed)  # 3 of them in chunk 1
+    assert len(read_quality(out)["id"]) == 12
+    assert [line.split("\t") for line in (tmp_path / "quality.h5.skipped.tsv").read_text().splitlines()][1:] == \
+        [["selfgen: length 97 outside the levels", "3"]] * 4
