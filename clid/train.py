@@ -244,7 +244,7 @@ class TrainSettings:
     label_smoothing: float = 0.1
     eos_weight: float = 0.5
     save_every: int = 1000
-    eval_every: int = 0
+    eval_every: int = 1000  # 0: off
     log_every: int = 20
     seed: int = 0
     amp: bool = False  # bfloat16 autocast of the forward pass
@@ -266,14 +266,15 @@ def add_train_args(p) -> None:
                    help="restrict the LM head, and the word-embedding table, to the tokens of these caption files "
                         "(a speed option for small CPU runs such as the demo; default: the whole vocabulary, "
                         "as in the paper)")
-    p.add_argument("--lr", type=float, default=5e-5)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--warmup", type=int, default=1000)
-    p.add_argument("--max-steps", type=int, default=100_000)
-    p.add_argument("--batch-size", type=int, default=64, help="global batch size (split over DDP processes)")
-    p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--eos-weight", type=float, default=0.5, help='loss weight of "." targets')
+    d = TrainSettings()  # the defaults, in one place
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--warmup", type=int, default=d.warmup)
+    p.add_argument("--max-steps", type=int, default=d.max_steps)
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size (split over DDP processes)")
+    p.add_argument("--grad-clip", type=float, default=d.grad_clip)
+    p.add_argument("--label-smoothing", type=float, default=d.label_smoothing)
+    p.add_argument("--eos-weight", type=float, default=d.eos_weight, help='loss weight of "." targets')
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--region-norm", choices=REGION_NORMS, default="none",
                    help="standardize: shift and scale each region-feature dimension by the training images' "
@@ -284,11 +285,11 @@ def add_train_args(p) -> None:
                         "feature file has them (cls_prob), as LaBERT; ignore: box coordinates only")
     p.add_argument("--amp", action="store_true", help="bfloat16 autocast of the forward pass (fast on CPUs "
                                                        "with AMX/AVX512-BF16 and on GPUs; default: float32)")
-    p.add_argument("--save-every", type=int, default=1000)
-    p.add_argument("--eval-every", type=int, default=1000, help="control-precision check every N steps (0: off)")
+    p.add_argument("--save-every", type=int, default=d.save_every)
+    p.add_argument("--eval-every", type=int, default=d.eval_every, help="control-precision check every N steps (0: off)")
     p.add_argument("--eval-images", type=int, default=100, help="validation images in that check")
-    p.add_argument("--log-every", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=d.log_every)
+    p.add_argument("--seed", type=int, default=d.seed)
     add_split_args(p)
 
 

@@ -494,3 +494,14 @@ def test_tiny_preset_learns_to_read_an_objects_colour_from_its_region():
     truth = model.to_output(ids[:, 1])
     assert (own == truth).float().mean() > 0.9
     assert (shuffled == truth).float().mean() < 0.4  # another image's regions: the colour is read, not guessed
+
+
+def test_training_flags_default_to_the_train_settings():
+    import argparse
+
+    from clid.train import TrainSettings, add_train_args, settings_from_args
+
+    parser = argparse.ArgumentParser()
+    add_train_args(parser)
+    assert settings_from_args(parser.parse_args(["--features", "f.h5", "--out", "run"])) == TrainSettings()
+    assert TrainSettings().eval_every == 1000
