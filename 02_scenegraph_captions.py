@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from clid import english as en
 from clid import files, shard

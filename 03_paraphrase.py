@@ -30,8 +30,6 @@ import time
 from collections import Counter
 from typing import Callable
 
-from tqdm import tqdm
-
 from clid import english as en
 from clid import files, shard
 from clid.files import DataError
