@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from clid import files
+from clid import files, scenegraph
 from clid.data import load_scene_graphs
 from clid.text import caption_lengths, length_to_level
 
@@ -74,7 +74,7 @@ def test_box_saliency_is_the_exact_integral_of_the_map():
     smap = rng.random((12, 16))
     width, height = 160.0, 120.0  # 10 image pixels per map cell
     boxes = np.array([[0, 0, 160, 120], [20, 30, 70, 90], [15, 0, 25, 10], [150, 110, 400, 300]])
-    got = stage02.box_saliency(smap, boxes, width, height)
+    got = scenegraph.box_saliency(smap, boxes, width, height)
     assert got[0] == pytest.approx(smap.sum())
     assert got[1] == pytest.approx(smap[3:9, 2:7].sum())
     # half of cell (0, 1) and half of cell (0, 2)
@@ -84,7 +84,7 @@ def test_box_saliency_is_the_exact_integral_of_the_map():
 
 def test_prior_prefers_large_and_central_objects():
     boxes = np.array([[140, 100, 180, 140], [0, 0, 40, 40], [120, 80, 200, 160]], dtype=float)
-    central, corner, large = stage02.prior_saliency(boxes, 320, 240)
+    central, corner, large = scenegraph.prior_saliency(boxes, 320, 240)
     assert central > 3 * corner and large > 2 * central
 
 
