@@ -19,9 +19,9 @@ that is in VG takes its VG graph); among files of the same kind, the first file 
 count of images per file is printed.
 
 The walk (one caption; randomness keyed by (seed, graph id, caption number)):
-  1. object saliency (clid/scenegraph.py) = the saliency map summed inside the object's box, normalised over the
+  1. object saliency = the saliency map summed inside the object's box, normalised over the
      image's objects (``--saliency none``: the same sum over a centre-bias prior map, see
-     ``prior_saliency``);
+     ``prior_saliency`` in clid/scenegraph.py);
   2. the first object is drawn with probability proportional to saliency;
   3. at each newly visited object, up to ``--k`` of its children (objects it has a relationship to)
      are drawn without replacement by re-normalised saliency and visited depth first; a child
