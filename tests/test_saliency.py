@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from clid import emlnet, files
+from clid import emlnet, files, images
 
 from conftest import import_script, run_one_thread
 
@@ -119,7 +119,7 @@ def test_shards_equal_one_run_and_resume_skips_done_chunks(tmp_path, photo_folde
     assert not [p for p in tmp_path.glob("two.h5.part-*") if not p.name.endswith(".failed.tsv")]
 
     # a run killed after its first chunk: that chunk is on disk; the re-run keeps it, does the rest
-    items = stage01.list_items(photo_folder, None)
+    items = images.list_items(photo_folder, None)
     assert [i.image_id for i in items[:2]] == ["astronaut", "broken"]
     first = ["astronaut"]  # the broken file failed in the killed run
     files.write_h5_groups(tmp_path / "three.h5.chunk-000000",
