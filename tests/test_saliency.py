@@ -1,5 +1,6 @@
 """Stage 01: spectral-residual and EML-Net saliency maps, image lists, failures, shards, resume."""
 import json
+import shutil
 
 import h5py
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from clid import emlnet, files, images
+from clid import emlnet, files, images, shard
 
 from conftest import import_script, run_one_thread
 
@@ -73,8 +74,12 @@ def test_folder_list_failures_and_rerun(tmp_path, photo_folder):
     assert "broken" in failed and "unreadable" in failed
     # a re-run does not recompute, and still reports the failure
     before = out.stat().st_mtime_ns
-    again = run_one_thread("01_saliency.py", "--images", photo_folder, "--out", out, check=False)
+    again = run_one_thread("01_saliency.py", "--images", photo_folder, "--out", out, "--map-side", "48", check=False)
     assert again.returncode == 1 and "already exists" in again.stdout and "broken.jpg" in again.stderr
+    assert out.stat().st_mtime_ns == before
+    # other flags than those of the output are refused, not taken for it
+    other = run_one_thread("01_saliency.py", "--images", photo_folder, "--out", out, check=False)
+    assert other.returncode == 1 and "--map-side 48 then, 64 now" in other.stderr and "Traceback" not in other.stderr
     assert out.stat().st_mtime_ns == before
 
 
@@ -124,8 +129,12 @@ def test_shards_equal_one_run_and_resume_skips_done_chunks(tmp_path, photo_folde
     first = ["astronaut"]  # the broken file failed in the killed run
     files.write_h5_groups(tmp_path / "three.h5.chunk-000000",
                           [(i, {"map": np.full((4, 4), 0.25, np.float16)}, {"width": 4, "height": 4}) for i in first])
+    shard.write_table(tmp_path / "three.h5.chunk-000000.failed.tsv", stage01.FAILED,
+                      [("broken", items[1].path, "unreadable (killed run)")])
+    shutil.copy(tmp_path / "one.h5.run.json", tmp_path / "three.h5.run.json")  # the killed run's flags: the same
     proc = run_one_thread("01_saliency.py", *common, "--out", tmp_path / "three.h5", check=False)
     assert "resuming: 1 of 3 chunks already done" in proc.stdout
+    assert proc.returncode == 1 and "unreadable (killed run)" in proc.stderr  # its failure is still reported
     three = maps_of(tmp_path / "three.h5")
     assert sorted(three) == sorted(PHOTOS)
     for key in three:
