@@ -25,8 +25,9 @@ Methods:
   ``.pth`` holding a pickled module is refused (convert it once: ``python -m clid.emlnet convert
   --trust-pickle IN.pth --out OUT.safetensors``).
 
-A missing or unreadable image is reported by path and counted; the run goes on and exits
-non-zero at the end. Runs are sharded (``--shard-id/--num-shards``) and resume after a kill.
+A missing or unreadable image is reported by path and listed in ``OUT.failed.tsv``; the run goes
+on and exits non-zero at the end. Runs are sharded (``--shard-id/--num-shards``) and resume after
+a kill; a resume with other inputs or flags is refused unless ``--restart`` (see clid/shard.py).
 """
 from __future__ import annotations
 

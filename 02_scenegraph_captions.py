@@ -6,8 +6,8 @@ In:  scene graphs: Visual Genome ``scene_graphs.json`` (+ ``image_data.json`` fo
      ``--images``, else the boxes' extent), and the saliency HDF5 of stage 01 (or ``--saliency none``).
 Out: JSONL, one caption a line: ``id`` ("<image_id>_<n>"), ``image_id``, ``caption``, ``objects``
      (object ids in mention order), ``n_tokens``, ``level``, ``seed``; plus ``OUT.problems.tsv``
-     (with shards: one per part) listing every graph that was skipped, repaired or noted, by
-     image id (the COCO id when mapped, else the graph's id), with the reason.
+     (of all shards) listing every graph that was skipped, repaired or noted, by image id (the
+     COCO id when mapped, else the graph's id), with the reason.
 
     python 02_scenegraph_captions.py --scene-graphs scene_graphs.json --image-data image_data.json \
         --saliency saliency.h5 --out selfgen.jsonl

@@ -15,7 +15,9 @@ Out: the quality HDF5: ``id``, ``logp_trusted``, ``logp_extended``, ``u`` (+ ``s
 ``--mode prefix`` (default, the authors' definition): all text masked, the true prefix revealed,
 position t read; one pass per position, made fast without changing the numbers (see
 clid/scoring.py). ``--mode pseudo`` and ``--mode onepass`` are documented approximations.
-Per-item stage: ``--shard-id/--num-shards`` (SLURM array defaults), chunked and resumable.
+Per-item stage: ``--shard-id/--num-shards`` (SLURM array defaults), chunked and resumable (a
+resume with other inputs or flags is refused unless ``--restart``). Captions not scored are
+counted by reason in ``OUT.skipped.tsv``.
 """
 from __future__ import annotations
 
