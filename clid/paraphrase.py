@@ -142,8 +142,9 @@ def rules_sentence(sentence: str) -> str:
                 if not shared and prev == seg and prev_mode in ("lead", None):
                     out[-1][1:] = [prev_count + 1, "lead"]
                     continue
-                # the last of the repeats goes on: "a man" x 2 + "a man on the snow" -> "three men on the snow"
-                if not shared and seg[:lead] == prev and _leading_np(prev) == len(prev) and prev_mode in ("lead", None):
+                # once counting, the last repeat may go on: "two men" + "a man on the snow" -> "three men on the
+                # snow", never "two men and a man on the snow" ("a man and a man on the snow" stays as it is)
+                if not shared and prev_count > 1 and prev_mode == "lead" and seg[:lead] == prev:
                     out[-1] = [seg, prev_count + 1, "lead"]
                     continue
         out.append([seg, 1, None])
