@@ -121,8 +121,8 @@ def report(out: Path) -> None:
 
 def main(argv=None):
     args = parse_args(argv)
-    record = shard.run_record(args, inputs=("trusted", "extended", "selfgen", "features", "captions"),
-                              settings=("mode", "count_padding", "include_trusted"))
+    record = shard.run_record(args, inputs=("trusted", "extended", "selfgen", "features", "captions", "test_ids"),
+                              settings=("mode", "count_padding", "include_trusted", "test_ids", "no_split_check"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     try:
         items, skipped = load_items(args)
