@@ -153,9 +153,10 @@ def run_record(args, inputs: Sequence[str] = (), settings: Sequence[str] = ()) -
     out = {"inputs": {}, "settings": {}}
     for name in inputs:
         value = getattr(args, name)
-        for n, one in enumerate(value if isinstance(value, (list, tuple)) else [value]):
-            if one is not None and Path(one).exists():
-                out["inputs"][flag(name) + (f"[{n}]" if isinstance(value, (list, tuple)) else "")] = file_state(one)
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        for n, one in enumerate(values):
+            if one is not None and Path(one).exists():  # several files: "--weights[1]"
+                out["inputs"][flag(name) + (f"[{n}]" if len(values) > 1 else "")] = file_state(one)
     for name in settings:
         value = getattr(args, name)
         out["settings"][flag(name)] = list(value) if isinstance(value, tuple) else value

@@ -7,7 +7,7 @@ import pytest
 from clid import data
 from clid.files import DataError
 from clid.text import karpathy_tokens
-from clid.train import training_items
+from clid.examples import training_items
 
 from conftest import ROOT, run_script
 from toyworld import make_toy_world
