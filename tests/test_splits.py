@@ -5,9 +5,9 @@ import json
 import pytest
 
 from clid import data
+from clid.examples import training_items
 from clid.files import DataError
 from clid.text import karpathy_tokens
-from clid.examples import training_items
 
 from conftest import ROOT, run_script
 from toyworld import make_toy_world
