@@ -260,7 +260,8 @@ def main(argv=None) -> None:
     c.add_argument("--out", required=True, help="the .safetensors file to write")
     c.add_argument("--trust-pickle", action="store_true",
                    help="unpickle the source if it holds more than tensors (a pickled module): this runs code "
-                        "stored in the file, so use it only for a file you trust, e.g. the official release")
+                        "stored in the file, so use it only for a file you trust (the official EML-Net files hold "
+                        "plain tensors and load without it)")
     args = parser.parse_args(argv)
     count = convert(args.source, args.out, args.trust_pickle)
     print(f"wrote {count} tensors to {args.out}; pass it to 01_saliency.py --weights")
