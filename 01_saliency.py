@@ -178,7 +178,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     record = shard.run_record(args, inputs=("list", "weights"), settings=(
-        "images", "list", "method", "emlnet_size", "sigma", "border", "map_side"))
+        "images", "method", "emlnet_size", "sigma", "border", "map_side"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     started = time.time()
     items = read_items(args)

@@ -159,6 +159,8 @@ def run_record(args, inputs: Sequence[str] = (), settings: Sequence[str] = ()) -
                 out["inputs"][flag(name) + (f"[{n}]" if len(values) > 1 else "")] = file_state(one)
     for name in settings:
         value = getattr(args, name)
+        if isinstance(value, str) and Path(value).exists():  # a path: the same however it is spelled
+            value = str(Path(value).resolve())
         out["settings"][flag(name)] = list(value) if isinstance(value, tuple) else value
     return out
 

@@ -124,3 +124,30 @@ def test_empty_shards_write_empty_parts_and_the_merge_completes(tmp_path):
     # an empty item list: one empty output
     assert run([], tmp_path / "e.h5", shard.Shard(0, 1), 5, groups) == tmp_path / "e.h5"
     assert files.h5_group_ids(tmp_path / "e.h5") == []
+
+
+def test_the_run_record_refuses_other_settings_and_inputs_unless_restart(tmp_path, monkeypatch):
+    import argparse
+
+    source = tmp_path / "in.txt"
+    source.write_text("x")
+
+    def record(n, path):
+        return shard.run_record(argparse.Namespace(inp=str(path), n=n), inputs=("inp",), settings=("inp", "n"))
+
+    out = tmp_path / "o.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        toy_stage(ITEMS, out, shard.Shard(0, 1), fail_after=1, record=record(1, source))
+    with pytest.raises(SystemExit, match=r"\(--n 1 then, 2 now\); .* add --restart"):
+        toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(2, source))
+    source.write_text("changed")
+    with pytest.raises(SystemExit, match="the file of --inp changed"):
+        toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(1, source))
+    # --restart: what the earlier run left goes, the run starts over
+    result, done = toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(1, source), restart=True)
+    assert result == out and len(done) == 4
+    # the same file spelled another way is the same input
+    monkeypatch.chdir(tmp_path)
+    assert toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(1, "in.txt"))[1] == []
+    with pytest.raises(SystemExit, match="left this output here"):
+        toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(3, "in.txt"))
