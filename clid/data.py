@@ -194,28 +194,55 @@ def load_coco_captions(path, splits: dict[str, list] | None = None, default_spli
     return sorted(records.values(), key=lambda r: natural_key(r.image_id))
 
 
-def load_paragraphs(path, splits: dict[str, str | list] | None = None, default_split: str = "train",
-                    data=None) -> list[ImageCaptions]:
-    """Stanford image-paragraph file: a list of ``{"image_id", "paragraph", "url"}``.
+PARAGRAPH_SPLIT_FILES = {"train": "train_split.json", "val": "val_split.json", "test": "test_split.json"}
 
-    ``splits`` maps a split name to the id list (``train_split.json`` etc.). Sentence breaks are
-    kept as "." tokens (paragraph levels count them).
+
+def paragraph_split_files(path) -> dict[str, Path]:
+    """The split id lists the Stanford paragraphs ship beside ``paragraphs_v1.json``, if present."""
+    folder = Path(path).parent
+    return {name: folder / file for name, file in PARAGRAPH_SPLIT_FILES.items() if (folder / file).exists()}
+
+
+def load_paragraphs(path, splits: dict[str, str | list] | None = None, data=None) -> list[ImageCaptions]:
+    """Stanford image-paragraph file: a list of ``{"url", "image_id", "paragraph"}``.
+
+    ``splits`` maps a split name to its id list (a list, or a path to ``train_split.json`` etc.);
+    by default the three split files are read from beside the paragraphs file. Without any split
+    file every image's split is None (no split information: training refuses such a file). With
+    split files, an image in none of them is left out and counted. The real file repeats a few
+    image ids with the same paragraph: the first is kept and the repeats are counted. Sentence
+    breaks are kept as "." tokens (paragraph levels count them).
     """
+    import sys
+
     data = read_json(path) if data is None else data
     if not isinstance(data, list):
         raise DataError(path, "top level", "expected a list of {image_id, paragraph}")
+    splits = paragraph_split_files(path) if splits is None else splits
     split_of = {}
-    for name, ids in (splits or {}).items():
+    for name, ids in splits.items():
         ids = read_id_list(ids) if isinstance(ids, (str, Path)) else ids
         split_of.update({str(i): name for i in ids})
-    out = []
+    out, seen, repeats, unlisted = [], set(), 0, 0
     for index, item in enumerate(data):
         image_id = str(_need(item, "image_id", path, f"[{index}]"))
         paragraph = _need(item, "paragraph", path, f"[{index}] (image {image_id})")
+        if not isinstance(paragraph, str):
+            raise DataError(path, f"[{index}] (image {image_id})", "'paragraph' must be a string")
+        if image_id in seen:
+            repeats += 1
+            continue
+        seen.add(image_id)
+        if split_of and image_id not in split_of:
+            unlisted += 1
+            continue
         url = str(item.get("url", ""))
         filename = url.rsplit("/", 1)[-1] if url else f"{image_id}.jpg"
-        out.append(ImageCaptions(image_id, filename, split_of.get(image_id, default_split),
-                                 [preprocess(paragraph, keep_sentences=True)], [paragraph]))
+        out.append(ImageCaptions(image_id, filename, split_of.get(image_id), [preprocess(paragraph, keep_sentences=True)],
+                                 [paragraph]))
+    if repeats or unlisted:
+        print(f"{path}: left out {repeats} repeated image id(s) and {unlisted} image(s) in no split file",
+              file=sys.stderr)
     return out
 
 

@@ -21,7 +21,7 @@ from .english import remove_doubled_words
 from .examples import load_regions, pad_regions
 from .files import FeatureStore
 from .model import Captioner
-from .text import decode, eos_id, get_levels
+from .text import decode, eos_id, get_levels, keeps_sentences
 
 # steps per level (the defaults for the 7 caption levels, +5 per further level)
 DEFAULT_STEPS = (10, 15, 20, 25, 30, 35, 40)
@@ -90,6 +90,7 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
     model.eval()
     steps = steps or default_steps(model.levels)
     out: dict[int, dict[str, str]] = {level: {} for level in levels}
+    paragraphs = keeps_sentences(model.levels)  # a paragraph keeps its sentences (text.content_end)
     batches = [image_ids[i:i + batch_size] for i in range(0, len(image_ids), batch_size)]
     bar = tqdm(total=len(batches) * len(levels), desc="decode", unit="batch", disable=not progress)
     for batch in batches:
@@ -98,7 +99,7 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
         for level in levels:
             ids = mask_predict(model, feats, pos, mask, level, steps[level - 1], eos_decay, labert_average)
             for image_id, row in zip(batch, ids.tolist()):
-                text = decode(row, model.tokenizer)
+                text = decode(row, model.tokenizer, keep_sentences=paragraphs)
                 out[level][str(image_id)] = remove_doubled_words(text) if dedupe else text
             bar.update(1)
     bar.close()

@@ -7,6 +7,8 @@ Karpathy JSON has splits: ``--split`` on another file, or a split without captio
 follow the DESIGN.md convention (WordPiece tokens of the preprocessed caption plus the final ".").
 With ``--json`` the last line printed is one JSON object: ``n``, ``mean``, ``std`` and ``levels``
 (a list of ``{level, low, high, count, pct}``), plus ``above`` (longer than the last level).
+With ``--levels paragraph`` it also prints (and, with ``--json``, gives as ``bands``) the share of
+paragraphs in the paper's four length bands, beside the paper's own shares.
 """
 from __future__ import annotations
 
@@ -39,6 +41,28 @@ def length_stats(lengths, levels="caption") -> dict:
             "levels": rows,
             "below": below,
             "above": above}
+
+
+# The paper's length shares of the Stanford paragraphs, in four bands of the 13 paragraph levels
+# (levels 1-3, 4-6, 7-9 and 10-13): 2% up to 29 tokens, 32% at 30-59, 52% at 60-89, 14% at 90-129.
+PAPER_PARAGRAPH_BANDS = (((1, 29), 2.0), ((30, 59), 32.0), ((60, 89), 52.0), ((90, 129), 14.0))
+
+
+def paragraph_bands(lengths) -> list[dict]:
+    """The share of paragraphs in each of the paper's four length bands, beside the paper's share."""
+    lengths = np.asarray(list(lengths), dtype=np.int64)
+    n = max(int(lengths.size), 1)
+    return [{"low": low, "high": high, "count": int(((lengths >= low) & (lengths <= high)).sum()),
+             "pct": round(100.0 * int(((lengths >= low) & (lengths <= high)).sum()) / n, 3), "paper_pct": paper}
+            for (low, high), paper in PAPER_PARAGRAPH_BANDS]
+
+
+def format_bands(bands: list[dict]) -> str:
+    lines = ["paragraph bands (the paper's shares of the Stanford paragraphs beside this file's)",
+             f"{'tokens':>9}  {'count':>9}  {'pct':>7}  {'paper':>7}"]
+    for band in bands:
+        lines.append(f"{band['low']:>4}-{band['high']:<4}  {band['count']:>9}  {band['pct']:>6.2f}%  {band['paper_pct']:>6.1f}%")
+    return "\n".join(lines)
 
 
 def format_table(stats: dict, title: str = "") -> str:
@@ -97,6 +121,9 @@ def main(argv=None) -> None:
         sys.exit(f"error: {err}")
     stats = length_stats(lengths, args.levels)
     print(format_table(stats, f"{args.path} ({args.levels} levels)"))
+    if args.levels == "paragraph":
+        stats["bands"] = paragraph_bands(lengths)
+        print(format_bands(stats["bands"]))
     if args.json:
         print(json.dumps(stats))
 

@@ -103,13 +103,33 @@ def caption_length(text: str, tokenizer=None, keep_sentences: bool = False) -> i
     return caption_lengths([text], tokenizer, keep_sentences)[0]
 
 
-def decode(ids, tokenizer=None) -> str:
-    """Text of a generated id sequence, cut at the first "." (which is not included)."""
+def content_end(ids, eos: int, keep_sentences: bool = False) -> int:
+    """Where the text of a generated id sequence ends (an index into ``ids``).
+
+    A caption ends at its first ".". A paragraph keeps its sentences: a "." followed by a word
+    ends a sentence, and only the run of "." that reaches the end of the sequence is the padding
+    to the level's length (LaBERT pads with "."), so the paragraph ends where that run begins.
+
+        caption   [a dog . . .]          -> 2      paragraph [a dog . a cat . .] -> 5
+    """
+    ids = [int(i) for i in ids]
+    if not keep_sentences:
+        return ids.index(eos) if eos in ids else len(ids)
+    end = len(ids)
+    while end > 0 and ids[end - 1] == eos:
+        end -= 1
+    return end
+
+
+def decode(ids, tokenizer=None, keep_sentences: bool = False) -> str:
+    """Text of a generated id sequence up to ``content_end`` (the final "." is not included).
+
+    Captions are cut at their first "."; paragraphs (``keep_sentences``) keep every sentence and
+    its "." and lose only the trailing "." padding: [a dog . a cat . .] -> "a dog. a cat".
+    """
     tokenizer = tokenizer or load_tokenizer()
     ids = [int(i) for i in ids]
-    end = eos_id(tokenizer)
-    if end in ids:
-        ids = ids[: ids.index(end)]
+    ids = ids[: content_end(ids, eos_id(tokenizer), keep_sentences)]
     return tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True).strip()
 
 
@@ -145,6 +165,11 @@ def length_to_level(length: int, levels="caption") -> int | None:
         if low <= length <= high:
             return index
     return None
+
+
+def keeps_sentences(levels) -> bool:
+    """Whether a level set is the paragraph one, whose text keeps its "." sentence breaks."""
+    return get_levels(levels) == LEVEL_SETS["paragraph"]
 
 
 def level_range(level: int, levels="caption") -> tuple[int, int]:

@@ -65,6 +65,26 @@ def test_paragraphs_with_splits(fixtures):
     assert data.detect_format(fixtures / "paragraphs_v1_sample.json")[0] == "paragraphs"
 
 
+def test_stanford_paragraphs_in_their_real_layout(fixtures, tmp_path, capsys):
+    # paragraphs_v1.json with train_split.json, val_split.json and test_split.json beside it, as shipped
+    folder = fixtures / "stanford_paragraphs"
+    records = data.load_captions(folder / "paragraphs_v1.json")
+    assert "left out 1 repeated image id(s) and 1 image(s) in no split file" in capsys.readouterr().err
+    by_id = {r.image_id: r for r in records}
+    assert sorted(by_id) == ["2317429", "2356347", "2365817", "2407999", "2414610"]   # 2384567: no split
+    assert [by_id[i].split for i in ("2356347", "2414610", "2407999")] == ["train", "val", "test"]
+    assert by_id["2356347"].filename == "2356347.jpg"
+    # every sentence survives preprocessing, with a "." token between sentences and none at the end
+    assert by_id["2365817"].captions[0].count(" . ") == 4
+    assert by_id["2414610"].captions[0] == ("a woman is standing on a tennis court . she is holding a racket "
+                                            "in her right hand . her shirt is white and her skirt is blue")
+    assert [r.image_id for r in data.load_captions(folder / "paragraphs_v1.json", "test")] == ["2407999"]
+    # without the split files there is no split information: every split is None
+    alone = tmp_path / "paragraphs_v1.json"
+    alone.write_text((folder / "paragraphs_v1.json").read_text())
+    assert {r.split for r in data.load_captions(alone)} == {None}
+
+
 def test_jsonl_captions(tmp_path):
     path = tmp_path / "selfgen.jsonl"
     path.write_text('{"id": "5_0", "image_id": 5, "caption": "A red ball."}\n{"id": "5_1", "image_id": 5, "caption": "a dog"}\n')

@@ -29,6 +29,25 @@ def test_stats_on_paragraph_levels(fixtures):
     assert len(stats["levels"]) == 13 and stats["min"] > 20  # sentence breaks counted
 
 
+def test_paragraph_bands_beside_the_papers_shares(fixtures, capsys):
+    from clid.data import load_captions
+    from clid.stats import main
+    from clid.text import caption_lengths
+
+    path = fixtures / "stanford_paragraphs" / "paragraphs_v1.json"
+    main([str(path), "--levels", "paragraph", "--json"])
+    out = capsys.readouterr().out
+    assert "paragraph bands" in out
+    bands = json.loads(out.strip().splitlines()[-1])["bands"]
+    assert [(b["low"], b["high"], b["paper_pct"]) for b in bands] == [(1, 29, 2.0), (30, 59, 32.0), (60, 89, 52.0),
+                                                                     (90, 129, 14.0)]
+    lengths = caption_lengths([c for r in load_captions(path) for c in r.captions], keep_sentences=True)
+    for band in bands:
+        expected = sum(band["low"] <= n <= band["high"] for n in lengths)
+        assert band["count"] == expected and band["pct"] == round(100 * expected / len(lengths), 3)
+    assert sum(b["count"] for b in bands) == len(lengths) == 5
+
+
 def test_stats_on_real_coco_train2014(coco_annotations):
     """The real 414k COCO train captions: the paper's level table (level 2 holds ~87%)."""
     proc = run_script("-m", "clid.stats", coco_annotations / "captions_train2014.json", "--json")

@@ -38,6 +38,40 @@ def test_decode_cuts_at_first_period():
     assert text.decode(ids, tok) == "a man riding a horse"
 
 
+SENTENCES = ["a man riding a horse", "the horse is brown", "a tree stands behind them",
+             "the sky is blue", "two dogs run on the grass"]
+
+
+@pytest.mark.parametrize("n_sentences", [1, 2, 5])
+@pytest.mark.parametrize("padding", [0, 3])
+def test_paragraph_decode_keeps_every_sentence_and_drops_only_the_padding(n_sentences, padding):
+    tok = text.load_tokenizer()
+    eos = text.eos_id(tok)
+    paragraph = ". ".join(SENTENCES[:n_sentences]) + "."
+    ids = text.encode([paragraph], tok, keep_sentences=True)[0]   # sentences, "." between them, final "."
+    assert ids.count(eos) == n_sentences
+    generated = ids + [eos] * padding                             # LaBERT pads to the level with "."
+    end = text.content_end(generated, eos, keep_sentences=True)
+    assert end == len(ids) - 1                                     # the text ends before the final "."
+    decoded = text.decode(generated, tok, keep_sentences=True)
+    assert decoded == ". ".join(SENTENCES[:n_sentences])
+    # the decoded paragraph re-encodes to the same ids: its length is the counted length
+    assert text.encode([decoded], tok, keep_sentences=True)[0] == ids
+    # a caption (not a paragraph) is still cut at its first "."
+    assert text.decode(generated, tok) == SENTENCES[0]
+    assert text.content_end(generated, eos) == ids.index(eos)
+
+
+def test_paragraph_that_fills_its_length_without_a_final_period():
+    tok = text.load_tokenizer()
+    eos = text.eos_id(tok)
+    ids = text.encode(["a dog runs. a cat sleeps"], tok, keep_sentences=True)[0][:-1]  # no final "."
+    assert text.content_end(ids, eos, keep_sentences=True) == len(ids)
+    assert text.decode(ids, tok, keep_sentences=True) == "a dog runs. a cat sleeps"
+    assert text.content_end([eos, eos], eos, keep_sentences=True) == 0    # nothing but padding
+    assert text.keeps_sentences("paragraph") and not text.keeps_sentences("caption")
+
+
 def test_level_sets():
     assert text.get_levels("caption") == ((1, 9), (10, 19), (20, 29), (30, 39), (40, 49), (50, 59), (60, 69))
     paragraph = text.get_levels("paragraph")
