@@ -174,14 +174,17 @@ def parse_args(argv=None):
     parser.add_argument("--t-sal", type=float, default=0.8, help="saliency share to cover before the walk may stop")
     parser.add_argument("--n-attr", type=int, default=4, help="most attributes per object")
     parser.add_argument("--per-image", type=int, default=5, help="captions per image")
-    parser.add_argument("--paragraph", action="store_true", help="a jump starts a new sentence instead of 'and'")
+    parser.add_argument("--paragraph", action="store_true",
+                        help="a jump starts a new sentence instead of 'and' (implied by --levels paragraph)")
     parser.add_argument("--levels", default=None, choices=["caption", "paragraph", "labert"],
-                        help="length levels for 'level' (default: paragraph with --paragraph, else caption)")
+                        help="length levels for 'level'; paragraph also makes jumps start new sentences "
+                             "(default: paragraph with --paragraph, else caption)")
     parser.add_argument("--chunk-size", type=int, default=2000, help="graphs per resumable chunk")
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: offline bert-base-uncased)")
     shard.add_shard_args(parser)
     args = parser.parse_args(argv)
     args.levels = args.levels or ("paragraph" if args.paragraph else "caption")
+    args.paragraph = args.paragraph or args.levels == "paragraph"  # one switch: the paragraph task
     if args.k < 1 or args.per_image < 1 or args.n_attr < 0 or not 0 <= args.t_sal <= 1:
         parser.error("need --k >= 1, --per-image >= 1, --n-attr >= 0 and 0 <= --t-sal <= 1")
     return args

@@ -44,6 +44,9 @@ from clid.train import (Trainer, add_train_args, epoch_batches, finish_distribut
                         settings_from_args, start_run, standardize_regions, validation_check)
 
 
+CAPTION_ETA, PARAGRAPH_ETA = 1200, 200
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--captions", required=True)
@@ -51,12 +54,15 @@ def parse_args(argv=None):
     p.add_argument("--quality", required=True, help="quality HDF5 from 05")
     p.add_argument("--c", type=float, default=2.0, help="percent of the pool dropped per iteration")
     p.add_argument("--s", type=float, default=1.0, help="smoothness of the weighting")
-    p.add_argument("--eta", type=int, default=1200, help="optimizer steps per iteration")
+    p.add_argument("--eta", type=int, default=None,
+                   help="optimizer steps per iteration (the paper: 1200 for captions, 200 for paragraphs)")
     p.add_argument("--full-epochs", action="store_true", help="one epoch per iteration instead of --eta steps")
     p.add_argument("--schedule", choices=["smooth", "constant", "hard", "none"], default="smooth")
     p.add_argument("--init", default="bert", help="bert | random | a checkpoint folder")
     add_train_args(p)
     args = p.parse_args(argv)
+    if args.eta is None:  # the paper's eta: 200 on the (much smaller) paragraph set, else 1200
+        args.eta = PARAGRAPH_ETA if args.levels == "paragraph" else CAPTION_ETA
     if args.init not in ("bert", "random") and not Path(args.init).is_dir():
         p.error(f"--init must be bert, random or a checkpoint folder (got {args.init!r})")
     return args

@@ -154,6 +154,16 @@ def test_paragraph_mode_starts_a_sentence_at_each_jump():
     assert re.fullmatch(r"An? \w+\. An? \w+\. An? \w+\.", text), text
 
 
+def test_paragraph_levels_are_one_switch_for_the_paragraph_task():
+    base = ["--scene-graphs", "g.json", "--saliency", "none", "--out", "o.jsonl"]
+    args = stage02.parse_args(base + ["--levels", "paragraph"])
+    assert args.paragraph and args.levels == "paragraph"
+    args = stage02.parse_args(base + ["--paragraph"])
+    assert args.paragraph and args.levels == "paragraph"
+    args = stage02.parse_args(base)
+    assert not args.paragraph and args.levels == "caption"
+
+
 # ---------------------------------------------------------------------------------------------
 # Surface text
 

@@ -39,6 +39,13 @@ def test_plan_follows_the_paper_schedule():
     assert means[-1] > means[len(means) // 2] > means[0]
 
 
+def test_eta_is_the_papers_for_the_task():
+    base = ["--captions", "c.json", "--selfgen", "s.jsonl", "--quality", "q.h5", "--features", "f.h5", "--out", "o"]
+    assert selection.parse_args(base).eta == 1200
+    assert selection.parse_args(base + ["--levels", "paragraph"]).eta == 200
+    assert selection.parse_args(base + ["--levels", "paragraph", "--eta", "50"]).eta == 50
+
+
 def test_draws_prefer_high_u_and_are_reproducible():
     u = torch.linspace(-3, 3, 2000)
     args = plan_args()
