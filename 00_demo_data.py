@@ -92,6 +92,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--chunk", type=int, default=16, help="images per work unit")
     p.add_argument("--skip-features", action="store_true", help="write everything but features.h5 (quick looks)")
     p.add_argument("--preview", type=int, default=0, metavar="N", help="write preview.png with the first N images")
+    p.add_argument("--paragraphs", action="store_true",
+                   help="also write paragraphs/: one multi-sentence description per image in the Stanford "
+                        "paragraphs' layout (paragraphs_v1.json and its split files), for the paragraph task")
     p.add_argument("--force", action="store_true", help="rebuild even if --out holds this exact world")
     args = p.parse_args(argv)
     if args.small:
@@ -108,6 +111,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 OUTPUTS = ("captions.json", "scene_graphs.json", "scene_graphs_clean.json", "image_data.json", "long_refs.json")
+PARAGRAPH_OUTPUTS = ("paragraphs/paragraphs_v1.json", "paragraphs/train_split.json", "paragraphs/val_split.json",
+                     "paragraphs/test_split.json")
 
 
 def main(argv=None) -> None:
@@ -120,10 +125,11 @@ def main(argv=None) -> None:
 
     # 0. a re-run with the same arguments has nothing to do
     recipe = {k: v for k, v in vars(args).items()
-              if k not in ("out", "workers", "chunk", "batch_size", "preview", "force")}
+              if k not in ("out", "workers", "chunk", "batch_size", "preview", "force")
+              and not (k == "paragraphs" and not v)}  # a world without paragraphs keeps its old stamp
     recipe["colour_features"] = "box and figure histograms"  # a world with the older features is rebuilt
     stamp = out / "world.json"
-    wanted = list(OUTPUTS) + ([] if args.skip_features else ["features.h5"])
+    wanted = list(OUTPUTS) + ([] if args.skip_features else ["features.h5"]) + list(PARAGRAPH_OUTPUTS if args.paragraphs else ())
     if not args.force and stamp.exists() and all((out / f).exists() for f in wanted):
         if read_json(stamp).get("recipe") == recipe:
             print(f"{out}: this world is already complete (see {stamp}); --force rebuilds it")
@@ -138,7 +144,8 @@ def main(argv=None) -> None:
     config = {"out": str(out), "seed": args.seed, "size": args.size, "graph_noise": args.graph_noise,
               "captions_per_image": args.captions_per_image, "refs_per_level": args.refs_per_level,
               "long_levels": [int(x) for x in args.long_levels.split(",")], "crop": args.crop, "whole": args.whole,
-              "colour_bins": args.colour_bins, "skip_features": args.skip_features, "batch_size": args.batch_size}
+              "colour_bins": args.colour_bins, "skip_features": args.skip_features, "batch_size": args.batch_size,
+              "paragraphs": args.paragraphs}
     (out / "images").mkdir(parents=True, exist_ok=True)
 
     # 1. draw the scenes, write the images, encode the regions (chunks of images in worker processes);
@@ -161,6 +168,11 @@ def main(argv=None) -> None:
     write_json(out / "image_data.json", [{"image_id": VG_ID_OFFSET + r["image_id"], "width": args.size,
                                           "height": args.size, "coco_id": r["image_id"], "flickr_id": None,
                                           "url": r["filename"]} for r in records])
+    if args.paragraphs:  # the Stanford layout: the paragraphs, and the split id lists beside them
+        write_json(out / "paragraphs" / "paragraphs_v1.json", [
+            {"url": r["filename"], "image_id": r["image_id"], "paragraph": r["paragraph"]} for r in records])
+        for split in ("train", "val", "test"):
+            write_json(out / "paragraphs" / f"{split}_split.json", [r["image_id"] for r in records if r["split"] == split])
     if args.preview:
         write_preview(out / "preview.png", out, records, args.preview)
 
@@ -184,6 +196,12 @@ def main(argv=None) -> None:
     write_json(stamp, {"recipe": recipe, "counts": counts}, indent=1)
     print(format_table(caption_stats, f"trusted captions ({out / 'captions.json'})"))
     print(format_table(ref_stats, f"long references ({out / 'long_refs.json'})"))
+    if args.paragraphs:
+        from clid.stats import format_bands, paragraph_bands
+
+        lengths = caption_lengths([r["paragraph"] for r in records], tokenizer, keep_sentences=True)
+        print(format_table(length_stats(lengths, "paragraph"), f"paragraphs ({out / 'paragraphs'})"))
+        print(format_bands(paragraph_bands(lengths)))
     print(json.dumps(counts, indent=1))
     for level, n_short in short.items():
         if n_short:

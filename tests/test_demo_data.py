@@ -24,7 +24,7 @@ def worlds(tmp_path_factory):
     a, b, clean = root / "a", root / "b", root / "clean"
     run_script(SCRIPT, "--out", a, "--small", "--seed", 3, "--preview", 4)
     run_script(SCRIPT, "--out", b, "--small", "--seed", 3)
-    run_script(SCRIPT, "--out", clean, "--small", "--seed", 5, "--graph-noise", 0, "--skip-features")
+    run_script(SCRIPT, "--out", clean, "--small", "--seed", 5, "--graph-noise", 0, "--skip-features", "--paragraphs")
     return {"a": a, "b": b, "clean": clean}
 
 
@@ -173,6 +173,29 @@ def test_long_references_are_true_and_at_their_levels(worlds):
     # several per image and level, except where a scene holds too little for the longest levels
     assert len(per_level[3]) >= 11 and len(per_level[4]) >= 9 and len(per_level[6]) >= 7, per_level
     assert all(np.mean(counts) >= 2.5 for counts in per_level.values()), per_level
+
+
+def test_paragraphs_are_true_multi_sentence_and_in_the_stanford_layout(worlds):
+    from clid.data import load_captions
+    from clid.stats import paragraph_bands
+
+    out = worlds["clean"]
+    assert not (worlds["a"] / "paragraphs").exists()                  # only with --paragraphs
+    records = load_captions(out / "paragraphs" / "paragraphs_v1.json")  # split files found beside it
+    assert sorted(r.split for r in records) == ["test"] * 12 + ["train"] * 48 + ["val"] * 12
+    lexicon = category_lexicon()
+    clean = {g["image_id"] - demo.VG_ID_OFFSET: g for g in read_json(out / "scene_graphs_clean.json")}
+    lengths = caption_lengths([r.captions[0] for r in records], keep_sentences=True)
+    for record, length in zip(records, lengths):
+        paragraph = record.raw[0]
+        assert 1 <= length <= 129 and length_to_level(length, "paragraph") is not None
+        assert named_objects(paragraph, lexicon) <= graph_names(clean[int(record.image_id)]), paragraph
+    sentences = [r.raw[0].count(". ") + 1 for r in records]
+    # a sparse scene may say all it can in one long sentence; nearly all paragraphs have several
+    assert np.mean([n >= 2 for n in sentences]) >= 0.9 and np.mean(sentences) >= 3, sentences
+    # the lengths follow the Stanford paragraphs' shares: most in 30-89 tokens, few below 30
+    share = {b["low"]: b["pct"] for b in paragraph_bands(lengths)}
+    assert share[1] <= 10 and share[30] + share[60] >= 60, share
 
 
 def test_features_come_from_the_pixels():

@@ -9,7 +9,7 @@ from ..files import atomic_path
 from ..text import load_tokenizer
 from .captions import trusted_captions
 from .graphs import scene_graphs
-from .references import long_references
+from .references import long_references, paragraph
 from .scenes import build_scene
 from .world import Scene
 
@@ -48,6 +48,7 @@ def make_image(image_id: int, split: str) -> dict:
             "captions": trusted_captions(scene, c["seed"], c["captions_per_image"], c["tokenizer"]),
             "refs": (long_references(scene, c["seed"], c["long_levels"], c["refs_per_level"], c["tokenizer"])
                      if split == "test" and c["refs_per_level"] > 0 else {}),
+            "paragraph": paragraph(scene, c["seed"], c["tokenizer"]) if c.get("paragraphs") else None,
             "boxes": region_boxes(scene), "image": scene.image, "kind": scene.kind}
 
 
