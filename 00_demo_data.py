@@ -49,6 +49,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clid.demo import (BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report,  # noqa: E402
                        read_preview_records, write_preview)
+from clid.cli import HelpFormatter  # noqa: E402
 from clid.features import write_features  # noqa: E402
 from clid.files import read_json, write_json  # noqa: E402
 from clid.text import caption_lengths, karpathy_tokens  # noqa: E402
@@ -67,7 +68,7 @@ def karpathy_json(records: list, sentences_of) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--out", default="data/demo", help="output folder")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--small", action="store_true", help="a tiny world for tests: 48 train, 12 val, 12 test images")

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from clid import files, shard
+from clid.cli import HelpFormatter
 from clid.emlnet import EMLNET_SIZE, EMLNet, normalise01
 from clid.files import DataError
 from clid.images import Item, list_items, try_load, unique_items
@@ -145,7 +146,7 @@ def write_preview(path: Path, image_path: Path, smap: np.ndarray, boxes=None) ->
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--images", required=True, help="image folder")
     parser.add_argument("--list", default=None,
                         help="captions JSON, VG image_data.json / scene_graphs.json, or a text list")

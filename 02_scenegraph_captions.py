@@ -50,6 +50,7 @@ import numpy as np
 
 from clid import english as en
 from clid import files, shard
+from clid.cli import HelpFormatter
 from clid.data import load_graph_files, load_image_data
 from clid.files import DataError
 from clid.rng import item_rng
@@ -150,11 +151,11 @@ def caption_image(g: Prepared, seed: int, args) -> list[dict]:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--scene-graphs", required=True, nargs="+", metavar="FILE",
                         help="Visual Genome scene_graphs.json and/or Scene Graph Benchmark predictions TSVs")
     parser.add_argument("--graph-format", choices=["auto", "vg", "sgg"], default="auto",
-                        help="format of every --scene-graphs file (default: detected per file)")
+                        help="format of every --scene-graphs file (auto: detected per file)")
     parser.add_argument("--image-data", default=None,
                         help="VG image_data.json: image sizes, and COCO ids as the output image ids")
     parser.add_argument("--labelmap", default=None, help="generated graphs: the benchmark's labelmap JSON, when "

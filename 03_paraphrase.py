@@ -32,6 +32,7 @@ from typing import Callable
 
 from clid import english as en
 from clid import files, shard
+from clid.cli import HelpFormatter
 from clid.files import DataError
 from clid.paraphrase import head_nouns, lemma, rules_paraphrase, sentences_of
 from clid.stats import format_table, length_stats
@@ -168,7 +169,7 @@ def paraphrase_captions(captions: list[str], model: ModelParaphraser, tokenizer,
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--in", dest="inp", required=True, help="self-generated captions (JSONL of 02)")
     parser.add_argument("--out", required=True, help="output JSONL")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="'rules', or a seq2seq model folder or hub name")

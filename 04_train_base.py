@@ -26,6 +26,7 @@ import argparse
 import sys
 from collections import Counter
 
+from clid.cli import HelpFormatter
 from clid.examples import RegionCache, make_examples, training_items
 from clid.files import DataError, FeatureStore
 from clid.model import count_parameters
@@ -34,7 +35,7 @@ from clid.train import (Trainer, add_train_args, epoch_batches, finish_distribut
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--captions", required=True, help="trusted captions (Karpathy JSON or COCO captions JSON)")
     p.add_argument("--data", choices=["trusted", "extended"], default="trusted")
     p.add_argument("--selfgen", help="self-generated captions JSONL (required for --data extended)")

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from clid import shard
+from clid.cli import HelpFormatter
 from clid.data import add_split_args
 from clid.examples import RegionCache, make_examples, training_items
 from clid.files import DataError, FeatureStore, add_bad_features_arg, read_arrays, read_jsonl, write_quality
@@ -38,7 +39,7 @@ from clid.scoring import MODES, caption_logprobs
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--trusted", required=True, help="checkpoint of the model trained on trusted captions")
     p.add_argument("--extended", required=True, help="checkpoint of the model trained on the extended set")
     p.add_argument("--selfgen", required=True, help="self-generated (paraphrased) captions JSONL")

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from clid import ops
+from clid.cli import HelpFormatter
 from clid.examples import RegionCache, make_examples, training_items
 from clid.files import DataError, atomic_path, read_quality
 from clid.model import count_parameters
@@ -48,7 +49,7 @@ CAPTION_ETA, PARAGRAPH_ETA = 1200, 200
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--captions", required=True)
     p.add_argument("--selfgen", required=True)
     p.add_argument("--quality", required=True, help="quality HDF5 from 05")

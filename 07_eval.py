@@ -30,6 +30,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
+from clid.cli import HelpFormatter
 from clid.data import (detect_format, karpathy_test_ids, load_coco_captions, load_jsonl_captions,
                        load_karpathy, load_paragraphs, read_id_list)
 from clid.files import (DataError, FeatureStore, add_bad_features_arg, atomic_path, natural_key, read_json, read_jsonl,
@@ -43,7 +44,7 @@ MARKERS = "osD^vP"
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--refs", required=True, help="reference captions (Karpathy JSON, COCO captions JSON, ...)")
     p.add_argument("--split", default="test", help="the split of --refs to evaluate on (default: test)")
     p.add_argument("--test-ids", default=None,
@@ -61,18 +62,18 @@ def parse_args(argv=None):
     p.add_argument("--levels", default=None, choices=sorted(LEVEL_SETS),
                    help="level set (default: the checkpoints' own, else caption)")
     p.add_argument("--score-captions", default="in-range", choices=["in-range", "all"],
-                   help="which captions get quality scores (default and the paper: in-range)")
+                   help="which captions get quality scores (in-range: the paper)")
     p.add_argument("--spice", default="auto", choices=["auto", "off"],
-                   help="auto (default): run SPICE when Stanford CoreNLP is there or can be downloaded")
+                   help="auto: run SPICE when Stanford CoreNLP is there or can be downloaded")
     p.add_argument("--examples", type=int, default=3, help="test images shown with their captions in report.md (default: 3)")
     p.add_argument("--batch-size", type=int, default=64, help="generation batch size (default: 64)")
-    p.add_argument("--device", default="cpu", help="generation device: cpu (default), cuda, cuda:1, ...")
+    p.add_argument("--device", default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
     p.add_argument("--decode-steps", type=int, nargs="+", default=None, metavar="N",
                    help="mask-predict iterations, one number per level or one for every level (default: the "
                         "paper's 10, 15, ..., 40)")
     p.add_argument("--eos-decay", type=float, default=1.0,
-                   help="penalty on '.' inside a level's range, decay ** (distance to the level's end) "
-                        "(default 1.0: none, as the authors' configuration)")
+                   help="penalty on '.' inside a level's range, decay ** (distance to the level's end); "
+                        "1.0: none, as in the authors' configuration")
     p.add_argument("--labert-average", action="store_true",
                    help="LaBERT's decoding variant: re-predict every position and average the confidences")
     p.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")

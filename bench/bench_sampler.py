@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import clid.ops as ops  # noqa: E402
+from clid.cli import HelpFormatter  # noqa: E402
 
 TARGETS = {"numpy.random.choice": 100.0, "torch.multinomial": 10.0, "numpy.percentile": 3.0}  # at M = 10M
 SEED, ITERATION, S, PERCENT, KEEP = 0, 1, 1.0, 2.0, 0.9
@@ -99,7 +100,7 @@ def peer_in_subprocess(name: str, m: int, rounds: int, limit: float) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--sizes", type=float, nargs="+", default=[1e6, 1e7, 1e8])
     p.add_argument("--rounds", type=int, default=3, help="runs per method (one at M >= 1e8 and for peers over 10 s)")
     p.add_argument("--limit", type=float, default=300.0, help="seconds a peer may take (per size)")

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import clid.ops as ops  # noqa: E402
+from clid.cli import HelpFormatter  # noqa: E402
 
 SEQ_SHAPE = (64, 24, 30522)            # [N, T, V] of the table
 HIDDEN_SHAPE = (1536, 768, 30522)      # P, H, V
@@ -212,7 +213,7 @@ def row(rows, path, peer, ours, theirs, target, ok, cpu_ratio=None):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--rounds", type=int, default=7, help="timing rounds per method (fastest kept)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())

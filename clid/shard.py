@@ -34,15 +34,16 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from . import files
+from .cli import HelpFormatter
 
 
 def add_shard_args(parser: argparse.ArgumentParser, seed: int = 0) -> None:
     """``--shard-id``/``--num-shards`` (defaults from SLURM array variables) and ``--seed``."""
     env = os.environ
     parser.add_argument("--shard-id", type=int, default=int(env.get("SLURM_ARRAY_TASK_ID", 0)),
-                        help="this shard's index (default: $SLURM_ARRAY_TASK_ID or 0)")
+                        help="this shard's index ($SLURM_ARRAY_TASK_ID when set)")
     parser.add_argument("--num-shards", type=int, default=int(env.get("SLURM_ARRAY_TASK_COUNT", 1)),
-                        help="number of shards (default: $SLURM_ARRAY_TASK_COUNT or 1)")
+                        help="number of shards ($SLURM_ARRAY_TASK_COUNT when set)")
     parser.add_argument("--seed", type=int, default=seed, help="random seed; randomness is keyed by (seed, item id)")
     parser.add_argument("--restart", action="store_true",
                         help="discard this shard's chunks, part and output left by an earlier run with other inputs "
@@ -414,9 +415,10 @@ def merge(out, num_shards: int) -> Path:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m clid.shard", description="Merge the parts of a sharded stage.")
+    parser = argparse.ArgumentParser(prog="python -m clid.shard", description="Merge the parts of a sharded stage.",
+                                     formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("merge", help="join OUT.part-*-of-N into OUT")
+    m = sub.add_parser("merge", help="join OUT.part-*-of-N into OUT", formatter_class=HelpFormatter)
     m.add_argument("out")
     m.add_argument("--num-shards", type=int, required=True)
     args = parser.parse_args(argv)

@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 
+from .cli import HelpFormatter
 from .text import caption_lengths, get_levels
 
 
@@ -105,7 +106,8 @@ def file_lengths(path, split: str | None = None, tokenizer=None) -> list[int]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m clid.stats", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m clid.stats", description=__doc__.split("\n\n")[0],
+                                     formatter_class=HelpFormatter)
     parser.add_argument("path", help="Karpathy JSON, COCO captions JSON, paragraphs JSON or JSONL")
     parser.add_argument("--levels", default="caption", choices=["caption", "paragraph", "labert"])
     parser.add_argument("--split", default=None, help="only this split (e.g. train, val, test)")

@@ -1,0 +1,131 @@
+"""`--help` of every command line shows every flag's default.
+
+The command lines: the numbered stage scripts, the bench scripts and every ``clid`` module that
+runs as ``python -m clid.X``, found on disk so that a new one is checked too. Each runs its own
+``main()`` with ``--help`` in-process; the parser it built is kept and its help (and that of each
+sub-command) is read flag by flag.
+"""
+import argparse
+import importlib
+import re
+import sys
+
+import pytest
+
+from conftest import ROOT, import_script
+
+SCRIPTS = sorted(p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("[0-9][0-9]_*.py"), *ROOT.glob("bench/*.py")])
+MODULES = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts) for p in ROOT.glob("clid/**/*.py")
+                 if 'if __name__ == "__main__"' in p.read_text())
+
+
+def help_of(main, argv0, monkeypatch, capsys) -> argparse.ArgumentParser:
+    """Run ``main()`` as ``argv0 --help``; return the parser that printed the help."""
+    printed = []
+    print_help = argparse.ArgumentParser.print_help
+
+    def keep_parser(parser, file=None):
+        printed.append(parser)
+        print_help(parser, file)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "print_help", keep_parser)
+    monkeypatch.setattr(sys, "argv", [argv0, "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code in (0, None), capsys.readouterr().err
+    assert "usage:" in capsys.readouterr().out
+    return printed[-1]
+
+
+def parsers(parser):
+    """The parser and the parsers of its sub-commands."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from parsers(sub)
+
+
+def option_entries(help_text: str) -> dict[str, str]:
+    """Each option's entry of a help text, whitespace collapsed, keyed by its option strings."""
+    entries, key = {}, None
+    for line in help_text.splitlines():
+        if re.match(r"  -", line):  # an option's first line: "  -s, --long VALUE   its help"
+            invocation = re.split(r"\s{2,}", line.strip())[0]
+            key = tuple(part.split(" ")[0] for part in invocation.split(", "))
+            entries[key] = line.strip()
+        elif key and line.startswith("   "):  # continuation of the entry
+            entries[key] += " " + line.strip()
+        else:
+            key = None
+    return {k: " ".join(v.split()) for k, v in entries.items()}
+
+
+def expected_defaults(parser):
+    """(option strings, default as argparse prints it) of every flag that has a default."""
+    for action in parser._actions:
+        if not action.option_strings or action.help == argparse.SUPPRESS or action.default is argparse.SUPPRESS:
+            continue
+        if action.default is None or action.default == []:  # nothing unless given: the help says what
+            continue
+        yield tuple(action.option_strings), f"(default: {action.default})"
+
+
+def check_defaults_shown(parser):
+    checked = 0
+    for sub in parsers(parser):
+        entries = option_entries(sub.format_help())
+        for options, shown in expected_defaults(sub):
+            assert options in entries, f"{sub.prog}: {options} has no entry in --help"
+            assert shown in entries[options], f"{sub.prog} {options[-1]}: --help says {entries[options]!r}, not {shown}"
+            checked += 1
+    return checked
+
+
+@pytest.fixture(autouse=True)
+def wide_help(monkeypatch):
+    """One line per help string (no wrapping), and no SLURM array in the environment."""
+    monkeypatch.setenv("COLUMNS", "10000")
+    for name in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_command_lines_are_found():
+    assert "02_scenegraph_captions.py" in SCRIPTS and "bench/bench_sampler.py" in SCRIPTS
+    assert {"clid.stats", "clid.shard"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script_help_shows_defaults(script, monkeypatch, capsys):
+    module = import_script(script, "help_" + script.replace("/", "_").removesuffix(".py"))
+    parser = help_of(module.main, script, monkeypatch, capsys)
+    assert check_defaults_shown(parser) > 0
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_help_shows_defaults(name, monkeypatch, capsys):
+    parser = help_of(importlib.import_module(name).main, name, monkeypatch, capsys)
+    check_defaults_shown(parser)
+
+
+def test_a_parser_without_the_formatter_fails_the_check():
+    """The check is not vacuous: argparse's plain formatter does not show the defaults."""
+    parser = argparse.ArgumentParser(prog="demo")
+    parser.add_argument("--k", type=int, default=2, help="children per object")
+    with pytest.raises(AssertionError, match=r"--k: --help says .*not \(default: 2\)"):
+        check_defaults_shown(parser)
+
+
+def test_the_formatter_shows_lists_and_percent_signs():
+    from clid.cli import HelpFormatter
+
+    parser = argparse.ArgumentParser(prog="demo", formatter_class=HelpFormatter)
+    parser.add_argument("--sizes", type=float, nargs="+", default=[1e6, 1e7], help="problem sizes")
+    parser.add_argument("--c", type=float, default=2.0, help="%% of the pool dropped per iteration")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: offline bert-base-uncased)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
+    assert check_defaults_shown(parser) == 3
+    entries = option_entries(parser.format_help())
+    assert entries[("--c",)] == "--c C % of the pool dropped per iteration (default: 2.0)"
+    assert entries[("--tokenizer",)].endswith("(default: offline bert-base-uncased)")
+    assert "None" not in entries[("--tokenizer",)]
