@@ -2,7 +2,7 @@
 
     python 00_demo_data.py --out data/demo [--small] [--seed N] [--graph-noise 0.15] [--preview N]
 
-In: nothing but a seed. Out, in --out (the formats the `clid` loaders read):
+In: nothing but a seed. Out, in --out (the formats of docs/formats.md, read by the `clid` loaders):
   images/demo_NNNNNN.png   rendered scenes, 160x160 by default
   captions.json            trusted captions, Karpathy JSON: 5 short human-like captions per image whose
                            length histogram follows COCO's (mostly 10-19 tokens, long ones rare)

@@ -1,4 +1,4 @@
-"""The files passed between stages (../shared/DESIGN.md, "Data between the stages").
+"""The files passed between stages (docs/formats.md).
 
 Every write goes to a temporary file in the destination folder and is renamed into place when it
 is complete, so a crash never leaves a half-written file behind.

@@ -3,8 +3,8 @@
 Generated captions are held as ``{level: {image_id: caption}}`` (levels numbered from 1, as in
 :mod:`clid.text`). For each level of a level set:
 
-- **control precision**: the share of ALL evaluated images whose caption length (DESIGN.md
-  convention, :func:`clid.text.caption_lengths`) falls inside the level's [low, high] range; a
+- **control precision**: the share of ALL evaluated images whose caption length (counted as in
+  docs/method.md, :func:`clid.text.caption_lengths`) falls inside the level's [low, high] range; a
   missing or empty caption (no word left after Karpathy preprocessing) counts as a miss. This is
   how the authors' code counts it (in-range captions / 5000 test images).
 - **length error**: mean absolute distance of the length to the [low, high] range (0 inside),

@@ -460,7 +460,7 @@ def segment_mean(values: torch.Tensor, lengths: torch.Tensor | None = None,
 
 
 # ---- sampler ops (C2) ----
-# Smooth-step data selection (DESIGN.md step 6) and the percentile threshold T_i.
+# Smooth-step data selection (docs/method.md, step 6) and the percentile threshold T_i.
 #
 #     kth_value(u, k) -> float                              k-th smallest, 1-based
 #     percentile_threshold(u, q, method="linear") -> float  numpy.percentile(u, q[, method])

@@ -4,7 +4,8 @@
 
 Reads Karpathy JSON, the official COCO captions JSON, the paragraphs JSON or our JSONL (only a
 Karpathy JSON has splits: ``--split`` on another file, or a split without captions, is an error). Lengths
-follow the DESIGN.md convention (WordPiece tokens of the preprocessed caption plus the final ".").
+follow the length convention of docs/method.md (WordPiece tokens of the preprocessed caption plus the
+final ".").
 With ``--json`` the last line printed is one JSON object: ``n``, ``mean``, ``std`` and ``levels``
 (a list of ``{level, low, high, count, pct}``), plus ``above`` (longer than the last level).
 With ``--levels paragraph`` it also prints (and, with ``--json``, gives as ``bands``) the share of

@@ -1,6 +1,6 @@
 """Tokenizer, Karpathy preprocessing, caption length and length levels.
 
-The length convention (../shared/DESIGN.md) is exact: the length of a caption is the number of
+The length convention (docs/method.md) is exact: the length of a caption is the number of
 BERT WordPiece tokens of its Karpathy-preprocessed text *plus one* for the final "." token, which
 is also the end-of-sentence and the padding-to-length token.
 

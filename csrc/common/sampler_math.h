@@ -1,6 +1,6 @@
 // The per-item math of the smooth-step sampler, shared bit for bit by the CPU and CUDA kernels.
 //
-// Weight of item i (DESIGN.md step 6):   f(u) = 0.5 * (1 + tanh((u - T) / s))
+// Weight of item i (docs/method.md, step 6):   f(u) = 0.5 * (1 + tanh((u - T) / s))
 // which is computed in the equivalent form f = 1 / (1 + exp(-2 (u - T) / s)): the denominator
 // D = 1 / f = 1 + exp(y), y = (u - T) * c with c = -2 / s, is what the kernels use. Unlike
 // 0.5 * (1 + tanh(.)) it does not round to 0 when tanh rounds to -1 (at (u - T) / s < -9.0 in
