@@ -454,7 +454,7 @@ def test_tiny_preset_learns_to_read_an_objects_colour_from_its_region():
     it must find the region of <thing> among four and copy that region's colour (chance: ~1/4 by
     guessing a colour present in the image). The demo's tiny preset with 04's loss and schedule at
     lr 1e-3: the accuracy jumps from ~35% to 100% between steps 500 and 700 (two seeds measured).
-    At lr 2e-3 the same run stays between 30% and 52% for 900 steps (README, "What the demo shows")."""
+    At lr 2e-3 the same run stays between 30% and 52% for 900 steps (docs/demo-notes.md, "The binding")."""
     from clid.train import learning_rate
 
     lr = 1e-3
