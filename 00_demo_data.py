@@ -47,9 +47,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clid.cli import HelpFormatter  # noqa: E402
 from clid.demo import (BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report,  # noqa: E402
                        read_preview_records, write_preview)
-from clid.cli import HelpFormatter  # noqa: E402
 from clid.features import write_features  # noqa: E402
 from clid.files import read_json, write_json  # noqa: E402
 from clid.text import caption_lengths, karpathy_tokens  # noqa: E402

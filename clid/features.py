@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from .cli import HelpFormatter
 from .data import load_image_data, load_scene_graphs
 from .files import DataError, read_json, write_h5_groups
 
@@ -188,7 +189,7 @@ def graph_regions(scene_graphs, image_data, images: Path) -> tuple[list, list]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m clid.features", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("--images", required=True, help="image folder (searched recursively)")
     p.add_argument("--scene-graphs", required=True, help="Visual Genome scene_graphs.json: the boxes")
     p.add_argument("--image-data", default=None, help="VG image_data.json: file names (url), sizes, COCO ids")
