@@ -30,6 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cli import HelpFormatter
 from .files import DataError, natural_key, read_json, read_jsonl, write_json
 from .text import preprocess
 
@@ -813,10 +814,12 @@ def load_graph_files(paths, graph_format: str = "auto", image_data=None, sizes=N
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m clid.data", description="Caption-file tools.")
+    parser = argparse.ArgumentParser(prog="python -m clid.data", description="Caption-file tools.",
+                                     formatter_class=HelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     convert = commands.add_parser(
         "convert-coco", help="official COCO captions JSONs -> a Karpathy-style JSON",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,  # (its description is wrapped)
         description="Official COCO captions JSONs -> a Karpathy-style JSON with train, val and test. test: the "
                     "Karpathy 5k test images (ids from eccv-caption); val: --karpathy's val (and its restval), else "
                     "the 5,000 val2014 images outside test with the smallest SHA-1 of their COCO id; train: the rest. "

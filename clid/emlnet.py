@@ -19,6 +19,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .cli import HelpFormatter
+
 EMLNET_SIZE = (480, 640)  # (height, width) of the SALICON images EML-Net was trained on
 EMLNET_BLUR = 5.0  # sigma of the official post-processing blur, in pixels at EMLNET_SIZE
 
@@ -252,10 +254,10 @@ def convert(source, out, trust_pickle: bool) -> int:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m clid.emlnet",
+    parser = argparse.ArgumentParser(prog="python -m clid.emlnet", formatter_class=HelpFormatter,
                                      description="Convert an EML-Net checkpoint to safetensors, once.")
     sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("convert", help="write a .pth checkpoint's tensors as .safetensors")
+    c = sub.add_parser("convert", help="write a .pth checkpoint's tensors as .safetensors", formatter_class=HelpFormatter)
     c.add_argument("source", help="the .pth checkpoint")
     c.add_argument("--out", required=True, help="the .safetensors file to write")
     c.add_argument("--trust-pickle", action="store_true",

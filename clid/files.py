@@ -209,8 +209,8 @@ def add_bad_features_arg(parser) -> None:
     """The ``--bad-features`` flag of the stages that read region features (04, 05, 06, 07)."""
     parser.add_argument("--bad-features", choices=BAD_FEATURES, default="error",
                         help="an image whose region features hold NaN/inf, a box outside the image, a width or "
-                             "height of 0 or mismatched shapes: error (default: stop, naming the file and the "
-                             "image) or skip (leave the image out, counted and reported)")
+                             "height of 0 or mismatched shapes: error (stop, naming the file and the image) or "
+                             "skip (leave the image out, counted and reported)")
 
 
 class FeatureStore:

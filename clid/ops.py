@@ -832,10 +832,13 @@ def _smoothstep_sample_path(u, threshold: float, s: float, k: int, seed: int, it
 def parse_args(argv=None):
     import argparse
 
+    from .cli import HelpFormatter
+
     p = argparse.ArgumentParser(prog="python -m clid.ops", description="Build the clid_ops C++/CUDA extension once "
-                                "(make venv and the cluster recipe run this); later runs only import it.")
+                                "(make venv and the cluster recipe run this); later runs only import it.",
+                                formatter_class=HelpFormatter)
     p.add_argument("command", choices=["build"])
-    p.add_argument("--strict", action="store_true", help="exit 1 if the build fails (default: warn and exit 0; "
+    p.add_argument("--strict", action="store_true", help="exit 1 if the build fails (without it: warn and exit 0; "
                                                           "every op then runs its PyTorch reference)")
     p.add_argument("--verbose", action="store_true", help="show the compiler's commands and output")
     return p.parse_args(argv)
