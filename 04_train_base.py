@@ -27,10 +27,10 @@ import sys
 from collections import Counter
 
 from clid.examples import RegionCache, make_examples, training_items
-from clid.files import DataError, FeatureStore
+from clid.files import DataError, FeatureStore, run_main
 from clid.model import count_parameters
 from clid.train import (Trainer, add_train_args, epoch_batches, finish_distributed, load_init_weights, new_model,
-                        settings_from_args, start_run, standardize_regions, validation_check)
+                        run_record, settings_from_args, start_run, standardize_regions, validation_check)
 
 
 def parse_args(argv=None):
@@ -86,7 +86,7 @@ def main(argv=None):
         standardize_regions(model, features, examples.image_ids)
 
     trainer = Trainer(model, examples, RegionCache(features, model.config.num_classes), settings_from_args(args),
-                      args.out, {"train": vars(args), "stage": "04_train_base"}, device, rank, world,
+                      args.out, {"train": vars(args), "stage": "04_train_base", "run": run_record(args)}, device, rank, world,
                       validation_check(args, features, val_ids, device))
     if trainer.resume() and rank == 0:
         print(f"resumed from {args.out} at step {trainer.step}")
@@ -98,7 +98,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except DataError as err:  # e.g. an image's region features found bad when first read
-        sys.exit(f"error: {err}")
+    run_main(main)

@@ -38,10 +38,10 @@ import torch
 
 from clid import ops
 from clid.examples import RegionCache, make_examples, training_items
-from clid.files import DataError, atomic_path, read_quality
+from clid.files import DataError, atomic_path, read_quality, run_main
 from clid.model import count_parameters
 from clid.train import (Trainer, add_train_args, epoch_batches, finish_distributed, load_init_weights, new_model,
-                        settings_from_args, start_run, standardize_regions, validation_check)
+                        run_record, settings_from_args, start_run, standardize_regions, validation_check)
 
 
 CAPTION_ETA, PARAGRAPH_ETA = 1200, 200
@@ -177,7 +177,7 @@ def main(argv=None):
             tmp.write_text("".join(json.dumps(p) + "\n" for p in plan))
 
     trainer = Trainer(model, examples, RegionCache(features, config.num_classes), settings_from_args(args), out,
-                      {"train": vars(args), "stage": "06_train_selection"}, device, rank, world,
+                      {"train": vars(args), "stage": "06_train_selection", "run": run_record(args)}, device, rank, world,
                       validation_check(args, features, items.val_ids, device))
     if trainer.resume() and rank == 0:
         print(f"resumed from {out} at step {trainer.step}")
@@ -208,7 +208,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except DataError as err:  # e.g. an image's region features found bad when first read
-        sys.exit(f"error: {err}")
+    run_main(main)

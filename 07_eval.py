@@ -33,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a mod
 from clid.data import (detect_format, karpathy_test_ids, load_coco_captions, load_jsonl_captions,
                        load_karpathy, load_paragraphs, read_id_list)
 from clid.files import (DataError, FeatureStore, add_bad_features_arg, atomic_path, natural_key, read_json, read_jsonl,
-                        write_json)
+                        run_main, write_json)
 from clid.metrics import (QUALITY_METRICS, CocoScorer, counts_sentences, evaluate, has_words,
                           read_generated, write_generated)
 from clid.text import LEVEL_SETS, caption_lengths, get_levels, load_tokenizer
@@ -132,12 +132,14 @@ def load_long_refs(path) -> dict[int, dict[str, list[str]]]:
     records = load_karpathy(path, data=data)
     out: dict[int, dict[str, list[str]]] = {}
     for index, (item, record) in enumerate(zip(data["images"], records)):
-        for j, (sentence, raw) in enumerate(zip(item["sentences"], record.raw)):
+        for j, sentence in enumerate(item["sentences"]):
             level = sentence.get("level")
             if isinstance(level, bool) or not isinstance(level, int):
                 raise DataError(path, f"images[{index}] (image {record.image_id}) sentences[{j}]",
                                 f"needs an integer 'level', got {level!r}")
-            out.setdefault(level, {}).setdefault(record.image_id, []).append(raw)
+            raw = sentence.get("raw") or " ".join(sentence.get("tokens") or [])
+            if has_words(raw):  # (load_karpathy reported the others)
+                out.setdefault(level, {}).setdefault(record.image_id, []).append(raw)
     return dict(sorted(out.items()))
 
 
@@ -175,7 +177,7 @@ def run_list(args) -> list[tuple[str, str, str]]:
 # Generation from a checkpoint, cached in OUT/generated/<run>.jsonl
 
 def fingerprint(checkpoint) -> dict:
-    """Size and modification time of the checkpoint's files: a changed checkpoint regenerates."""
+    """Size and modification time of the checkpoint's (or feature file's) files: a change regenerates."""
     path = Path(checkpoint)
     if not path.exists():
         raise SystemExit(f"error: {path}: checkpoint not found")
@@ -187,13 +189,13 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     """(levels, {level: {image_id: caption}}, number of test images without features)."""
     meta_path = cache.with_suffix(".meta.json")
     decoding = {"steps": args.decode_steps, "eos_decay": args.eos_decay, "labert_average": args.labert_average}
-    key = {"checkpoint": str(checkpoint), "files": fingerprint(checkpoint),
+    key = {"checkpoint": str(checkpoint), "files": fingerprint(checkpoint), "features": fingerprint(features.path),
            "images": hashlib.sha1("\n".join(image_ids).encode()).hexdigest(), "decoding": decoding}
     if not args.regenerate and cache.exists() and meta_path.exists():
         meta = read_json(meta_path)
         if meta.get("key") == key:
             levels = get_levels(meta["levels"])
-            print(f"{checkpoint}: reusing {cache} (checkpoint and decoding unchanged)")
+            print(f"{checkpoint}: reusing {cache} (checkpoint, features and decoding unchanged)")
             return levels, read_generated(cache, len(levels)), meta["no_features"]
 
     from clid.decode import generate_captions
@@ -442,6 +444,11 @@ def main(argv=None) -> None:
     runs = run_list(args)
     if args.checkpoint and args.features is None:
         raise SystemExit("error: --checkpoint needs --features")
+    inputs = [("--refs", args.refs), ("--features", args.features), ("--long-refs", args.long_refs),
+              ("--selfgen", args.selfgen), *(("--generated", p) for p in args.generated)]
+    for flag, path in inputs:  # fail now, not after minutes of generation and scoring
+        if path is not None and not Path(path).is_file():
+            raise DataError(path, None, f"{flag}: no such file")
     tokenizer = load_tokenizer(args.tokenizer)
 
     # 1. the test images and their references
@@ -491,12 +498,15 @@ def main(argv=None) -> None:
         outside = {i for by_image in long_refs.values() for i in by_image if i not in refs}
         skipped["long-reference images not among the test images"] = len(outside)
         unused = [n for n in long_refs if not 1 <= n <= len(levels)]
-        skipped["long-reference levels outside the level set"] = len(unused)
-        long_refs = {n: {i: r for i, r in by_image.items() if i in refs}
-                     for n, by_image in long_refs.items() if n not in unused}
-        for reason in ("long-reference images not among the test images", "long-reference levels outside the level set"):
-            if skipped[reason]:
-                print(f"warning: left out {skipped[reason]} {reason}")
+        if unused:
+            raise DataError(args.long_refs, None, f"level(s) {unused} outside the level set 1..{len(levels)} "
+                                                  f"({level_set} levels)")
+        long_refs = {n: {i: r for i, r in by_image.items() if i in refs} for n, by_image in long_refs.items()}
+        reason = "long-reference images not among the test images"
+        if skipped[reason]:
+            print(f"warning: left out {skipped[reason]} {reason}")
+
+    selfgen_texts = [r["caption"] for r in read_jsonl(args.selfgen, required=("caption",))] if args.selfgen else None
 
     # 3. score every run per level (one PTB / METEOR process for all)
     scorer = CocoScorer(spice=args.spice)
@@ -517,9 +527,8 @@ def main(argv=None) -> None:
     trusted_texts = [c for r in trusted for c in r.captions]
     if trusted_texts:
         histograms["trusted captions"] = caption_lengths(trusted_texts, tokenizer, keep_sentences=True)
-    if args.selfgen:
-        texts = [r["caption"] for r in read_jsonl(args.selfgen, required=("caption",))]
-        histograms["self-generated captions"] = caption_lengths(texts, tokenizer, keep_sentences)
+    if selfgen_texts is not None:
+        histograms["self-generated captions"] = caption_lengths(selfgen_texts, tokenizer, keep_sentences)
     for name, captions in generated.items():
         keys = [(n, i) for n, by_image in captions.items() for i, c in by_image.items() if has_words(c) and i in refs]
         values = caption_lengths([captions[n][i] for n, i in keys], tokenizer, keep_sentences)
@@ -560,7 +569,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (DataError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
+    run_main(main)

@@ -26,8 +26,8 @@ import torch.distributed as dist
 
 from .data import add_split_args
 from .examples import Examples, RegionCache
-from .files import FeatureStore, add_bad_features_arg
-from .model import REGION_NORMS, Captioner, load_checkpoint, save_model
+from .files import DataError, FeatureStore, add_bad_features_arg, read_json
+from .model import REGION_NORMS, Captioner, load_checkpoint, load_weights, save_model
 from .rng import item_rng, item_seed
 from .text import encode, eos_id
 
@@ -160,7 +160,12 @@ def checkpoint_exists(folder) -> bool:
 
 
 def read_train_state(folder) -> dict:
-    return json.loads((Path(folder) / "train_state.json").read_text())
+    """The checkpoint's training state; a damaged file is one DataError naming it."""
+    path = Path(folder) / "train_state.json"
+    state = read_json(path)
+    if not isinstance(state, dict) or isinstance(state.get("step"), bool) or not isinstance(state.get("step"), int):
+        raise DataError(path, None, "no integer 'step': a damaged checkpoint (remove it, or give --restart)")
+    return state
 
 
 def save_checkpoint(folder, model: Captioner, optimizer, state: dict, config_extra: dict, log_lines: list[str]):
@@ -190,9 +195,15 @@ def restore(folder, model: Captioner, optimizer) -> dict:
     from safetensors.torch import load_model as load_safetensors
 
     folder = Path(folder)
-    load_safetensors(model, str(folder / "model.safetensors"), device=str(next(model.parameters()).device))
-    optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
-    return read_train_state(folder)
+    state = read_train_state(folder)
+    load_weights(model, folder / "model.safetensors", str(next(model.parameters()).device))
+    try:
+        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
+    except Exception as err:  # torch raises many kinds for a damaged file
+        raise DataError(folder / "optimizer.pt", None, f"cannot load the optimizer state ({type(err).__name__}: "
+                                                        f"{str(err).splitlines()[0][:200]}); remove the checkpoint "
+                                                        "or give --restart") from None
+    return state
 
 
 def standardize_regions(model: Captioner, features: FeatureStore, image_ids, max_images: int = 5000,
@@ -291,10 +302,66 @@ def add_train_args(p) -> None:
     p.add_argument("--log-every", type=int, default=d.log_every)
     p.add_argument("--seed", type=int, default=d.seed)
     add_split_args(p)
+    p.add_argument("--restart", action="store_true",
+                   help="remove a checkpoint in --out and start over (a re-run resumes only the same flags and inputs)")
 
 
 def settings_from_args(args) -> TrainSettings:
     return TrainSettings(**{name: getattr(args, name) for name in TrainSettings.__dataclass_fields__})
+
+
+# flags that do not change what a run computes (a resumed run may change them)
+NOT_RECORDED = ("out", "save_every", "eval_every", "eval_images", "log_every", "restart")
+# flags naming input files: recorded by the files' size and modification time
+INPUT_FLAGS = ("captions", "selfgen", "quality", "features", "output_vocab", "init_from", "init", "bert")
+
+
+def file_stamp(value):
+    """Size and modification time of each input file (or of a checkpoint folder's files); other values as given."""
+    if isinstance(value, list):
+        return [file_stamp(v) for v in value]
+    path = Path(str(value)) if value is not None else None
+    if path is None or not path.exists():
+        return value
+    files = sorted(f for f in path.iterdir() if f.suffix in (".json", ".safetensors")) if path.is_dir() else [path]
+    return {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files}
+
+
+def run_record(args) -> dict:
+    """What determines a training run's output: its flags, and its input files' sizes and modification times."""
+    flags = {k: v for k, v in vars(args).items() if k not in NOT_RECORDED and k not in INPUT_FLAGS}
+    inputs = {k: file_stamp(v) for k, v in vars(args).items() if k in INPUT_FLAGS}
+    return {"flags": flags, "inputs": inputs}
+
+
+def check_resume(args, rank: int, world: int) -> None:
+    """Refuse to resume ``--out`` when it was trained with other flags or inputs (``--restart`` starts over)."""
+    out = Path(args.out)
+    if not checkpoint_exists(out):
+        return
+    if args.restart:
+        if rank == 0:
+            print(f"--restart: removing the checkpoint in {out}")
+            shutil.rmtree(out)
+        if world > 1:
+            dist.barrier()
+        return
+    config = read_json(out / "config.json")
+    old = config.get("run") if isinstance(config, dict) else None
+    if not isinstance(old, dict):
+        return  # a checkpoint from before runs were recorded
+    new = run_record(args)
+    differences = []
+    for kind in ("flags", "inputs"):
+        for name in sorted(set(old.get(kind, {})) | set(new[kind])):
+            before, now = old.get(kind, {}).get(name), new[kind].get(name)
+            if json.loads(json.dumps(before)) != json.loads(json.dumps(now)):
+                flag = "--" + name.replace("_", "-")
+                differences.append(f"{flag} {before!r} -> {now!r}" if kind == "flags"
+                                   else f"{flag} (the file changed: size or modification time)")
+    if differences:
+        raise SystemExit(f"error: {out} holds a run with other settings: {'; '.join(differences)}. "
+                         "Give --restart to start it over, or another --out")
 
 
 def already_trained(args, rank: int) -> bool:
@@ -309,6 +376,7 @@ def already_trained(args, rank: int) -> bool:
 def start_run(args):
     """(rank, world, device, features) for a training stage; None when ``--out`` is already trained."""
     rank, world, device = init_distributed()
+    check_resume(args, rank, world)
     if already_trained(args, rank):
         return None
     try:
