@@ -337,7 +337,7 @@ def detect_format(path) -> tuple[str, object]:
     path = Path(path)
     if path.suffix == ".jsonl":
         return "jsonl", None
-    with open(path) as f:
+    with open(path, errors="replace") as f:  # (only sniffed here; read_json names a non-UTF-8 file)
         first_line = f.readline()
     try:
         data = read_json(path)
