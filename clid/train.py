@@ -347,14 +347,16 @@ def check_resume(args, rank: int, world: int) -> None:
             dist.barrier()
         return
     config = read_json(out / "config.json")
-    old = config.get("run") if isinstance(config, dict) else None
-    if not isinstance(old, dict):
-        return  # a checkpoint from before runs were recorded
+    if not isinstance(config, dict) or not isinstance(config.get("run", config.get("train")), dict):
+        raise DataError(out / "config.json", None, "no run record: a damaged checkpoint (give --restart)")
+    # (a checkpoint written before input files were recorded has its flags under "train")
+    old = config.get("run") or {"flags": {k: v for k, v in config["train"].items()
+                                          if k not in NOT_RECORDED and k not in INPUT_FLAGS}}
     new = run_record(args)
     differences = []
     for kind in ("flags", "inputs"):
-        for name in sorted(set(old.get(kind, {})) | set(new[kind])):
-            before, now = old.get(kind, {}).get(name), new[kind].get(name)
+        for name in sorted(old.get(kind, {})):  # (a flag added to the code since is not a difference)
+            before, now = old[kind][name], new[kind].get(name)
             if json.loads(json.dumps(before)) != json.loads(json.dumps(now)):
                 flag = "--" + name.replace("_", "-")
                 differences.append(f"{flag} {before!r} -> {now!r}" if kind == "flags"

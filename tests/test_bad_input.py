@@ -676,6 +676,17 @@ RESUME_CHANGES_04 = [
 ]
 for name, extra, fragment in RESUME_CHANGES_04:
     row("04", f"resume-changed-{name}", lambda w, d, extra=extra: w.train_args(checkpoint_copy(w.trusted, d), *extra(w, d)), fragment)
+def without_run_record(folder: Path) -> None:
+    """A checkpoint as written before input files were recorded: its flags only under "train"."""
+    config = json.loads((folder / "config.json").read_text())
+    del config["run"]
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+row("04", "resume-old-checkpoint-changed-lr",
+    lambda w, d: w.train_args(checkpoint_copy(w.trusted, d, without_run_record), "--lr", "1e-2"), "--lr")
+row("04", "resume-changed-log-every-is-fine", lambda w, d: w.train_args(checkpoint_copy(w.trusted, d), "--log-every", "7"),
+    "already trained", "ok")
 row("04", "resume-changed-lr-restart", lambda w, d: w.train_args(checkpoint_copy(w.trusted, d), "--lr", "1e-2", "--restart"),
     "checkpoint:", "ok")
 RESUME_CHANGES_06 = [
