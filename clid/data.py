@@ -844,7 +844,7 @@ def fill_sizes(graphs: list[SceneGraph], sizes: dict | None = None, images=None)
 
 def detect_graph_format(path) -> str:
     """"vg" (a JSON list of graphs) or "sgg" (a TSV: image key, a tab, a JSON object)."""
-    with open(path) as f:
+    with open(path, errors="replace") as f:  # (a binary file is an unknown format, not a traceback)
         head = f.read(65536).lstrip()
     if head.startswith("["):
         return "vg"

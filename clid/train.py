@@ -313,7 +313,7 @@ def settings_from_args(args) -> TrainSettings:
 # flags that do not change what a run computes (a resumed run may change them)
 NOT_RECORDED = ("out", "save_every", "eval_every", "eval_images", "log_every", "restart")
 # flags naming input files: recorded by the files' size and modification time
-INPUT_FLAGS = ("captions", "selfgen", "quality", "features", "output_vocab", "init_from", "init", "bert")
+INPUT_FLAGS = ("captions", "selfgen", "quality", "features", "output_vocab", "init_from", "init", "bert", "test_ids")
 
 
 def file_stamp(value):
