@@ -86,7 +86,8 @@ def main(argv=None):
         standardize_regions(model, features, examples.image_ids)
 
     trainer = Trainer(model, examples, RegionCache(features, model.config.num_classes), settings_from_args(args),
-                      args.out, {"train": vars(args), "stage": "04_train_base", "run": run_record(args)}, device, rank, world,
+                      args.out, {"train": vars(args), "stage": "04_train_base",
+                                "run": run_record(args)}, device, rank, world,
                       validation_check(args, features, val_ids, device))
     if trainer.resume() and rank == 0:
         print(f"resumed from {args.out} at step {trainer.step}")

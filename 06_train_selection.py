@@ -177,7 +177,8 @@ def main(argv=None):
             tmp.write_text("".join(json.dumps(p) + "\n" for p in plan))
 
     trainer = Trainer(model, examples, RegionCache(features, config.num_classes), settings_from_args(args), out,
-                      {"train": vars(args), "stage": "06_train_selection", "run": run_record(args)}, device, rank, world,
+                      {"train": vars(args), "stage": "06_train_selection",
+                                                 "run": run_record(args)}, device, rank, world,
                       validation_check(args, features, items.val_ids, device))
     if trainer.resume() and rank == 0:
         print(f"resumed from {out} at step {trainer.step}")

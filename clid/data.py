@@ -100,7 +100,9 @@ def _need(record: dict, key: str, path, where: str):
 
 def _show(value) -> str:
     """A short description of a wrong value for an error message."""
-    return json.dumps(value)[:40] if value is None or isinstance(value, (bool, int, float, str)) else type(value).__name__
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return json.dumps(value)[:40]
+    return type(value).__name__
 
 
 def _string(record: dict, key: str, path, where: str) -> str:

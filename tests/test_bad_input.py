@@ -399,16 +399,21 @@ CAPTION_CASES = [  # (name, make(w, d) -> path, fragment, kind)
     ("coco-caption-emoji", lambda w, d: coco_captions(w, d, "\U0001F600"), "no word left", "skip"),
 ]
 # COCO captions JSON and the other formats (stats reads every one)
+IMG1 = {"id": 1, "file_name": "1.jpg"}
+PARA1 = {"image_id": 1, "paragraph": "A dog."}
 OTHER_CAPTION_CASES = [
     ("coco-images-not-list", lambda w, d: write(d, "c.json", {"images": 3, "annotations": []}), "'images' must be a list", "error"),
     ("coco-annotations-null", lambda w, d: write(d, "c.json", {"images": [], "annotations": None}), "'annotations' must be a list", "error"),
-    ("coco-unknown-image", lambda w, d: write(d, "c.json", {"images": [{"id": 1, "file_name": "1.jpg"}], "annotations": [{"image_id": 2, "caption": "a dog"}]}), "not in 'images'", "error"),
-    ("coco-duplicate-image", lambda w, d: write(d, "c.json", {"images": [{"id": 1, "file_name": "1.jpg"}, {"id": 1, "file_name": "2.jpg"}], "annotations": []}), "duplicate image id 1", "error"),
-    ("coco-annotation-not-object", lambda w, d: write(d, "c.json", {"images": [{"id": 1, "file_name": "1.jpg"}], "annotations": ["a dog"]}), "expected a json object", "error"),
+    ("coco-unknown-image", lambda w, d: write(d, "c.json", {"images": [IMG1], "annotations": [{"image_id": 2, "caption": "a dog"}]}),
+     "not in 'images'", "error"),
+    ("coco-duplicate-image", lambda w, d: write(d, "c.json", {"images": [IMG1, dict(IMG1, file_name="2.jpg")], "annotations": []}),
+     "duplicate image id 1", "error"),
+    ("coco-annotation-not-object", lambda w, d: write(d, "c.json", {"images": [IMG1], "annotations": ["a dog"]}),
+     "expected a json object", "error"),
     ("paragraph-int", lambda w, d: write(d, "p.json", [{"image_id": 1, "paragraph": 5}]), "'paragraph' must be a string", "error"),
-    ("paragraph-null", lambda w, d: write(d, "p.json", [{"image_id": 1, "paragraph": "A dog."}, {"image_id": 2, "paragraph": None}]), "'paragraph' must be a string", "error"),
-    ("paragraph-duplicate", lambda w, d: write(d, "p.json", [{"image_id": 1, "paragraph": "A dog."}, {"image_id": 1, "paragraph": "A cat."}]), "duplicate image id 1", "error"),
-    ("paragraph-no-word", lambda w, d: write(d, "p.json", [{"image_id": 1, "paragraph": "A dog."}, {"image_id": 2, "paragraph": "?!"}]), "no word left", "skip"),
+    ("paragraph-null", lambda w, d: write(d, "p.json", [PARA1, {"image_id": 2, "paragraph": None}]), "'paragraph' must be a string", "error"),
+    ("paragraph-duplicate", lambda w, d: write(d, "p.json", [PARA1, dict(PARA1, paragraph="A cat.")]), "duplicate image id 1", "error"),
+    ("paragraph-no-word", lambda w, d: write(d, "p.json", [PARA1, {"image_id": 2, "paragraph": "?!"}]), "no word left", "skip"),
     ("jsonl-bad-line", lambda w, d: jsonl_lines(w.selfgen, d, lambda r: r[:1] + ["{not json"]), "not valid json", "error"),
     ("jsonl-caption-int", lambda w, d: jsonl_lines(w.selfgen, d, first(caption=3)), "'caption' must be a string", "error"),
     ("jsonl-caption-null", lambda w, d: jsonl_lines(w.selfgen, d, first(caption=None)), "'caption' must be a string", "error"),
@@ -699,6 +704,12 @@ for name, extra, fragment in RESUME_CHANGES_06:
     row("06", f"resume-changed-{name}", lambda w, d, extra=extra: w.selection_args(checkpoint_copy(w.selection, d), *extra(w, d)), fragment)
 
 # -- 05 scoring: checkpoints ------------------------------------------------------------------------------
+def narrower(folder: Path) -> None:
+    """config.json of a narrower model than the weights in model.safetensors."""
+    config = folder / "config.json"
+    config.write_text(config.read_text().replace('"hidden_size": 192', '"hidden_size": 96'))
+
+
 CHECKPOINT_CASES = [
     ("missing", lambda w, d: d / "nope", "is not a checkpoint|checkpoint not found"),
     ("config-garbage", lambda w, d: checkpoint_copy(w.trusted, d, corrupt("config.json", b"{"), "ck"), "not valid json"),
@@ -706,7 +717,7 @@ CHECKPOINT_CASES = [
     ("config-unknown-field", lambda w, d: checkpoint_copy(w.trusted, d, lambda f: (f / "config.json").write_text(json.dumps({"model": {"wings": 2}})), "ck"), "config.json"),
     ("weights-garbage", lambda w, d: checkpoint_copy(w.trusted, d, corrupt("model.safetensors"), "ck"), "model.safetensors"),
     ("weights-empty", lambda w, d: checkpoint_copy(w.trusted, d, corrupt("model.safetensors", b""), "ck"), "model.safetensors"),
-    ("weights-of-another-model", lambda w, d: checkpoint_copy(w.trusted, d, lambda f: (f / "config.json").write_text((f / "config.json").read_text().replace('"hidden_size": 192', '"hidden_size": 96')), "ck"), "model.safetensors"),
+    ("weights-of-another-model", lambda w, d: checkpoint_copy(w.trusted, d, narrower, "ck"), "model.safetensors"),
 ]
 for name, make, fragment in CHECKPOINT_CASES:
     row("05", f"checkpoint-{name}", lambda w, d, make=make: w.score_args(d / "out.h5", "--trusted", make(w, d)), fragment)
@@ -719,6 +730,16 @@ row("05", "features-image-missing", lambda w, d: w.score_args(d / "out.h5", "--f
 row("05", "empty-shard", lambda w, d: w.score_args(d / "out.h5", "--num-shards", "40", "--shard-id", "39"), "", "ok", needs="stages")
 
 # -- 06 quality file -------------------------------------------------------------------------------------
+def first_rows(n: int):
+    """A change keeping the first ``n`` rows of every dataset of a flat HDF5 file."""
+    def change(f):
+        for name in list(f.keys()):
+            values = f[name][()][:n]
+            del f[name]
+            f.create_dataset(name, data=values)
+    return change
+
+
 QUALITY_CASES = [
     ("missing", lambda w, d: d / "nope.h5", "no such file|not found", None),
     ("not-hdf5", lambda w, d: write(d, "q.h5", "nope"), "not an hdf5 file", None),
@@ -727,7 +748,7 @@ QUALITY_CASES = [
     ("no-u", lambda w, d: h5_changed(w.quality, d, lambda f: f.__delitem__("u")), "missing dataset 'u'", None),
     ("u-nan", lambda w, d: h5_changed(w.quality, d, lambda f: f["u"].__setitem__(0, np.nan)), "u is nan", None),
     ("u-inf", lambda w, d: h5_changed(w.quality, d, lambda f: f["u"].__setitem__(0, np.inf)), "", "ops"),
-    ("missing-scores", lambda w, d: h5_changed(w.quality, d, lambda f: [f.__delitem__(k) or f.create_dataset(k, data=v[:3]) for k, v in [(k, f[k][()]) for k in list(f.keys())]]), "have no quality score", None),
+    ("missing-scores", lambda w, d: h5_changed(w.quality, d, first_rows(3)), "have no quality score", None),
     ("ragged", lambda w, d: h5_changed(w.quality, d, lambda f: f.__delitem__("u") or f.create_dataset("u", data=np.zeros(3, np.float32))), "lengths", None),
 ]
 for name, make, fragment, needs in QUALITY_CASES:
