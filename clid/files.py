@@ -167,12 +167,13 @@ def h5_number(path, record, group, name: str, positive: bool = False) -> float:
     if name not in group.attrs:
         raise DataError(path, record, f"missing attribute '{name}'")
     value = group.attrs[name]
+    shown = repr(value) if isinstance(value, (str, bytes)) else str(value)
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise DataError(path, record, f"attribute '{name}' must be a number, got {value!r}") from None
+        raise DataError(path, record, f"attribute '{name}' must be a number, got {shown}") from None
     if positive and not number > 0:
-        raise DataError(path, record, f"attribute '{name}' must be a positive number, got {value!r}")
+        raise DataError(path, record, f"attribute '{name}' must be a positive number, got {shown}")
     return number
 
 def write_h5_groups(path, groups: Iterable[tuple[str, dict, dict]], compression: str | None = None) -> int:
@@ -291,6 +292,8 @@ class FeatureStore:
         if not Path(self.path).exists():
             raise FileNotFoundError(f"{self.path}: feature file not found")
         self._file = open_h5(self.path, "feature file")
+        if not len(self._file):
+            raise DataError(self.path, None, "holds no image (expected one group per image id)")
         self._verdicts: dict[str, str | None] = {}  # image id -> its problem (None: good)
         self._shape: tuple[int, int] | None = None  # (D, C) of the file's first well-formed image
 

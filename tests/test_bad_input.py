@@ -612,17 +612,17 @@ FEATURE_CASES = [  # (name, make, fragment, kind, needs)
     ("not-hdf5", lambda w, d: write(d, "f.h5", "not hdf5"), "not an hdf5 file", "error", None),
     ("empty", lambda w, d: write(d, "f.h5", b""), "not an hdf5 file", "error", None),
     ("truncated", lambda w, d: truncated(w.features, d), "not an hdf5 file", "error", None),
-    ("no-groups", lambda w, d: h5_changed(w.features, d, lambda f: [f.__delitem__(k) for k in list(f.keys())]), "holds no image", "error", None),
+    ("no-groups", lambda w, d: h5_changed(w.features, d, lambda f: [f.__delitem__(k) for k in list(f.keys())]), "holds no image|no image group", "error", None),
     ("no-features-dataset", lambda w, d: h5_changed(w.features, d, first_group(lambda g: g.__delitem__("features"))), "missing dataset 'features'", "error", None),
     ("features-1d", lambda w, d: h5_changed(w.features, d, first_group(replace_dataset("features", np.ones(16, np.float32)))), "features", "error", None),
     ("boxes-wrong-shape", lambda w, d: h5_changed(w.features, d, first_group(replace_dataset("boxes", np.ones((2, 3), np.float32)))), "do not match", "error", None),
     ("no-width", lambda w, d: h5_changed(w.features, d, first_group(set_attr("width", None))), "missing attribute 'width'", "error", None),
-    ("width-string", lambda w, d: h5_changed(w.features, d, first_group(set_attr("width", "abc"))), "'width' must be a number", "error", None),
+    ("width-string", lambda w, d: h5_changed(w.features, d, first_group(set_attr("width", "abc"))), "width 'abc' is not a number", "error", None),
     ("features-strings", lambda w, d: h5_changed(w.features, d, first_group(replace_dataset("features", np.array([["a"] * 16] * 2, dtype="S1")))), "features", "error", None),
-    ("nan-feature", lambda w, d: h5_changed(w.features, d, first_group(poke("features", (0, 0), np.nan))), "", "error", "ops"),
-    ("inf-feature", lambda w, d: h5_changed(w.features, d, first_group(poke("features", (0, 1), np.inf))), "", "error", "ops"),
-    ("nan-box", lambda w, d: h5_changed(w.features, d, first_group(poke("boxes", (0, 0), np.nan))), "", "error", "ops"),
-    ("width-zero", lambda w, d: h5_changed(w.features, d, first_group(set_attr("width", 0.0))), "", "error", "ops"),
+    ("nan-feature", lambda w, d: h5_changed(w.features, d, first_group(poke("features", (0, 0), np.nan))), "nan at region", "error", None),
+    ("inf-feature", lambda w, d: h5_changed(w.features, d, first_group(poke("features", (0, 1), np.inf))), "inf at region", "error", None),
+    ("nan-box", lambda w, d: h5_changed(w.features, d, first_group(poke("boxes", (0, 0), np.nan))), "boxes: nan", "error", None),
+    ("width-zero", lambda w, d: h5_changed(w.features, d, first_group(set_attr("width", 0.0))), "must be a positive number", "error", None),
 ]
 for name, make, fragment, kind, needs in FEATURE_CASES:
     row("04", f"features-{name}", lambda w, d, make=make: w.train_args(d / "out", "--features", make(w, d)), fragment, kind, needs)
@@ -747,7 +747,7 @@ QUALITY_CASES = [
     ("truncated", lambda w, d: truncated(w.quality, d), "not an hdf5 file", None),
     ("no-u", lambda w, d: h5_changed(w.quality, d, lambda f: f.__delitem__("u")), "missing dataset 'u'", None),
     ("u-nan", lambda w, d: h5_changed(w.quality, d, lambda f: f["u"].__setitem__(0, np.nan)), "u is nan", None),
-    ("u-inf", lambda w, d: h5_changed(w.quality, d, lambda f: f["u"].__setitem__(0, np.inf)), "", "ops"),
+    ("u-inf", lambda w, d: h5_changed(w.quality, d, lambda f: f["u"].__setitem__(0, np.inf)), "u is inf", None),
     ("missing-scores", lambda w, d: h5_changed(w.quality, d, first_rows(3)), "have no quality score", None),
     ("ragged", lambda w, d: h5_changed(w.quality, d, lambda f: f.__delitem__("u") or f.create_dataset("u", data=np.zeros(3, np.float32))), "lengths", None),
 ]
@@ -776,7 +776,8 @@ for name, make, fragment in GENERATED_CASES:
 row("07", "checkpoint-without-features", lambda w, d: ["--refs", w.captions, "--checkpoint", w.trusted, "--out", d / "out"], "needs --features")
 row("07", "features-test-image-width-string",
     lambda w, d: ["--refs", w.captions, "--checkpoint", w.trusted, "--out", d / "out", "--spice", "off", "--features",
-                  h5_changed(w.features, d, lambda f: f["11"].attrs.__setitem__("width", "abc"))], "'width' must be a number")
+                  h5_changed(w.features, d, lambda f: f["11"].attrs.__setitem__("width", "abc"))],
+    "width 'abc' is not a number")
 for name, make, fragment, kind, needs in FEATURE_CASES[:4]:
     row("07", f"features-{name}", lambda w, d, make=make: ["--refs", w.captions, "--features", make(w, d), "--checkpoint", w.trusted,
                                                             "--out", d / "out", "--spice", "off"], fragment, kind, needs)
