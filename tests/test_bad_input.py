@@ -569,7 +569,7 @@ SAL_CASES = [
 for name, make, fragment in SAL_CASES:
     row("02", name, lambda w, d, make=make: sg_args(w, d, saliency=make(w, d)), fragment,
         "skip" if name == "map-nan" else "error")
-row("02", "empty-shard", lambda w, d: sg_args(w, d, None, None, "none", "--num-shards", "5", "--shard-id", "4"), "", "ok", needs="stages")
+row("02", "empty-shard", lambda w, d: sg_args(w, d, None, None, "none", "--num-shards", "5", "--shard-id", "4"), "", "ok")
 
 
 def changed_per_image(w: World, d: Path) -> list:
@@ -604,7 +604,7 @@ PARA_CASES = [
 for name, make, fragment, kind in PARA_CASES:
     row("03", name, lambda w, d, make=make: para_args(w, d, make(w, d)), fragment, kind)
 row("03", "model-not-found", lambda w, d: ["--in", w.selfgen, "--out", d / "out.jsonl", "--model", d / "no-model"], "rules")
-row("03", "empty-shard", lambda w, d: para_args(w, d, w.selfgen, "--num-shards", "40", "--shard-id", "39"), "", "ok", needs="stages")
+row("03", "empty-shard", lambda w, d: para_args(w, d, w.selfgen, "--num-shards", "40", "--shard-id", "39"), "", "ok")
 
 # -- region features: 04, 05, 07 read the same file ----------------------------------------------------
 FEATURE_CASES = [  # (name, make, fragment, kind, needs)
