@@ -412,7 +412,7 @@ OTHER_CAPTION_CASES = [
      "expected a json object", "error"),
     ("paragraph-int", lambda w, d: write(d, "p.json", [{"image_id": 1, "paragraph": 5}]), "'paragraph' must be a string", "error"),
     ("paragraph-null", lambda w, d: write(d, "p.json", [PARA1, {"image_id": 2, "paragraph": None}]), "'paragraph' must be a string", "error"),
-    ("paragraph-duplicate", lambda w, d: write(d, "p.json", [PARA1, dict(PARA1, paragraph="A cat.")]), "duplicate image id 1", "error"),
+    ("paragraph-repeated", lambda w, d: write(d, "p.json", [PARA1, dict(PARA1, paragraph="A cat.")]), "1 repeated image id", "skip"),
     ("paragraph-no-word", lambda w, d: write(d, "p.json", [PARA1, {"image_id": 2, "paragraph": "?!"}]), "no word left", "skip"),
     ("jsonl-bad-line", lambda w, d: jsonl_lines(w.selfgen, d, lambda r: r[:1] + ["{not json"]), "not valid json", "error"),
     ("jsonl-caption-int", lambda w, d: jsonl_lines(w.selfgen, d, first(caption=3)), "'caption' must be a string", "error"),
