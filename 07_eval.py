@@ -1,24 +1,31 @@
-"""Stage 07: evaluate length-controlled captions, per length level, for one or more runs.
+"""Stage 07: evaluate length-controlled captions, per length level, for one or more methods.
 
 In:  --refs captions.json (any caption format clid.data reads; its test split is evaluated) and
      runs to compare, each either
-       --checkpoint CKPT (with --features features.h5): captions generated at every level, or
-       --generated FILE: captions made elsewhere, JSONL lines {"image_id", "level", "caption"}.
-     Optional: --long-refs long_refs.json (demo world: test images with long descriptions whose
-     sentences carry a "level"), --selfgen selfgen.jsonl (only for the length histograms).
-Out: --out DIR holding metrics.json (every number), report.md (tables, plots, example captions),
-     control_precision.png, quality_vs_control.png, length_histograms.png, and for checkpoint runs
-     generated/<run>.jsonl (reused by a re-run while the checkpoint is unchanged).
+       --checkpoint [NAME=]CKPT (with --features features.h5): captions generated at every level, or
+       --generated [NAME=]FILE: captions made elsewhere, JSONL lines {"image_id", "level", "caption"}
+       (optional "filled": true when the model wrote no "." in the level).
+     Entries with one NAME are runs of one method (e.g. three seeds); a bare CKPT or FILE is named
+     after the folder or file. Optional: --long-refs long_refs.json (demo world: test images with
+     long descriptions whose sentences carry a "level"), --selfgen selfgen.jsonl (length histograms).
+Out: --out DIR holding metrics.json (every number, per run and per method), report.md (tables,
+     plots, example captions), control_precision.png, quality_vs_control.png, length_histograms.png,
+     and for checkpoint runs generated/<run>.jsonl (each caption with its length as counted; reused
+     by a re-run while the checkpoint and the decoding are unchanged).
 
     python 07_eval.py --refs data/demo/captions.json --features data/demo/features.h5 \\
-        --checkpoint runs/demo/trusted --checkpoint runs/demo/clid \\
-        --long-refs data/demo/long_refs.json --out runs/demo/eval
+        --checkpoint trusted=runs/demo/trusted --checkpoint CLID=runs/demo/clid \\
+        --checkpoint CLID=runs/demo/seed1/clid --long-refs data/demo/long_refs.json --out runs/demo/eval
     python 07_eval.py --refs captions_val2014.json --generated mine.jsonl --out eval  # Karpathy 5k
 
 Per level and run (definitions in clid/metrics.py): control precision (share of ALL test images
 whose caption length is inside the level; a missing caption is a miss), BLEU-1..4, METEOR,
 ROUGE-L, CIDEr and SPICE (pycocoevalcap, PTB tokenizer) on the in-range captions, length error
-and distinct-1/2. CIDEr's document frequencies come from the scored subset of each level.
+and distinct-1/2. CIDEr's document frequencies come from the scored subset of each level. A method
+with several runs is reported as the mean and the standard deviation over its runs (the paper
+reports the mean of 3 runs). The defaults follow the authors' code where the paper is silent:
+confidence-averaging decoding (--no-labert-average: update only the re-masked positions) and their
+length count (--length-count strict: a caption filling its level without "." is one token over).
 """
 from __future__ import annotations
 
@@ -32,12 +39,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a mod
 
 from clid.data import (detect_format, karpathy_test_ids, load_coco_captions, load_jsonl_captions,
                        load_karpathy, load_paragraphs, read_id_list)
-from clid.files import DataError, FeatureStore, add_bad_features_arg, natural_key, read_json, read_jsonl, write_json
+from clid.files import DataError, FeatureStore, add_bad_features_arg, natural_key, read_json, write_json
 from clid.metrics import CocoScorer, counts_sentences, evaluate, has_words, read_generated, write_generated
-from clid.report import (FIGURES, fmt, plot_control_precision, plot_length_histograms, plot_quality_vs_control,
-                         write_report)
-from clid.text import LEVEL_SETS, caption_lengths, get_levels, load_tokenizer
-
+from clid.report import length_histograms, write_outputs
+from clid.text import LEVEL_SETS, get_levels, load_tokenizer
 
 
 def parse_args(argv=None):
@@ -51,11 +56,13 @@ def parse_args(argv=None):
     p.add_argument("--selfgen", default=None, help="self-generated captions JSONL (length histogram only)")
     p.add_argument("--features", default=None, help="region features HDF5 (needed by --checkpoint)")
     add_bad_features_arg(p)
-    p.add_argument("--checkpoint", action="append", default=[], help="a checkpoint folder to evaluate (repeatable)")
-    p.add_argument("--generated", action="append", default=[], help="a generated-captions JSONL (repeatable)")
+    p.add_argument("--checkpoint", action="append", default=[], metavar="[NAME=]DIR",
+                   help="a checkpoint folder to evaluate (repeatable; entries with one NAME are runs of one method)")
+    p.add_argument("--generated", action="append", default=[], metavar="[NAME=]FILE",
+                   help="a generated-captions JSONL (repeatable; entries with one NAME are runs of one method)")
     p.add_argument("--name", action="append", default=[],
-                   help="run names, one per run, checkpoints first then generated files "
-                        "(default: checkpoint folder name / file name without extension)")
+                   help="names, one per entry, checkpoints first then generated files (instead of NAME=; "
+                        "default: the checkpoint folder's name / the file's name without extension)")
     p.add_argument("--levels", default=None, choices=sorted(LEVEL_SETS),
                    help="level set (default: the checkpoints' own, else caption)")
     p.add_argument("--score-captions", default="in-range", choices=["in-range", "all"],
@@ -71,8 +78,12 @@ def parse_args(argv=None):
     p.add_argument("--eos-decay", type=float, default=1.0,
                    help="penalty on '.' inside a level's range, decay ** (distance to the level's end) "
                         "(default 1.0: none, as the authors' configuration)")
-    p.add_argument("--labert-average", action="store_true",
-                   help="LaBERT's decoding variant: re-predict every position and average the confidences")
+    p.add_argument("--labert-average", action=argparse.BooleanOptionalAction, default=True,
+                   help="decoding as LaBERT's and the authors' code (default): re-predict every position and "
+                        "average the confidences; --no-labert-average: re-predict only the re-masked positions")
+    p.add_argument("--length-count", choices=["authors", "strict"], default="authors",
+                   help="the length of a caption that fills its level without '.': authors (default, the "
+                        "authors' code): its tokens, no '.' (a hit); strict: with a final '.' (one over: a miss)")
     p.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")
     p.add_argument("--tokenizer", default=None, help="tokenizer for caption lengths (default: offline bert-base-uncased)")
     p.add_argument("--out", required=True, help="output folder")
@@ -156,17 +167,33 @@ def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_
 
 
 def run_list(args) -> list[tuple[str, str, str]]:
-    """(name, "checkpoint" | "generated", path) per run, checkpoints first."""
-    runs = [("checkpoint", p) for p in args.checkpoint] + [("generated", p) for p in args.generated]
-    if not runs:
+    """(name, "checkpoint" | "generated", path) per entry, checkpoints first. A name given as
+    NAME=PATH or by --name may repeat (runs of one method); two bare paths with one name may not."""
+    entries = [("checkpoint", e) for e in args.checkpoint] + [("generated", e) for e in args.generated]
+    if not entries:
         raise SystemExit("error: nothing to evaluate; give --checkpoint CKPT or --generated FILE")
-    if args.name and len(args.name) != len(runs):
-        raise SystemExit(f"error: {len(args.name)} --name for {len(runs)} runs (checkpoints first, then generated files)")
-    names = args.name or [Path(p).name if kind == "checkpoint" else Path(p).stem for kind, p in runs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if args.name and len(args.name) != len(entries):
+        raise SystemExit(f"error: {len(args.name)} --name for {len(entries)} runs (checkpoints first, then generated files)")
+    runs, bare = [], []
+    for k, (kind, entry) in enumerate(entries):
+        name, sep, path = entry.partition("=")
+        if not sep or not name or os.path.exists(entry):  # a bare path (which may hold "=")
+            name, path = (Path(entry).name if kind == "checkpoint" else Path(entry).stem), entry
+            if not args.name:
+                bare.append(name)
+        runs.append((args.name[k] if args.name else name, kind, path))
+    names = [n for n, _, _ in runs]
+    duplicates = sorted({n for n in bare if names.count(n) > 1})
     if duplicates:
-        raise SystemExit(f"error: several runs are named {duplicates}; name them with --name")
-    return [(name, kind, path) for name, (kind, path) in zip(names, runs)]
+        raise SystemExit(f"error: several runs are named {duplicates}; name them as NAME=PATH or with --name")
+    return runs
+
+
+def run_ids(runs) -> list[str]:
+    """A unique id per run: the method's name, or NAME-runK when the method has several runs."""
+    names = [name for name, _, _ in runs]
+    return [name if names.count(name) == 1 else f"{name}-run{names[:k].count(name) + 1}"
+            for k, name in enumerate(names)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,7 +209,7 @@ def fingerprint(checkpoint) -> dict:
 
 
 def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_levels):
-    """(levels, {level: {image_id: caption}}, number of test images without features)."""
+    """(levels, {level: {image_id: caption}}, {level: filled image ids}, number of test images without features)."""
     meta_path = cache.with_suffix(".meta.json")
     decoding = {"steps": args.decode_steps, "eos_decay": args.eos_decay, "labert_average": args.labert_average}
     key = {"checkpoint": str(checkpoint), "files": fingerprint(checkpoint),
@@ -192,7 +219,7 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
         if meta.get("key") == key:
             levels = get_levels(meta["levels"])
             print(f"{checkpoint}: reusing {cache} (checkpoint and decoding unchanged)")
-            return levels, read_generated(cache, len(levels)), meta["no_features"]
+            return (levels, *read_generated(cache, len(levels), with_filled=True), meta["no_features"])
 
     from clid.decode import generate_captions
     from clid.model import load_checkpoint
@@ -210,13 +237,62 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     if not have:
         raise SystemExit(f"error: {features.path} holds none of the {len(image_ids)} test images")
     print(f"{checkpoint}: generating captions for {len(have)} test images at {len(levels)} levels")
-    generated = generate_captions(model, features, have, list(range(1, len(levels) + 1)),
-                                  batch_size=args.batch_size, device=args.device, steps=steps,
-                                  eos_decay=args.eos_decay, labert_average=args.labert_average, progress=True)
-    write_generated(cache, generated)
+    generated, filled = generate_captions(model, features, have, list(range(1, len(levels) + 1)),
+                                          batch_size=args.batch_size, device=args.device, steps=steps,
+                                          eos_decay=args.eos_decay, labert_average=args.labert_average,
+                                          progress=True, return_filled=True)
+    write_generated(cache, generated, filled)
     write_json(meta_path, {"key": key, "levels": [list(l) for l in levels],
                            "no_features": len(image_ids) - len(have)}, indent=1)
-    return levels, generated, len(image_ids) - len(have)
+    return levels, generated, filled, len(image_ids) - len(have)
+
+
+def collect_captions(runs, ids, args, image_ids, out: Path):
+    """Every run's captions: (levels, {run: (captions, filled)}, {run: source}, {run: skip counts})."""
+    levels = get_levels(args.levels) if args.levels else None
+    captions, sources, skips = {}, {}, {}
+    features = FeatureStore(args.features, bad=args.bad_features) if args.checkpoint else None
+    for run, (name, kind, path) in zip(ids, runs):
+        if kind == "checkpoint":
+            run_levels, generated, filled, no_features = generate_run(
+                path, out / "generated" / f"{run}.jsonl", args, image_ids, features, levels)
+            levels = levels or run_levels
+            if run_levels != levels:
+                raise SystemExit(f"error: {path} uses levels {run_levels}, the other runs {levels}")
+            sources[run] = f"checkpoint `{path}`"
+            skips[run] = {"test images without region features (counted as misses)": no_features}
+            if no_features:
+                print(f"warning: {run}: {no_features} test images have no region features in {args.features}; "
+                      "they count as misses")
+            captions[run] = (generated, filled)
+    levels = levels or get_levels("caption")
+    for run, (name, kind, path) in zip(ids, runs):
+        if kind == "generated":
+            captions[run] = read_generated(path, len(levels), with_filled=True)
+            sources[run] = f"generated captions `{path}`"
+            skips[run] = {}
+    for run, (name, kind, path) in zip(ids, runs):
+        report_coverage(run, path, captions[run][0], image_ids, len(levels))
+    if features is not None:
+        if bad_line := features.skip_report():
+            print(f"warning: {bad_line}; they count as misses")
+        features.close()
+    return levels, {run: captions[run] for run in ids}, sources, skips
+
+
+def long_refs_for(path, refs, levels, skipped: dict) -> dict:
+    """The long references of the test images at the levels of the level set (skips counted)."""
+    if not path:
+        return {}
+    long_refs = load_long_refs(path)
+    outside = {i for by_image in long_refs.values() for i in by_image if i not in refs}
+    skipped["long-reference images not among the test images"] = len(outside)
+    unused = [n for n in long_refs if not 1 <= n <= len(levels)]
+    skipped["long-reference levels outside the level set"] = len(unused)
+    for reason in ("long-reference images not among the test images", "long-reference levels outside the level set"):
+        if skipped[reason]:
+            print(f"warning: left out {skipped[reason]} {reason}")
+    return {n: {i: r for i, r in by_image.items() if i in refs} for n, by_image in long_refs.items() if n not in unused}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +304,7 @@ def main(argv=None) -> None:
     matplotlib.use("Agg")
     out = Path(args.out)
     runs = run_list(args)
+    ids = run_ids(runs)
     if args.checkpoint and args.features is None:
         raise SystemExit("error: --checkpoint needs --features")
     tokenizer = load_tokenizer(args.tokenizer)
@@ -240,111 +317,41 @@ def main(argv=None) -> None:
         if count:
             print(f"warning: left out {count} {reason}")
 
-    # 2. the runs' captions: generate from checkpoints (cached), read generated files
-    levels = get_levels(args.levels) if args.levels else None
-    generated, sources, run_skips = {}, {}, {}
-    features = None
-    for name, kind, path in runs:
-        if kind == "checkpoint":
-            features = features or FeatureStore(args.features, bad=args.bad_features)
-            run_levels, captions, no_features = generate_run(path, out / "generated" / f"{name}.jsonl",
-                                                             args, image_ids, features, levels)
-            levels = levels or run_levels
-            if run_levels != levels:
-                raise SystemExit(f"error: {path} uses levels {run_levels}, the other runs {levels}")
-            sources[name] = f"checkpoint `{path}`"
-            run_skips[name] = {"test images without region features (counted as misses)": no_features}
-            if no_features:
-                print(f"warning: {name}: {no_features} test images have no region features in {args.features}; "
-                      "they count as misses")
-            generated[name] = captions
-    levels = levels or get_levels("caption")
-    for name, kind, path in runs:
-        if kind == "generated":
-            generated[name] = read_generated(path, len(levels))
-            sources[name] = f"generated captions `{path}`"
-            run_skips[name] = {}
-    for name, kind, path in runs:
-        report_coverage(name, path, generated[name], image_ids, len(levels))
-    if features is not None:
-        if bad_line := features.skip_report():
-            print(f"warning: {bad_line}; they count as misses")
-        features.close()
+    # 2. the runs' captions: generated from checkpoints (cached), or read from generated files
+    levels, captions, sources, run_skips = collect_captions(runs, ids, args, image_ids, out)
     level_set = next((k for k, v in LEVEL_SETS.items() if v == levels), "custom")
     keep_sentences = counts_sentences(levels)
+    long_refs = long_refs_for(args.long_refs, refs, levels, skipped)
 
-    long_refs = {}
-    if args.long_refs:
-        long_refs = load_long_refs(args.long_refs)
-        outside = {i for by_image in long_refs.values() for i in by_image if i not in refs}
-        skipped["long-reference images not among the test images"] = len(outside)
-        unused = [n for n in long_refs if not 1 <= n <= len(levels)]
-        skipped["long-reference levels outside the level set"] = len(unused)
-        long_refs = {n: {i: r for i, r in by_image.items() if i in refs}
-                     for n, by_image in long_refs.items() if n not in unused}
-        for reason in ("long-reference images not among the test images", "long-reference levels outside the level set"):
-            if skipped[reason]:
-                print(f"warning: left out {skipped[reason]} {reason}")
-
-    # 3. score every run per level (one PTB / METEOR process for all)
+    # 3. every run's lengths as counted, control precision and quality per level (one PTB / METEOR process)
     scorer = CocoScorer(spice=args.spice)
     print(f"SPICE: {scorer.spice_reason}")
     results = {}
-    for name in generated:
-        results[name] = evaluate(generated[name], refs, levels, long_refs=long_refs, scorer=scorer,
-                                 tokenizer=tokenizer, keep_sentences=keep_sentences,
-                                 score_captions=args.score_captions, progress=True, desc=f"scoring {name}")
-        n_outside = results[name].pop("n_outside")
-        run_skips[name]["captions of images outside the test images"] = n_outside
+    for run, (generated, filled) in captions.items():
+        results[run] = evaluate(generated, refs, levels, long_refs=long_refs, scorer=scorer, tokenizer=tokenizer,
+                                keep_sentences=keep_sentences, score_captions=args.score_captions, progress=True,
+                                desc=f"scoring {run}", filled=filled, strict=args.length_count == "strict")
+        run_skips[run]["captions of images outside the test images"] = n_outside = results[run].pop("n_outside")
         if n_outside:
-            print(f"warning: {name}: left out {n_outside} captions of images that are not test images")
+            print(f"warning: {run}: left out {n_outside} captions of images that are not test images")
     scorer.close()
+    for run, (name, kind, _) in zip(ids, runs):
+        if kind == "checkpoint":  # each generated caption with its length as counted
+            write_generated(out / "generated" / f"{run}.jsonl", *captions[run], results[run]["lengths"])
 
-    # 4. lengths for the histograms and the examples
-    lengths_of, histograms = {}, {}
-    trusted_texts = [c for r in trusted for c in r.captions]
-    if trusted_texts:
-        histograms["trusted captions"] = caption_lengths(trusted_texts, tokenizer, keep_sentences=True)
-    if args.selfgen:
-        texts = [r["caption"] for r in read_jsonl(args.selfgen, required=("caption",))]
-        histograms["self-generated captions"] = caption_lengths(texts, tokenizer, keep_sentences)
-    for name, captions in generated.items():
-        keys = [(n, i) for n, by_image in captions.items() for i, c in by_image.items() if has_words(c) and i in refs]
-        values = caption_lengths([captions[n][i] for n, i in keys], tokenizer, keep_sentences)
-        lengths_of[name] = dict(zip(keys, values))
-        by_level = {n: [] for n in sorted(captions)}
-        for (n, _), length in zip(keys, values):
-            by_level[n].append(length)
-        histograms[f"{name}: generated"] = by_level
-
-    # 5. write metrics.json, report.md and the plots
-    captioned = [i for i in image_ids if any(i in by_image for g in generated.values() for by_image in g.values())]
-    with_long = [i for i in captioned if any(i in by_image for by_image in long_refs.values())]
-    pool = with_long or captioned or image_ids
-    count = min(args.examples, len(pool))
-    example_ids = [pool[k * len(pool) // count] for k in range(count)] if count else []
+    # 4. metrics.json, report.md and the plots, per method (the mean and spread of its runs)
+    methods = {}
+    for run, (name, _, _) in zip(ids, runs):
+        methods.setdefault(name, []).append(run)
     meta = {"refs": args.refs, "evaluated": evaluated, "n_test_images": len(image_ids),
-            "level_set": level_set, "levels": [list(l) for l in levels],
+            "level_set": level_set, "levels": [list(l) for l in levels], "length_count": args.length_count,
             "score_captions": args.score_captions, "spice": scorer.spice_reason,
             "long_refs": args.long_refs, "skipped": skipped,
-            "runs": {name: {"source": sources[name], "skipped": run_skips[name]} for name in results}}
-    metrics = dict(meta, runs={name: dict(meta["runs"][name],
-                                          levels={str(n): row for n, row in results[name]["levels"].items()},
-                                          long_refs={str(n): row for n, row in results[name]["long_refs"].items()})
-                               for name in results})
-    write_json(out / "metrics.json", metrics, indent=1)
-    write_report(out / "report.md", meta, results, generated, refs, long_refs, levels, example_ids, lengths_of)
-    plot_control_precision(out / FIGURES[0], results, levels)
-    plot_quality_vs_control(out / FIGURES[1], results, levels)
-    plot_length_histograms(out / FIGURES[2], histograms, levels)
-
-    # 6. a short summary on the terminal
-    print(f"\ncontrol precision % / CIDEr x100 on in-range captions, per level ({level_set} levels)")
-    for name, result in results.items():
-        cells = [f"L{n} {fmt(row['control_precision'], 100)}/{fmt(row['CIDEr'], 100)}"
-                 for n, row in result["levels"].items()]
-        print(f"  {name:<16} " + "  ".join(cells))
-    print(f"wrote {out / 'metrics.json'}, {out / 'report.md'} and {len(FIGURES)} plots")
+            "runs": {run: {"method": name, "source": sources[run], "skipped": run_skips[run]}
+                     for run, (name, _, _) in zip(ids, runs)}}
+    histograms = length_histograms(trusted, args.selfgen, tokenizer, keep_sentences)
+    write_outputs(out, meta, methods, results, {run: c[0] for run, c in captions.items()}, refs, long_refs,
+                  levels, histograms, args.examples)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,25 @@
 """07's report: metrics tables in report.md and the plots (control precision, quality against
-control precision per level as the paper's Figure 5, length histograms)."""
+control precision per level as the paper's Figure 5, length histograms).
+
+A *method* is one or more runs (e.g. seeds) evaluated alike; its row per level holds each number's
+mean over the runs that have it, and ``<number>_std``, the sample standard deviation (ddof 1), when
+two or more runs have it. The report writes ``mean ± std``; a method of one run shows its value.
+"""
 from __future__ import annotations
 
-from .files import atomic_path
+import statistics
+
+from .files import atomic_path, natural_key, write_json
 from .metrics import QUALITY_METRICS
+from .text import caption_lengths
+
+# The paper's Table 1: control precision (%) at the 7 caption levels, and their average
+PAPER_TABLE1 = {"LaBERT (paper, Table 1)": (100, 98.03, 93.75, 83.78, 49.92, 51.19, 0, 68.10),
+                "CLID (paper, Table 1)": (100, 98.64, 92.6, 84.17, 76.99, 69.18, 22.13, 77.67)}
+CIDER_NOTE = ("CIDEr at the long levels is depressed by its length penalty (CIDEr-D multiplies each "
+              "reference's similarity by exp(-d^2 / 72), d the difference in words) against the short "
+              "references (COCO's are about 10 words): a correct 40-token caption loses most of its CIDEr. "
+              "This is why the paper reads SPICE across the levels (its Figure 5).")
 
 FIGURES = ("control_precision.png", "quality_vs_control.png", "length_histograms.png")
 MARKERS = "osD^vP"
@@ -21,6 +37,50 @@ def level_header(levels, numbers) -> str:
     return "| run | " + " | ".join(cols) + " |\n|---|" + "---:|" * len(cols) + "\n"
 
 
+def summarise_runs(rows: list[dict]) -> dict:
+    """One method's row from its runs' rows: mean of each number over the runs that have it, and
+    ``<name>_std`` (sample standard deviation) when two or more have it; a single run's row as is."""
+    if len(rows) == 1:
+        return dict(rows[0])
+    out = {"n_runs": len(rows)}
+    for key in rows[0]:
+        values = [r.get(key) for r in rows if isinstance(r.get(key), (int, float))]
+        out[key] = statistics.fmean(values) if values else None
+        if len(values) > 1:
+            out[f"{key}_std"] = statistics.stdev(values)
+    return out
+
+
+def method_results(methods: dict[str, list[str]], results: dict) -> dict:
+    """``{method: {"runs", "levels": {L: row}, "long_refs": {L: row}, "average": row}}`` (see the
+    module docstring); ``average``: control precision averaged over the levels, per run, then summarised."""
+    out = {}
+    for name, runs in methods.items():
+        entry = {"runs": list(runs)}
+        for part in ("levels", "long_refs"):
+            numbers = sorted({n for run in runs for n in results[run][part]})
+            entry[part] = {n: summarise_runs([results[run][part][n] for run in runs if n in results[run][part]])
+                           for n in numbers}
+        averages = []
+        for run in runs:
+            shares = [row["control_precision"] for row in results[run]["levels"].values()]
+            averages.append({"control_precision": sum(shares) / len(shares) if None not in shares else None})
+        entry["average"] = summarise_runs(averages)
+        out[name] = entry
+    return out
+
+
+def cell(row, field, scale=1.0, digits=1) -> str:
+    """``mean ± std`` of a method's row, or its value."""
+    text = fmt(row.get(field), scale, digits)
+    std = row.get(f"{field}_std")
+    return text if std is None else f"{text} ± {std * scale:.{digits}f}"
+
+
+def count(value) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
 def table(title, runs, table_key, field, levels, numbers, scale=1.0, digits=1, counts=False) -> str:
     text = f"**{title}**\n\n" + level_header(levels, numbers)
     for name, result in runs.items():
@@ -30,10 +90,24 @@ def table(title, runs, table_key, field, levels, numbers, scale=1.0, digits=1, c
             if row is None:
                 cells.append("–")
             elif counts:
-                cells.append(f"{row['n_scored']}/{row['n_images']}")
+                cells.append(f"{count(row['n_scored'])}/{row['n_images']}")
             else:
-                cells.append(fmt(row.get(field), scale, digits))
+                cells.append(cell(row, field, scale, digits))
         text += f"| {name} | " + " | ".join(cells) + " |\n"
+    return text + "\n"
+
+
+def paper_table(methods, levels) -> str:
+    """Control precision per level and on average, the runs' beside the paper's Table 1."""
+    numbers = list(range(1, len(levels) + 1))
+    text = ("**Control precision (%) beside the paper's Table 1** (COCO Karpathy test split; "
+            "the paper's numbers are the mean of 3 runs)\n\n")
+    text += level_header(levels, numbers).replace(" |\n|---|", " | average |\n|---|---:|", 1)
+    for name, result in methods.items():
+        cells = [cell(result["levels"][n], "control_precision", 100) for n in numbers]
+        text += f"| {name} | " + " | ".join(cells + [cell(result["average"], "control_precision", 100)]) + " |\n"
+    for name, values in PAPER_TABLE1.items():
+        text += f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + " |\n"
     return text + "\n"
 
 
@@ -42,15 +116,23 @@ QUALITY_TITLES = {"Bleu_1": "BLEU-1", "Bleu_2": "BLEU-2", "Bleu_3": "BLEU-3", "B
 
 
 def write_report(path, meta, results, generated, refs, long_refs, levels, example_ids, lengths_of):
+    """report.md. ``results``: per method (:func:`method_results`); ``generated`` and ``lengths_of``:
+    the captions and counted lengths of each method's first run (the examples)."""
     numbers = list(range(1, len(levels) + 1))
     scored = "in-range captions" if meta["score_captions"] == "in-range" else "all captions"
     lines = ["# Length-controlled captioning: evaluation\n",
              f"{meta['n_test_images']} test images (`{meta['refs']}`, {meta['evaluated']}), "
-             f"{meta['level_set']} levels. Runs:\n"]
-    lines += [f"- **{name}**: {meta['runs'][name]['source']}" for name in results]
+             f"{meta['level_set']} levels. Methods (several runs: mean ± sample standard deviation over the runs):\n"]
+    for name, result in results.items():
+        runs = result["runs"]
+        lines.append(f"- **{name}**" + (f" ({len(runs)} runs)" if len(runs) > 1 else "") + ": "
+                     + "; ".join(meta["runs"][run]["source"] for run in runs))
+    counted = ("a caption that filled its level without \".\" counts one more, the \".\" (--length-count strict)"
+               if meta["length_count"] == "strict" else
+               "a caption that filled its level without \".\" counts its tokens only, as the authors' code does")
     lines += ["",
               "Control precision: share of all test images whose caption length (WordPiece tokens of "
-              "the preprocessed caption plus the final \".\") falls inside the requested level; a "
+              f"the preprocessed caption plus the final \".\"; {counted}) falls inside the requested level; a "
               "missing caption is a miss. Quality scores (pycocoevalcap, PTB tokenizer, x100) are "
               f"computed on the {scored} of each level only, against that level's subset of images; "
               "CIDEr's document frequencies therefore come from that subset, and few scored captions "
@@ -58,17 +140,20 @@ def write_report(path, meta, results, generated, refs, long_refs, levels, exampl
               "Distinct-n: unique n-grams / all n-grams of the level's captions (x100).",
               f"\nSPICE: {meta['spice']}\n"]
     skipped = {k: v for k, v in meta["skipped"].items() if v}
-    for name in results:
-        skipped.update({f"{name}: {k}": v for k, v in meta["runs"][name]["skipped"].items() if v})
+    for run in meta["runs"]:
+        skipped.update({f"{run}: {k}": v for k, v in meta["runs"][run]["skipped"].items() if v})
     if skipped:
         lines.append("Left out: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + "\n")
 
     lines.append("## Length control\n")
+    if meta["level_set"] == "caption":
+        lines.append(paper_table(results, levels))
     lines.append(table("Control precision (%)", results, "levels", "control_precision", levels, numbers, 100))
     lines.append(table("Length error (tokens)", results, "levels", "length_error", levels, numbers, 1, 2))
     lines.append(table("Mean caption length (tokens)", results, "levels", "mean_length", levels, numbers))
     lines.append(table("Scored captions / test images", results, "levels", None, levels, numbers, counts=True))
     lines.append(f"## Quality on the {scored} (x100)\n")
+    lines.append(CIDER_NOTE + "\n")
     for metric in QUALITY_METRICS:
         if metric == "SPICE" and not any(r["levels"][n].get("SPICE") is not None for r in results.values() for n in numbers):
             lines.append("**SPICE**: n/a (see above)\n")
@@ -136,8 +221,11 @@ def plot_control_precision(path, results, levels) -> None:
     width = 0.8 / len(results)
     fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(levels), 3.6))
     for k, (name, result) in enumerate(results.items()):
-        values = [100 * (result["levels"][n]["control_precision"] or 0.0) for n in numbers]
-        ax.bar(numbers - 0.4 + width * (k + 0.5), values, width, label=name)
+        rows = [result["levels"][n] for n in numbers]
+        values = [100 * (row["control_precision"] or 0.0) for row in rows]
+        spread = [100 * (row.get("control_precision_std") or 0.0) for row in rows]  # the runs' standard deviation
+        ax.bar(numbers - 0.4 + width * (k + 0.5), values, width, label=name,
+               yerr=spread if any(spread) else None, capsize=2)
     ax.set_xticks(numbers, [f"L{n}\n{lo}-{hi}" for n, (lo, hi) in zip(numbers, levels)])
     ax.set_ylabel("control precision (%)")
     ax.set_ylim(0, 100)
@@ -146,9 +234,18 @@ def plot_control_precision(path, results, levels) -> None:
     save_figure(fig, path)
 
 
+def quality_metric(results) -> str:
+    """SPICE when it ran (the paper's Figure 5 reads SPICE), CIDEr otherwise."""
+    ran = any(row.get("SPICE") is not None for r in results.values() for row in r["levels"].values())
+    return "SPICE" if ran else "CIDEr"
+
+
 def plot_quality_vs_control(path, results, levels) -> None:
-    """CIDEr against control precision, one panel per level (as the paper's Figure 5)."""
+    """Quality (SPICE, or CIDEr without SPICE) against control precision, one panel per level (as the
+    paper's Figure 5); error bars: the standard deviation over a method's runs."""
     import matplotlib.pyplot as plt
+
+    metric = quality_metric(results)
 
     cols = min(4, len(levels))
     rows = -(-len(levels) // cols)
@@ -160,23 +257,25 @@ def plot_quality_vs_control(path, results, levels) -> None:
             continue
         top = 0.0
         for k, (name, result) in enumerate(results.items()):
-            style = dict(color=colours[k % len(colours)], marker=MARKERS[k % len(MARKERS)], s=70 - 8 * min(k, 5))
+            colour, marker = colours[k % len(colours)], MARKERS[k % len(MARKERS)]
             row = result["levels"][n]
-            if row["CIDEr"] is not None:
-                top = max(top, 100 * row["CIDEr"])
-                ax.scatter(100 * row["control_precision"], 100 * row["CIDEr"], alpha=0.85, **style)
-            long = result["long_refs"].get(n)
-            if long and long["CIDEr"] is not None:  # the same captions against the long references
-                top = max(top, 100 * long["CIDEr"])
-                ax.scatter(100 * row["control_precision"], 100 * long["CIDEr"], facecolors="none",
-                           edgecolors=style.pop("color"), **style)
+            x, x_err = 100 * (row["control_precision"] or 0.0), 100 * (row.get("control_precision_std") or 0.0)
+            long = result["long_refs"].get(n)  # the same captions against the long references: hollow
+            for quality, hollow in ((row, False), (long, True)):
+                if not quality or quality.get(metric) is None:
+                    continue
+                y, y_err = 100 * quality[metric], 100 * (quality.get(f"{metric}_std") or 0.0)
+                top = max(top, y + y_err)
+                ax.errorbar(x, y, xerr=x_err or None, yerr=y_err or None, color=colour, marker=marker,
+                            markersize=8 - min(k, 5) * 0.5, markerfacecolor="none" if hollow else colour,
+                            alpha=0.85, capsize=2, ls="")
         if top == 0.0:
             ax.text(50, 0.5, "no in-range caption", ha="center", va="center", color="0.4")
         ax.set_xlim(-3, 103)
         ax.set_ylim(0, max(top * 1.15, 1.0))
         ax.set_title(f"level {n} ({levels[n - 1][0]}-{levels[n - 1][1]} tokens)", fontsize="medium")
         ax.set_xlabel("control precision (%)")
-        ax.set_ylabel("CIDEr x100 (in range)")
+        ax.set_ylabel(f"{metric} x100 (in range)")
         ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], marker=MARKERS[k % len(MARKERS)], ls="", color=colours[k % len(colours)])
                for k in range(len(results))]
@@ -217,3 +316,65 @@ def plot_length_histograms(path, sources: dict[str, list[int] | dict[int, list[i
     axes[-1, 0].set_xlabel(f"caption length in tokens (shaded: the levels; the last bin holds >= {top})")
     fig.tight_layout()
     save_figure(fig, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Everything 07 writes
+
+def length_histograms(trusted, selfgen, tokenizer, keep_sentences) -> dict:
+    """Lengths of the trusted training captions and of the self-generated ones (``selfgen`` JSONL)."""
+    from .files import read_jsonl
+
+    histograms = {}
+    trusted_texts = [c for r in trusted for c in r.captions]
+    if trusted_texts:
+        histograms["trusted captions"] = caption_lengths(trusted_texts, tokenizer, keep_sentences=True)
+    if selfgen:
+        texts = [r["caption"] for r in read_jsonl(selfgen, required=("caption",))]
+        histograms["self-generated captions"] = caption_lengths(texts, tokenizer, keep_sentences)
+    return histograms
+
+
+def write_outputs(out, meta, methods, results, generated, refs, long_refs, levels, histograms, examples) -> None:
+    """metrics.json (per run and per method), report.md, the plots, and a summary on the terminal.
+
+    ``methods``: method -> its run ids; ``results``: run -> :func:`clid.metrics.evaluate`'s result
+    (with its counted ``lengths``); ``generated``: run -> ``{level: {image_id: caption}}``.
+    """
+    summary = method_results(methods, results)
+    first = {name: runs[0] for name, runs in methods.items()}  # the examples show each method's first run
+    image_ids = sorted(refs, key=natural_key)
+    captioned = [i for i in image_ids if any(i in by_image for g in generated.values() for by_image in g.values())]
+    with_long = [i for i in captioned if any(i in by_image for by_image in long_refs.values())]
+    pool = with_long or captioned or image_ids
+    n = min(examples, len(pool))
+    example_ids = [pool[k * len(pool) // n] for k in range(n)] if n else []
+    lengths_of = {name: {(level, i): length for level, by_image in results[run]["lengths"].items()
+                         for i, length in by_image.items()} for name, run in first.items()}
+
+    def keyed(rows):
+        return {str(n): row for n, row in rows.items()}
+
+    metrics = dict(meta, runs={run: dict(meta["runs"][run], levels=keyed(r["levels"]), long_refs=keyed(r["long_refs"]))
+                               for run, r in results.items()},
+                   methods={name: dict(m, levels=keyed(m["levels"]), long_refs=keyed(m["long_refs"]))
+                            for name, m in summary.items()})
+    write_json(out / "metrics.json", metrics, indent=1)
+    write_report(out / "report.md", meta, summary, {name: generated[run] for name, run in first.items()}, refs,
+                 long_refs, levels, example_ids, lengths_of)
+    for name, runs in methods.items():  # each method's lengths as counted, its runs pooled
+        by_level = {level: [] for level in range(1, len(levels) + 1)}
+        for run in runs:
+            for level, by_image in results[run]["lengths"].items():
+                by_level[level] += [length for i, length in by_image.items() if i in refs]
+        histograms[f"{name}: generated"] = by_level
+    plot_control_precision(out / FIGURES[0], summary, levels)
+    plot_quality_vs_control(out / FIGURES[1], summary, levels)
+    plot_length_histograms(out / FIGURES[2], histograms, levels)
+
+    print(f"\ncontrol precision % / CIDEr x100 on in-range captions, per level ({meta['level_set']} levels)")
+    for name, result in summary.items():
+        cells = [f"L{n} {cell(row, 'control_precision', 100)}/{cell(row, 'CIDEr', 100)}"
+                 for n, row in result["levels"].items()]
+        print(f"  {name:<16} " + "  ".join(cells))
+    print(f"wrote {out / 'metrics.json'}, {out / 'report.md'} and {len(FIGURES)} plots")

@@ -180,6 +180,66 @@ def test_decode_every_level(world):
     assert ids_avg.shape == (2, 29)
 
 
+def authors_mask_predict(model, f, p, m, level, steps, average):
+    """The authors' (and LaBERT's) inference loop, written out as their inference.py has it:
+    top-1 at every position each step, the re-masked positions take the new tokens, and with
+    ``average`` every confidence becomes the mean of the old and the new one."""
+    low, high = model.levels[level - 1]
+    B, mask_id = f.shape[0], model.tokenizer.mask_token_id
+    levels = torch.full((B,), level)
+
+    def top1(ids):
+        probs = model.logits_from_hidden(model.hidden(model.encode(f, p, m, ids, levels))).softmax(-1)
+        return probs.max(-1)
+
+    probs, ids = top1(torch.full((B, high), mask_id))
+    for step in range(1, steps):
+        n_mask = max(1, int(high * (1.0 - step / steps)))
+        mask_at = probs.topk(n_mask, -1, largest=False, sorted=False)[1]
+        rows = torch.arange(B)[:, None]
+        ids[rows, mask_at] = mask_id
+        new_probs, new_ids = top1(ids)
+        ids[rows, mask_at] = new_ids[rows, mask_at]
+        probs[rows, mask_at] = new_probs[rows, mask_at]
+        if average:
+            probs = (probs + new_probs) / 2
+    return ids
+
+
+@torch.no_grad()
+def test_decoding_averages_confidences_by_default_as_the_authors(world):
+    """The default decoding is the authors' loop (confidence averaging); labert_average=False keeps
+    the confidences of the positions that were not re-masked, and the two differ on this model."""
+    model = tiny_model(seed=1).eval()  # (with an untrained model the two rarely differ; here at level 4)
+    f, p, m = RegionCache(FeatureStore(world[1])).batch(["45", "46", "47"])
+    for level, steps in ((2, 4), (4, 10)):
+        averaged = mask_predict(model, f, p, m, level=level, steps=steps)
+        assert torch.equal(averaged, authors_mask_predict(model, f, p, m, level, steps, average=True))
+        kept = mask_predict(model, f, p, m, level=level, steps=steps, labert_average=False)
+        assert torch.equal(kept, authors_mask_predict(model, f, p, m, level, steps, average=False))
+    assert not torch.equal(averaged, kept)
+
+
+def test_filled_captions_are_reported(world, monkeypatch):
+    """A decoded sequence without "." is reported as filled; one with "." is cut there and is not."""
+    import clid.decode as D
+
+    model = tiny_model().eval()
+    dot = model.tokenizer.convert_tokens_to_ids(".")
+    dog, cat = model.tokenizer.convert_tokens_to_ids(["dog", "cat"])
+
+    def fake_mask_predict(model, feats, pos, mask, level, steps, eos_decay, labert_average):
+        high = model.levels[level - 1][1]
+        rows = [[dog] * high, [cat] * 3 + [dot] * (high - 3)]
+        return torch.tensor(rows[: feats.shape[0]])
+
+    monkeypatch.setattr(D, "mask_predict", fake_mask_predict)
+    captions, filled = D.generate_captions(model, FeatureStore(world[1]), ["45", "46"], [1, 2], return_filled=True,
+                                           dedupe=False)
+    assert filled == {1: {"45"}, 2: {"45"}}
+    assert captions[1]["46"] == "cat cat cat" and captions[2]["45"] == " ".join(["dog"] * 19)
+
+
 def test_save_load_round_trip(tmp_path, world):
     model = tiny_model().eval()
     M.save_model(model, tmp_path / "ck", {"note": "x"})
