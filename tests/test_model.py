@@ -12,7 +12,7 @@ from clid.decode import generate_captions, mask_predict
 from clid.examples import RegionCache, make_examples, pad_regions
 from clid.files import FeatureStore
 from clid.text import eos_id, get_levels, load_tokenizer
-from clid.train import collate, epoch_batches, masked_lm_loss
+from clid.train import balanced_batches, collate, epoch_batches, masked_lm_loss
 
 from conftest import kill_after_checkpoint, run_script
 from toyworld import make_toy_world
@@ -292,6 +292,38 @@ def test_resume_after_kill_gives_the_same_weights(tmp_path, world):
     # a finished run is not trained again
     again = run_script(*train_cmd(world, tmp_path / "killed", *steps))
     assert "nothing to do" in again.stdout
+
+
+def test_continuing_a_checkpoint_equals_one_uninterrupted_run(tmp_path, world):
+    """--continue-from carries weights, optimizer state, step and learning-rate schedule: 8 steps and
+    8 continued steps give the weights of one 16-step run under the same schedule (the authors' code
+    continues M_theta~ this way; here on the same data, so the two must match exactly)."""
+    run_script(*train_cmd(world, tmp_path / "straight", "--max-steps", "16"))
+    run_script(*train_cmd(world, tmp_path / "first", "--max-steps", "8", "--lr-horizon", "16"))
+    out = run_script(*train_cmd(world, tmp_path / "second", "--max-steps", "16", "--lr", "5e-2",
+                                "--continue-from", tmp_path / "first"))
+    assert "continuing" in out.stdout and "from step 8" in out.stdout  # and its lr, not the 5e-2 given
+    a, b = read_weights(tmp_path / "straight"), read_weights(tmp_path / "second")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    log = [json.loads(line) for line in (tmp_path / "second" / "train_log.jsonl").read_text().splitlines()]
+    assert log[0]["step"] == 9 and log[-1]["step"] == 16
+    ended = run_script(*train_cmd(world, tmp_path / "third", "--max-steps", "20", "--continue-from", tmp_path / "straight"),
+                       check=False)
+    assert ended.returncode != 0 and "learning rate reached 0 at step 16" in ended.stderr
+
+
+def test_balanced_batches_give_every_level_an_equal_share():
+    """The authors' balanced_training: each level that has captions fills 1/L of the batches, and a
+    level's captions are drawn alike; level 4 has no caption and is never drawn."""
+    levels = np.array([1] * 900 + [2] * 90 + [3] * 9 + [5] * 1)
+    batch_for = balanced_batches(levels, 64, seed=3)
+    drawn = np.concatenate([batch_for(step) for step in range(400)])
+    shares = np.bincount(levels[drawn], minlength=6)[1:] / len(drawn)
+    np.testing.assert_allclose(shares, [0.25, 0.25, 0.25, 0, 0.25], atol=0.01)
+    level3 = np.bincount(drawn[levels[drawn] == 3], minlength=999)[990:999]
+    assert level3.min() > 0.7 * level3.mean()  # each of the 9 level-3 captions about equally often
+    assert np.array_equal(batch_for(7), balanced_batches(levels, 64, seed=3)(7))  # keyed by (seed, step)
+    assert not np.array_equal(batch_for(7), batch_for(8))
 
 
 def test_region_standardization_uses_the_training_images_statistics(tmp_path, world):
