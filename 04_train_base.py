@@ -18,11 +18,13 @@ The paper only says that M_theta is trained on the trusted captions; the authors
 M_theta~ first and continues it on the trusted captions, weights, optimizer state and learning-rate
 schedule included. That is the recipe:
 
-    python 04_train_base.py ... --data extended --selfgen FILE --out runs/extended --lr-horizon 200000
-    python 04_train_base.py ... --data trusted --continue-from runs/extended --max-steps 200000 --out runs/trusted
+    python 04_train_base.py ... --data extended --selfgen FILE --out runs/extended --lr-horizon 300000
+    python 04_train_base.py ... --data trusted --continue-from runs/extended --max-steps 200000 --out runs/scoring
 
-With ``--continue-from`` the step count goes on from the checkpoint's (``--max-steps`` is the last
-step) under the checkpoint's learning rate, warm-up and ``--lr-horizon``. An independently trained
+(the authors' configuration: one 300,000-step cosine, of which M_theta~ trains steps 0-100,000 and
+M_theta steps 100,000-200,000). With ``--continue-from`` the step count goes on from the
+checkpoint's (``--max-steps`` is the last step) under the checkpoint's learning rate, warm-up and
+``--lr-horizon``. An independently trained
 M_theta (the trusted-only baseline) is the same command without ``--continue-from``;
 ``--init-from CKPT`` copies only the weights. ``--balanced`` draws the captions as the authors'
 ``balanced_training`` (every length level an equal share of the batches: the length-balanced

@@ -41,13 +41,13 @@ from clid.data import (detect_format, karpathy_test_ids, load_coco_captions, loa
                        load_karpathy, load_paragraphs, read_id_list)
 from clid.files import DataError, FeatureStore, add_bad_features_arg, natural_key, read_json, write_json
 from clid.metrics import CocoScorer, counts_sentences, evaluate, has_words, read_generated, write_generated
-from clid.report import length_histograms, write_outputs
+from clid.report import combine, length_histograms, write_outputs
 from clid.text import LEVEL_SETS, get_levels, load_tokenizer
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--refs", required=True, help="reference captions (Karpathy JSON, COCO captions JSON, ...)")
+    p.add_argument("--refs", help="reference captions (Karpathy JSON, COCO captions JSON, ...)")
     p.add_argument("--split", default="test", help="the split of --refs to evaluate on (default: test)")
     p.add_argument("--test-ids", default=None,
                    help="evaluate these image ids instead of --split (a file, or 'karpathy' for the "
@@ -86,8 +86,13 @@ def parse_args(argv=None):
                         "authors' code): its tokens, no '.' (a hit); strict: with a final '.' (one over: a miss)")
     p.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")
     p.add_argument("--tokenizer", default=None, help="tokenizer for caption lengths (default: offline bert-base-uncased)")
+    p.add_argument("--combine", nargs="+", metavar="EVAL_DIR",
+                   help="instead of evaluating: report several 07 output folders together (e.g. one per seed, each "
+                        "on its own test images); a method's runs in all of them give its mean ± std")
     p.add_argument("--out", required=True, help="output folder")
     args = p.parse_args(argv)
+    if not args.refs and not args.combine:
+        p.error("--refs is required (or --combine EVAL_DIR ...)")
     if args.decode_steps is not None and min(args.decode_steps) < 1:
         p.error("--decode-steps must be at least 1")
     if not 0.0 < args.eos_decay <= 1.0:
@@ -303,6 +308,8 @@ def main(argv=None) -> None:
 
     matplotlib.use("Agg")
     out = Path(args.out)
+    if args.combine:
+        return combine(args.combine, out)
     runs = run_list(args)
     ids = run_ids(runs)
     if args.checkpoint and args.features is None:

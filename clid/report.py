@@ -115,7 +115,7 @@ QUALITY_TITLES = {"Bleu_1": "BLEU-1", "Bleu_2": "BLEU-2", "Bleu_3": "BLEU-3", "B
                   "METEOR": "METEOR", "ROUGE_L": "ROUGE-L", "CIDEr": "CIDEr", "SPICE": "SPICE"}
 
 
-def write_report(path, meta, results, generated, refs, long_refs, levels, example_ids, lengths_of):
+def write_report(path, meta, results, generated, refs, long_refs, levels, example_ids, lengths_of, figures=FIGURES):
     """report.md. ``results``: per method (:func:`method_results`); ``generated`` and ``lengths_of``:
     the captions and counted lengths of each method's first run (the examples)."""
     numbers = list(range(1, len(levels) + 1))
@@ -176,7 +176,7 @@ def write_report(path, meta, results, generated, refs, long_refs, levels, exampl
             lines.append(table(QUALITY_TITLES[metric], results, "long_refs", metric, levels, long_numbers, 100))
 
     lines.append("## Plots\n")
-    lines += [f"![{f}]({f})\n" for f in FIGURES]
+    lines += [f"![{f}]({f})\n" for f in figures]
 
     lines.append("## Example captions\n")
     for image_id in example_ids:
@@ -371,10 +371,56 @@ def write_outputs(out, meta, methods, results, generated, refs, long_refs, level
     plot_control_precision(out / FIGURES[0], summary, levels)
     plot_quality_vs_control(out / FIGURES[1], summary, levels)
     plot_length_histograms(out / FIGURES[2], histograms, levels)
+    print_summary(out, summary, meta["level_set"], len(FIGURES))
 
-    print(f"\ncontrol precision % / CIDEr x100 on in-range captions, per level ({meta['level_set']} levels)")
+
+def print_summary(out, summary, level_set, n_plots) -> None:
+    print(f"\ncontrol precision % / CIDEr x100 on in-range captions, per level ({level_set} levels)")
     for name, result in summary.items():
         cells = [f"L{n} {cell(row, 'control_precision', 100)}/{cell(row, 'CIDEr', 100)}"
                  for n, row in result["levels"].items()]
         print(f"  {name:<16} " + "  ".join(cells))
-    print(f"wrote {out / 'metrics.json'}, {out / 'report.md'} and {len(FIGURES)} plots")
+    print(f"wrote {out / 'metrics.json'}, {out / 'report.md'} and {n_plots} plots")
+
+
+def combine(eval_dirs, out) -> None:
+    """Several 07 evaluations of the same methods (e.g. one per seed, each on its own demo world)
+    reported together: every run of a method in any folder is one of its runs (mean ± std)."""
+    from pathlib import Path
+
+    from .files import DataError, read_json
+
+    out = Path(out)
+    results, methods, meta = {}, {}, None
+    for folder in map(Path, eval_dirs):
+        metrics = read_json(folder / "metrics.json")
+        meta = meta or dict(metrics, refs=[], n_test_images=[], skipped={}, runs={})
+        for key in ("levels", "length_count", "score_captions"):
+            if metrics.get(key) != meta.get(key):
+                raise DataError(folder / "metrics.json", None, f"its {key} ({metrics.get(key)}) differs from "
+                                                                f"the first folder's ({meta.get(key)})")
+        meta["refs"].append(metrics["refs"])
+        meta["n_test_images"].append(metrics["n_test_images"])
+        for name, method in metrics["methods"].items():
+            for run in method["runs"]:
+                row = metrics["runs"][run]
+                run_id = f"{folder}:{run}"
+                results[run_id] = {part: {int(n): r for n, r in row[part].items()} for part in ("levels", "long_refs")}
+                methods.setdefault(name, []).append(run_id)
+                meta["runs"][run_id] = dict(row, source=f"`{folder}` {run}: {row['source']}")
+    meta.update(refs=", ".join(map(str, meta["refs"])), evaluated=f"{len(eval_dirs)} evaluations combined",
+                n_test_images=" + ".join(map(str, meta["n_test_images"])))
+    levels = [tuple(level) for level in meta["levels"]]
+    summary = method_results(methods, results)
+
+    def keyed(rows):
+        return {str(n): row for n, row in rows.items()}
+
+    metrics = dict(meta, combined=[str(d) for d in eval_dirs],
+                   methods={name: dict(m, levels=keyed(m["levels"]), long_refs=keyed(m["long_refs"]))
+                            for name, m in summary.items()})
+    write_json(out / "metrics.json", metrics, indent=1)
+    write_report(out / "report.md", meta, summary, {}, {}, {}, levels, [], {}, figures=FIGURES[:2])
+    plot_control_precision(out / FIGURES[0], summary, levels)
+    plot_quality_vs_control(out / FIGURES[1], summary, levels)
+    print_summary(out, summary, meta["level_set"], 2)

@@ -291,7 +291,8 @@ def add_train_args(p) -> None:
     p.add_argument("--warmup", type=int, default=d.warmup)
     p.add_argument("--max-steps", type=int, default=d.max_steps)
     p.add_argument("--lr-horizon", type=int, default=d.lr_horizon,
-                   help="the step at which the cosine learning rate reaches 0 (0: --max-steps)")
+                   help="the step at which the cosine learning rate reaches 0 (0: --max-steps, 04's default; "
+                        "06's default is the authors' 300000)")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size (split over DDP processes)")
     p.add_argument("--grad-clip", type=float, default=d.grad_clip)
     p.add_argument("--label-smoothing", type=float, default=d.label_smoothing)

@@ -493,6 +493,23 @@ def test_two_runs_of_one_method_give_mean_and_std(demo_like_world):
     assert "| CLID (paper, Table 1) | 100.00 | 98.64 | 92.60 | 84.17 | 76.99 | 69.18 | 22.13 | 77.67 |" in report
     assert "length penalty" in report
 
+    # two evaluations (e.g. two seeds, each on its own world) combined: every run counts once
+    other = world / "eval-seed1"
+    other.mkdir()
+    changed = read_json(out / "metrics.json")
+    changed["runs"]["once"]["levels"]["1"]["control_precision"] = 0.5
+    write_json(other / "metrics.json", changed)
+    script = load_eval_script()
+    script.main(["--combine", str(out), str(other), "--out", str(world / "combined")])
+    combined = read_json(world / "combined" / "metrics.json")
+    assert combined["methods"]["joined"]["runs"] == [f"{out}:joined-run1", f"{out}:joined-run2",
+                                                     f"{other}:joined-run1", f"{other}:joined-run2"]
+    values = [result["runs"]["once"]["levels"]["1"]["control_precision"], 0.5]
+    once = combined["methods"]["once"]["levels"]["1"]
+    assert once["control_precision"] == pytest.approx(statistics.fmean(values))
+    assert once["control_precision_std"] == pytest.approx(statistics.stdev(values))
+    assert "| once |" in (world / "combined" / "report.md").read_text()
+
     # the per-level quality plot reads SPICE when SPICE ran (as the paper's Figure 5), CIDEr otherwise
     from clid.report import quality_metric
 
