@@ -37,10 +37,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
-from clid.data import (detect_format, karpathy_test_ids, load_coco_captions, load_jsonl_captions,
-                       load_karpathy, load_paragraphs, read_id_list)
 from clid.files import DataError, FeatureStore, add_bad_features_arg, natural_key, read_json, write_json
-from clid.metrics import CocoScorer, counts_sentences, evaluate, has_words, read_generated, write_generated
+from clid.metrics import (CocoScorer, counts_sentences, evaluate, load_refs, long_refs_for, read_generated,
+                          write_generated)
 from clid.report import combine, length_histograms, write_outputs
 from clid.text import LEVEL_SETS, get_levels, load_tokenizer
 
@@ -102,58 +101,6 @@ def parse_args(argv=None):
 
 # ---------------------------------------------------------------------------------------------
 # Inputs
-
-def load_refs(path, split: str, test_ids_arg: str | None):
-    """(test image id -> raw references, trusted records for the histogram, skip counts, what was evaluated).
-
-    The test images are the ``split`` of the file, or the ids of ``--test-ids``; for an official
-    COCO captions file (no split inside) the Karpathy 5k test ids by default.
-    """
-    kind, data = detect_format(path)
-    loaders = {"karpathy": load_karpathy, "coco": load_coco_captions, "paragraphs": load_paragraphs}
-    records = load_jsonl_captions(path) if kind == "jsonl" else loaders[kind](path, data=data)
-    skipped = {}
-    if kind == "coco" or test_ids_arg:
-        ids = karpathy_test_ids() if test_ids_arg in (None, "karpathy") else read_id_list(test_ids_arg)
-        wanted = set(map(str, ids))
-        test = [r for r in records if r.image_id in wanted]
-        trusted = [r for r in records if r.image_id not in wanted]
-        skipped["test ids without an image in --refs"] = len(wanted - {r.image_id for r in records})
-        evaluated = f"the ids of {test_ids_arg or 'the Karpathy test split'}"
-    else:
-        test = [r for r in records if r.split == split]
-        trusted = [r for r in records if r.split in ("train", "restval")] or [r for r in records if r.split != split]
-        evaluated = f"split '{split}'"
-        if not test:
-            splits = sorted({r.split for r in records})
-            raise DataError(path, None, f"no image of split '{split}' (splits here: {splits}); "
-                                        "choose --split or give --test-ids")
-    refs = {}
-    for r in test:
-        if r.image_id in refs:
-            raise DataError(path, f"image {r.image_id}", "listed twice")
-        refs[r.image_id] = [t for t in r.raw if has_words(t)]
-    skipped["test images without reference captions"] = sum(1 for rs in refs.values() if not rs)
-    refs = {i: rs for i, rs in refs.items() if rs}
-    if not refs:
-        raise DataError(path, None, f"no test image with a reference caption ({evaluated})")
-    return refs, trusted, skipped, evaluated
-
-
-def load_long_refs(path) -> dict[int, dict[str, list[str]]]:
-    """``{level: {image_id: [raw descriptions]}}`` from a Karpathy JSON whose sentences carry "level"."""
-    data = read_json(path)
-    records = load_karpathy(path, data=data)
-    out: dict[int, dict[str, list[str]]] = {}
-    for index, (item, record) in enumerate(zip(data["images"], records)):
-        for j, (sentence, raw) in enumerate(zip(item["sentences"], record.raw)):
-            level = sentence.get("level")
-            if isinstance(level, bool) or not isinstance(level, int):
-                raise DataError(path, f"images[{index}] (image {record.image_id}) sentences[{j}]",
-                                f"needs an integer 'level', got {level!r}")
-            out.setdefault(level, {}).setdefault(record.image_id, []).append(raw)
-    return dict(sorted(out.items()))
-
 
 def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_ids: list[str], num_levels: int) -> None:
     """Print how many test images have a caption of this run and how many have none (misses);
@@ -283,21 +230,6 @@ def collect_captions(runs, ids, args, image_ids, out: Path):
             print(f"warning: {bad_line}; they count as misses")
         features.close()
     return levels, {run: captions[run] for run in ids}, sources, skips
-
-
-def long_refs_for(path, refs, levels, skipped: dict) -> dict:
-    """The long references of the test images at the levels of the level set (skips counted)."""
-    if not path:
-        return {}
-    long_refs = load_long_refs(path)
-    outside = {i for by_image in long_refs.values() for i in by_image if i not in refs}
-    skipped["long-reference images not among the test images"] = len(outside)
-    unused = [n for n in long_refs if not 1 <= n <= len(levels)]
-    skipped["long-reference levels outside the level set"] = len(unused)
-    for reason in ("long-reference images not among the test images", "long-reference levels outside the level set"):
-        if skipped[reason]:
-            print(f"warning: left out {skipped[reason]} {reason}")
-    return {n: {i: r for i, r in by_image.items() if i in refs} for n, by_image in long_refs.items() if n not in unused}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -301,12 +301,11 @@ def test_read_generated_rejects_bad_records(tmp_path, record, problem):
 
 
 def test_long_refs_need_a_level_per_sentence(tmp_path):
-    script = load_eval_script()
     path = tmp_path / "long.json"
     write_json(path, {"images": [{"cocoid": 5, "filename": "5.jpg", "split": "test",
                                   "sentences": [{"raw": "a long description", "level": 3}, {"raw": "no level"}]}]})
     with pytest.raises(DataError, match=r"images\[0\] \(image 5\) sentences\[1\]: needs an integer 'level'"):
-        script.load_long_refs(path)
+        metrics.load_long_refs(path)
 
 
 def test_spice_without_corenlp_is_na_and_fast(monkeypatch, tmp_path):
