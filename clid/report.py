@@ -90,7 +90,7 @@ def table(title, runs, table_key, field, levels, numbers, scale=1.0, digits=1, c
             if row is None:
                 cells.append("–")
             elif counts:
-                cells.append(f"{count(row['n_scored'])}/{row['n_images']}")
+                cells.append(f"{count(row['n_scored'])}/{count(row['n_images'])}")
             else:
                 cells.append(cell(row, field, scale, digits))
         text += f"| {name} | " + " | ".join(cells) + " |\n"
