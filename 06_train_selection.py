@@ -15,14 +15,21 @@ Schedule (paper defaults: c = 2, s = 1, eta = 1200): for iterations i = 0, 1, 2,
     train eta optimizer steps on trusted + drawn captions
 
 until c * i reaches 100 (nothing left to draw); then training goes on with trusted captions only
-until ``--max-steps``. Draws use the fused sampler (``clid.ops.smoothstep_sample``) keyed by
-(seed, iteration), so a resumed run, or any DDP rank, redraws exactly the same captions.
+until ``--max-steps``, as the authors' code does. Draws use the fused sampler
+(``clid.ops.smoothstep_sample``) keyed by (seed, iteration), so a resumed run, or any DDP rank,
+redraws exactly the same captions.
 
-Options: ``--full-epochs`` (the authors' alternative: one epoch of trusted + drawn per iteration);
-``--schedule constant`` (every caption equally likely, the paper's ablation), ``hard`` (s -> 0: a step
-at T_i), ``none`` (the whole extended set, no selection); ``--init bert|random|CKPT``: the paper does
-not say how this stage starts: ``bert`` (default) starts like 04 (pretrained BERT for minilm/labert,
-random for tiny); the authors' code re-initialises randomly (``random``); ``CKPT`` copies a checkpoint.
+Where the paper is silent this stage follows the authors' code and configuration: the model starts
+randomly initialised (``--init random``; ``bert`` starts as 04 does, ``CKPT`` copies a checkpoint),
+with a fresh optimizer and a fresh learning-rate schedule (1,000 warm-up steps, then a cosine whose
+horizon is their ``max_steps``, 300,000, while the stage trains 100,000 steps: ``--lr-horizon
+300000 --max-steps 100000``; the rate ends at 75% of its peak), and a batch of 64 (``--batch-size``
+is the global batch: under torchrun keep 64, or eta = 1200 steps no longer means what it did).
+
+Options: ``--full-epochs`` (one epoch of trusted + drawn captions per iteration instead of eta steps:
+an option of the authors' code that their configuration leaves off); ``--schedule constant`` (every
+caption equally likely, the paper's ablation), ``hard`` (s -> 0: a step at T_i), ``none`` (the whole
+extended set, no selection).
 """
 from __future__ import annotations
 
@@ -56,10 +63,15 @@ def parse_args(argv=None):
     p.add_argument("--s", type=float, default=1.0, help="smoothness of the weighting")
     p.add_argument("--eta", type=int, default=None,
                    help="optimizer steps per iteration (the paper: 1200 for captions, 200 for paragraphs)")
-    p.add_argument("--full-epochs", action="store_true", help="one epoch per iteration instead of --eta steps")
+    p.add_argument("--full-epochs", action="store_true",
+                   help="one epoch of trusted + drawn captions per iteration instead of --eta steps (an option of "
+                        "the authors' code, off in their configuration, which trains 1200 steps per iteration)")
     p.add_argument("--schedule", choices=["smooth", "constant", "hard", "none"], default="smooth")
-    p.add_argument("--init", default="bert", help="bert | random | a checkpoint folder")
+    p.add_argument("--init", default="random",
+                   help="random (default: the authors' code re-initialises the model) | bert (as 04 starts) | "
+                        "a checkpoint folder")
     add_train_args(p)
+    p.set_defaults(lr_horizon=300_000)  # the authors' schedule: a 300,000-step cosine, of which 06 trains 100,000
     args = p.parse_args(argv)
     if args.eta is None:  # the paper's eta: 200 on the (much smaller) paragraph set, else 1200
         args.eta = PARAGRAPH_ETA if args.levels == "paragraph" else CAPTION_ETA

@@ -121,6 +121,24 @@ def epoch_batches(n: int, batch_size: int, step: int, seed: int, tag="data") -> 
     return out
 
 
+def balanced_batches(levels, batch_size: int, seed: int) -> Callable[[int], np.ndarray]:
+    """``batch_for(step)``: global batches drawn as the authors' ``balanced_training`` draws them.
+
+    Each batch is drawn with replacement, caption i with probability 1 / (number of levels that have
+    captions * captions at i's level): every such level fills an equal share of the batches, and a
+    level's captions are equally likely. Keyed by (seed, step), so a resumed run draws the same.
+    """
+    levels = np.asarray(levels)
+    counts = np.bincount(levels)
+    cdf = np.cumsum(1.0 / (np.count_nonzero(counts) * counts[levels]))
+
+    def batch_for(step: int) -> np.ndarray:
+        u = item_rng(seed, "balanced", step).random(batch_size) * cdf[-1]
+        return np.minimum(np.searchsorted(cdf, u, side="right"), len(levels) - 1)
+
+    return batch_for
+
+
 # ---------------------------------------------------------------------------------------------
 # Distributed set-up
 
@@ -250,6 +268,7 @@ class TrainSettings:
     weight_decay: float = 0.01
     warmup: int = 1000
     max_steps: int = 100_000
+    lr_horizon: int = 0  # the step where the cosine reaches 0 (0: max_steps)
     batch_size: int = 64  # global batch (split over DDP ranks)
     grad_clip: float = 1.0
     label_smoothing: float = 0.1
@@ -282,6 +301,9 @@ def add_train_args(p) -> None:
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
     p.add_argument("--warmup", type=int, default=d.warmup)
     p.add_argument("--max-steps", type=int, default=d.max_steps)
+    p.add_argument("--lr-horizon", type=int, default=d.lr_horizon,
+                   help="the step at which the cosine learning rate reaches 0 (0: --max-steps, 04's default; "
+                        "06's default is the authors' 300000)")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size (split over DDP processes)")
     p.add_argument("--grad-clip", type=float, default=d.grad_clip)
     p.add_argument("--label-smoothing", type=float, default=d.label_smoothing)
@@ -478,7 +500,7 @@ class Trainer:
         self.stop_if_not_finite(reported / total_weight, "the training loss")
         loss = loss_sum * self.world / total_weight  # DDP averages the gradients over the ranks
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate(self.step, s.lr, s.warmup, s.max_steps)
+            group["lr"] = learning_rate(self.step, s.lr, s.warmup, s.lr_horizon or s.max_steps)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # the norm of the (DDP-averaged) gradient; with --grad-clip 0 it is only measured (clip at inf)
