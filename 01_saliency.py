@@ -276,4 +276,4 @@ def report(job: shard.Job, final, previews: Previews, elapsed: float) -> int:
     return 0
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(files.run_main(main))

@@ -279,4 +279,4 @@ def report_problems(path: Path, saliency, n_graphs: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(files.run_main(main))

@@ -33,6 +33,7 @@ from typing import Callable
 from clid import english as en
 from clid import files, shard
 from clid.cli import HelpFormatter
+from clid.data import report_wordless
 from clid.files import DataError
 from clid.paraphrase import head_nouns, lemma, rules_paraphrase, sentences_of
 from clid.stats import format_table, length_stats
@@ -241,7 +242,9 @@ def read_captions(path) -> dict[str, dict]:
         if str(r["id"]) in by_id:
             sys.exit(f"error: {path}: line {number}: id {r['id']} appears twice")
         by_id[str(r["id"])] = r
-    return by_id
+    wordless = {i for i, r in by_id.items() if not karpathy_tokens(r["caption"])}
+    report_wordless(path, [f"caption {i}" for i in by_id if i in wordless])  # counted and left out
+    return {i: r for i, r in by_id.items() if i not in wordless}
 
 
 def make_paraphraser(args, tokenizer, counts: Counter):
@@ -256,4 +259,4 @@ def make_paraphraser(args, tokenizer, counts: Counter):
         captions, model, tokenizer, args.piece_tokens, args.min_ratio, counts)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(files.run_main(main))

@@ -14,23 +14,38 @@ Out: a checkpoint folder (model.safetensors, config.json, tokenizer, optimizer.p
      train_log.jsonl). Killing the run and starting the same command again resumes from the last
      checkpoint; on CPU the final weights equal those of an uninterrupted run.
 
-The paper trains M_theta (trusted) and M_theta~ (extended) independently: that is the default.
-``--init-from CKPT`` reproduces the authors' code, where the trusted model continues from the
-extended one. Recipe (flags default to it): mask a uniform count of positions in
-[max(1, 0.1 * len), len]; label-smoothed (0.1) cross-entropy on masked positions, "." weighted 0.5;
-AdamW lr 5e-5, weight decay 0.01, 1,000 warm-up steps then cosine; gradient clip 1.0; batch 64.
+The paper only says that M_theta is trained on the trusted captions; the authors' code trains
+M_theta~ first and continues it on the trusted captions, weights, optimizer state and learning-rate
+schedule included. That is the recipe:
+
+    python 04_train_base.py ... --data extended --selfgen FILE --out runs/extended --lr-horizon 300000
+    python 04_train_base.py ... --data trusted --continue-from runs/extended --max-steps 200000 --out runs/scoring
+
+(the authors' configuration: one 300,000-step cosine, of which M_theta~ trains steps 0-100,000 and
+M_theta steps 100,000-200,000). With ``--continue-from`` the step count goes on from the
+checkpoint's (``--max-steps`` is the last step) under the checkpoint's learning rate, warm-up and
+``--lr-horizon``. An independently trained
+M_theta (the trusted-only baseline) is the same command without ``--continue-from``;
+``--init-from CKPT`` copies only the weights. ``--balanced`` draws the captions as the authors'
+``balanced_training`` (every length level an equal share of the batches: the length-balanced
+baseline of the paper's Figure 5). Recipe (flags default to it): mask a uniform count of positions
+in [max(1, 0.1 * len), len]; label-smoothed (0.1) cross-entropy on masked positions, "." weighted
+0.5; AdamW lr 5e-5, weight decay 0.01, 1,000 warm-up steps then cosine; gradient clip 1.0; batch 64.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter
+from pathlib import Path
 
 from clid.cli import HelpFormatter
 from clid.examples import RegionCache, make_examples, training_items
-from clid.files import DataError, FeatureStore
+from clid.files import DataError, FeatureStore, run_main
 from clid.model import count_parameters
-from clid.train import (Trainer, add_train_args, epoch_batches, finish_distributed, load_init_weights, new_model,
+from clid.train import (Trainer, add_train_args, balanced_batches, checkpoint_exists, epoch_batches,
+                        finish_distributed, load_init_weights, new_model, read_train_state, restore, run_record,
                         settings_from_args, start_run, standardize_regions, validation_check)
 
 
@@ -39,12 +54,42 @@ def parse_args(argv=None):
     p.add_argument("--captions", required=True, help="trusted captions (Karpathy JSON or COCO captions JSON)")
     p.add_argument("--data", choices=["trusted", "extended"], default="trusted")
     p.add_argument("--selfgen", help="self-generated captions JSONL (required for --data extended)")
-    p.add_argument("--init-from", help="start from this checkpoint's weights (the authors' code: trusted from extended)")
+    p.add_argument("--continue-from", metavar="CKPT",
+                   help="continue this checkpoint: its weights, optimizer state, step and learning-rate schedule "
+                        "(the authors' code: M_theta continues M_theta~); --max-steps is then the last step")
+    p.add_argument("--init-from", metavar="CKPT", help="start from this checkpoint's weights only")
+    p.add_argument("--balanced", action="store_true",
+                   help="every length level an equal share of the batches, as the authors' balanced_training "
+                        "(the length-balanced baseline; default: shuffled epochs)")
     add_train_args(p)
     args = p.parse_args(argv)
     if args.data == "extended" and not args.selfgen:
         p.error("--data extended needs --selfgen FILE")
+    if args.continue_from and args.init_from:
+        p.error("--continue-from and --init-from exclude each other")
+    if args.continue_from:
+        continued_schedule(args)
     return args
+
+
+def continued_schedule(args) -> None:
+    """Take the learning rate, warm-up and horizon of the checkpoint that ``--continue-from`` continues."""
+    folder = Path(args.continue_from)
+    if not checkpoint_exists(folder):
+        raise SystemExit(f"error: --continue-from {folder}: no checkpoint with a training state there")
+    step = int(read_train_state(folder)["step"])
+    train = json.loads((folder / "config.json").read_text()).get("train", {})
+    for name in ("lr", "warmup", "lr_horizon"):
+        if name in train:
+            setattr(args, name, train[name])
+    horizon = args.lr_horizon or train.get("max_steps", step)
+    if step >= args.max_steps:
+        raise SystemExit(f"error: --continue-from {folder} is at step {step}; --max-steps ({args.max_steps}) is the "
+                         "last step of the continued run and must be larger")
+    if horizon <= step:
+        raise SystemExit(f"error: --continue-from {folder}: its learning rate reached 0 at step {horizon}; train it "
+                         f"with --lr-horizon {args.max_steps} (its steps and the continued ones) to continue it")
+    args.lr_horizon = horizon
 
 
 def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
@@ -77,29 +122,36 @@ def main(argv=None):
         return
     rank, world, device, features = started
     model = new_model(args, features, device)
-    if args.init_from:
-        load_init_weights(model, args.init_from)
+    if args.init_from or args.continue_from:
+        load_init_weights(model, args.init_from or args.continue_from)
     try:
         examples, val_ids = load_examples(args, features, model.tokenizer, model.levels, rank)
     except DataError as err:
         sys.exit(f"error: {err}")
-    if not args.init_from:  # (a checkpoint brings its own statistics)
+    if not (args.init_from or args.continue_from):  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
 
     trainer = Trainer(model, examples, RegionCache(features, model.config.num_classes), settings_from_args(args),
-                      args.out, {"train": vars(args), "stage": "04_train_base"}, device, rank, world,
+                      args.out, {"train": vars(args), "stage": "04_train_base",
+                                "run": run_record(args)}, device, rank, world,
                       validation_check(args, features, val_ids, device))
-    if trainer.resume() and rank == 0:
-        print(f"resumed from {args.out} at step {trainer.step}")
+    if trainer.resume():
+        if rank == 0:
+            print(f"resumed from {args.out} at step {trainer.step}")
+    elif args.continue_from:  # M_theta~'s weights, optimizer state and step: its schedule goes on
+        trainer.state = restore(args.continue_from, model, trainer.optimizer)
+        trainer.step = int(trainer.state["step"])
+        if rank == 0:
+            print(f"continuing {args.continue_from} from step {trainer.step} (lr {args.lr}, warm-up {args.warmup}, "
+                  f"horizon {args.lr_horizon})")
     if rank == 0:
         print(f"model: {args.preset}, {count_parameters(model) / 1e6:.1f}M parameters; {world} process(es) on {device}")
     n = len(examples)
-    trainer.run(args.max_steps, lambda step: epoch_batches(n, args.batch_size, step, args.seed), desc=f"04 {args.data}")
+    batch_for = (balanced_batches(examples.levels, args.batch_size, args.seed) if args.balanced
+                 else lambda step: epoch_batches(n, args.batch_size, step, args.seed))
+    trainer.run(args.max_steps, batch_for, desc=f"04 {args.data}")
     finish_distributed(args.out, rank, world)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except DataError as err:  # e.g. an image's region features found bad when first read
-        sys.exit(f"error: {err}")
+    run_main(main)

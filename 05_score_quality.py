@@ -33,7 +33,8 @@ from clid import shard
 from clid.cli import HelpFormatter
 from clid.data import add_split_args
 from clid.examples import RegionCache, make_examples, training_items
-from clid.files import DataError, FeatureStore, add_bad_features_arg, read_arrays, read_jsonl, write_quality
+from clid.files import (DataError, FeatureStore, add_bad_features_arg, read_arrays, read_jsonl, run_main,
+                        write_quality)
 from clid.model import load_checkpoint
 from clid.scoring import MODES, caption_logprobs
 
@@ -67,7 +68,7 @@ def load_items(args):
     if not args.captions:
         items = [(str(r["id"]), str(r["image_id"]), r["caption"], "selfgen")
                  for r in read_jsonl(args.selfgen, required=("id", "image_id", "caption"))]
-        return items, Counter()
+        return items, Counter()  # (a caption with no word left is counted by make_examples)
     found = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check)
     items = [(*item, "selfgen") for item in found.selfgen]
     if args.include_trusted:
@@ -154,7 +155,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except DataError as err:  # e.g. an image's region features found bad when first read
-        sys.exit(f"error: {err}")
+    run_main(main)

@@ -15,14 +15,21 @@ Schedule (paper defaults: c = 2, s = 1, eta = 1200): for iterations i = 0, 1, 2,
     train eta optimizer steps on trusted + drawn captions
 
 until c * i reaches 100 (nothing left to draw); then training goes on with trusted captions only
-until ``--max-steps``. Draws use the fused sampler (``clid.ops.smoothstep_sample``) keyed by
-(seed, iteration), so a resumed run, or any DDP rank, redraws exactly the same captions.
+until ``--max-steps``, as the authors' code does. Draws use the fused sampler
+(``clid.ops.smoothstep_sample``) keyed by (seed, iteration), so a resumed run, or any DDP rank,
+redraws exactly the same captions.
 
-Options: ``--full-epochs`` (the authors' alternative: one epoch of trusted + drawn per iteration);
-``--schedule constant`` (every caption equally likely, the paper's ablation), ``hard`` (s -> 0: a step
-at T_i), ``none`` (the whole extended set, no selection); ``--init bert|random|CKPT``: the paper does
-not say how this stage starts: ``bert`` (default) starts like 04 (pretrained BERT for minilm/labert,
-random for tiny); the authors' code re-initialises randomly (``random``); ``CKPT`` copies a checkpoint.
+Where the paper is silent this stage follows the authors' code and configuration: the model starts
+randomly initialised (``--init random``; ``bert`` starts as 04 does, ``CKPT`` copies a checkpoint),
+with a fresh optimizer and a fresh learning-rate schedule (1,000 warm-up steps, then a cosine whose
+horizon is their ``max_steps``, 300,000, while the stage trains 100,000 steps: ``--lr-horizon
+300000 --max-steps 100000``; the rate ends at 75% of its peak), and a batch of 64 (``--batch-size``
+is the global batch: under torchrun keep 64, or eta = 1200 steps no longer means what it did).
+
+Options: ``--full-epochs`` (one epoch of trusted + drawn captions per iteration instead of eta steps:
+an option of the authors' code that their configuration leaves off); ``--schedule constant`` (every
+caption equally likely, the paper's ablation), ``hard`` (s -> 0: a step at T_i), ``none`` (the whole
+extended set, no selection).
 """
 from __future__ import annotations
 
@@ -39,10 +46,10 @@ import torch
 from clid import ops
 from clid.cli import HelpFormatter
 from clid.examples import RegionCache, make_examples, training_items
-from clid.files import DataError, atomic_path, read_quality
+from clid.files import DataError, atomic_path, read_quality, run_main
 from clid.model import count_parameters
 from clid.train import (Trainer, add_train_args, epoch_batches, finish_distributed, load_init_weights, new_model,
-                        settings_from_args, start_run, standardize_regions, validation_check)
+                        run_record, settings_from_args, start_run, standardize_regions, validation_check)
 
 
 CAPTION_ETA, PARAGRAPH_ETA = 1200, 200
@@ -57,10 +64,15 @@ def parse_args(argv=None):
     p.add_argument("--s", type=float, default=1.0, help="smoothness of the weighting")
     p.add_argument("--eta", type=int, default=None,
                    help="optimizer steps per iteration (the paper: 1200 for captions, 200 for paragraphs)")
-    p.add_argument("--full-epochs", action="store_true", help="one epoch per iteration instead of --eta steps")
+    p.add_argument("--full-epochs", action="store_true",
+                   help="one epoch of trusted + drawn captions per iteration instead of --eta steps (an option of "
+                        "the authors' code, off in their configuration, which trains 1200 steps per iteration)")
     p.add_argument("--schedule", choices=["smooth", "constant", "hard", "none"], default="smooth")
-    p.add_argument("--init", default="bert", help="bert | random | a checkpoint folder")
+    p.add_argument("--init", default="random",
+                   help="random (the authors' code re-initialises the model) | bert (as 04 starts) | "
+                        "a checkpoint folder")
     add_train_args(p)
+    p.set_defaults(lr_horizon=300_000)  # the authors' schedule: a 300,000-step cosine, of which 06 trains 100,000
     args = p.parse_args(argv)
     if args.eta is None:  # the paper's eta: 200 on the (much smaller) paragraph set, else 1200
         args.eta = PARAGRAPH_ETA if args.levels == "paragraph" else CAPTION_ETA
@@ -178,7 +190,8 @@ def main(argv=None):
             tmp.write_text("".join(json.dumps(p) + "\n" for p in plan))
 
     trainer = Trainer(model, examples, RegionCache(features, config.num_classes), settings_from_args(args), out,
-                      {"train": vars(args), "stage": "06_train_selection"}, device, rank, world,
+                      {"train": vars(args), "stage": "06_train_selection",
+                                                 "run": run_record(args)}, device, rank, world,
                       validation_check(args, features, items.val_ids, device))
     if trainer.resume() and rank == 0:
         print(f"resumed from {out} at step {trainer.step}")
@@ -209,7 +222,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except DataError as err:  # e.g. an image's region features found bad when first read
-        sys.exit(f"error: {err}")
+    run_main(main)

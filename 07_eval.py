@@ -1,24 +1,31 @@
-"""Stage 07: evaluate length-controlled captions, per length level, for one or more runs.
+"""Stage 07: evaluate length-controlled captions, per length level, for one or more methods.
 
 In:  --refs captions.json (any caption format clid.data reads; its test split is evaluated) and
      runs to compare, each either
-       --checkpoint CKPT (with --features features.h5): captions generated at every level, or
-       --generated FILE: captions made elsewhere, JSONL lines {"image_id", "level", "caption"}.
-     Optional: --long-refs long_refs.json (demo world: test images with long descriptions whose
-     sentences carry a "level"), --selfgen selfgen.jsonl (only for the length histograms).
-Out: --out DIR holding metrics.json (every number), report.md (tables, plots, example captions),
-     control_precision.png, quality_vs_control.png, length_histograms.png, and for checkpoint runs
-     generated/<run>.jsonl (reused by a re-run while the checkpoint is unchanged).
+       --checkpoint [NAME=]CKPT (with --features features.h5): captions generated at every level, or
+       --generated [NAME=]FILE: captions made elsewhere, JSONL lines {"image_id", "level", "caption"}
+       (optional "filled": true when the model wrote no "." in the level).
+     Entries with one NAME are runs of one method (e.g. three seeds); a bare CKPT or FILE is named
+     after the folder or file. Optional: --long-refs long_refs.json (demo world: test images with
+     long descriptions whose sentences carry a "level"), --selfgen selfgen.jsonl (length histograms).
+Out: --out DIR holding metrics.json (every number, per run and per method), report.md (tables,
+     plots, example captions), control_precision.png, quality_vs_control.png, length_histograms.png,
+     and for checkpoint runs generated/<run>.jsonl (each caption with its length as counted; reused
+     by a re-run while the checkpoint and the decoding are unchanged).
 
     python 07_eval.py --refs data/demo/captions.json --features data/demo/features.h5 \\
-        --checkpoint runs/demo/trusted --checkpoint runs/demo/clid \\
-        --long-refs data/demo/long_refs.json --out runs/demo/eval
+        --checkpoint trusted=runs/demo/trusted --checkpoint CLID=runs/demo/clid \\
+        --checkpoint CLID=runs/demo/seed1/clid --long-refs data/demo/long_refs.json --out runs/demo/eval
     python 07_eval.py --refs captions_val2014.json --generated mine.jsonl --out eval  # Karpathy 5k
 
 Per level and run (definitions in clid/metrics.py): control precision (share of ALL test images
 whose caption length is inside the level; a missing caption is a miss), BLEU-1..4, METEOR,
 ROUGE-L, CIDEr and SPICE (pycocoevalcap, PTB tokenizer) on the in-range captions, length error
-and distinct-1/2. CIDEr's document frequencies come from the scored subset of each level.
+and distinct-1/2. CIDEr's document frequencies come from the scored subset of each level. A method
+with several runs is reported as the mean and the standard deviation over its runs (the paper
+reports the mean of 3 runs). The defaults follow the authors' code where the paper is silent:
+confidence-averaging decoding (--no-labert-average: update only the re-masked positions) and their
+length count (--length-count strict: a caption filling its level without "." is one token over).
 """
 from __future__ import annotations
 
@@ -31,21 +38,16 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
 from clid.cli import HelpFormatter
-from clid.data import (detect_format, karpathy_test_ids, load_coco_captions, load_jsonl_captions,
-                       load_karpathy, load_paragraphs, read_id_list)
-from clid.files import (DataError, FeatureStore, add_bad_features_arg, atomic_path, natural_key, read_json, read_jsonl,
-                        write_json)
-from clid.metrics import (QUALITY_METRICS, CocoScorer, counts_sentences, evaluate, has_words,
-                          read_generated, write_generated)
-from clid.text import LEVEL_SETS, caption_lengths, get_levels, load_tokenizer
-
-FIGURES = ("control_precision.png", "quality_vs_control.png", "length_histograms.png")
-MARKERS = "osD^vP"
+from clid.files import DataError, FeatureStore, add_bad_features_arg, natural_key, read_json, run_main, write_json
+from clid.metrics import (CocoScorer, counts_sentences, evaluate, load_refs, long_refs_for, read_generated,
+                          write_generated)
+from clid.report import combine, length_histograms, write_outputs
+from clid.text import LEVEL_SETS, get_levels, load_tokenizer
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--refs", required=True, help="reference captions (Karpathy JSON, COCO captions JSON, ...)")
+    p.add_argument("--refs", help="reference captions (Karpathy JSON, COCO captions JSON, ...)")
     p.add_argument("--split", default="test", help="the split of --refs to evaluate on (default: test)")
     p.add_argument("--test-ids", default=None,
                    help="evaluate these image ids instead of --split (a file, or 'karpathy' for the "
@@ -54,11 +56,13 @@ def parse_args(argv=None):
     p.add_argument("--selfgen", default=None, help="self-generated captions JSONL (length histogram only)")
     p.add_argument("--features", default=None, help="region features HDF5 (needed by --checkpoint)")
     add_bad_features_arg(p)
-    p.add_argument("--checkpoint", action="append", default=[], help="a checkpoint folder to evaluate (repeatable)")
-    p.add_argument("--generated", action="append", default=[], help="a generated-captions JSONL (repeatable)")
+    p.add_argument("--checkpoint", action="append", default=[], metavar="[NAME=]DIR",
+                   help="a checkpoint folder to evaluate (repeatable; entries with one NAME are runs of one method)")
+    p.add_argument("--generated", action="append", default=[], metavar="[NAME=]FILE",
+                   help="a generated-captions JSONL (repeatable; entries with one NAME are runs of one method)")
     p.add_argument("--name", action="append", default=[],
-                   help="run names, one per run, checkpoints first then generated files "
-                        "(default: checkpoint folder name / file name without extension)")
+                   help="names, one per entry, checkpoints first then generated files (instead of NAME=; "
+                        "default: the checkpoint folder's name / the file's name without extension)")
     p.add_argument("--levels", default=None, choices=sorted(LEVEL_SETS),
                    help="level set (default: the checkpoints' own, else caption)")
     p.add_argument("--score-captions", default="in-range", choices=["in-range", "all"],
@@ -74,12 +78,21 @@ def parse_args(argv=None):
     p.add_argument("--eos-decay", type=float, default=1.0,
                    help="penalty on '.' inside a level's range, decay ** (distance to the level's end); "
                         "1.0: none, as in the authors' configuration")
-    p.add_argument("--labert-average", action="store_true",
-                   help="LaBERT's decoding variant: re-predict every position and average the confidences")
+    p.add_argument("--labert-average", action=argparse.BooleanOptionalAction, default=True,
+                   help="decoding as LaBERT's and the authors' code: re-predict every position and "
+                        "average the confidences; --no-labert-average: re-predict only the re-masked positions")
+    p.add_argument("--length-count", choices=["authors", "strict"], default="authors",
+                   help="the length of a caption that fills its level without '.': authors (the "
+                        "authors' code): its tokens, no '.' (a hit); strict: with a final '.' (one over: a miss)")
     p.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")
     p.add_argument("--tokenizer", default=None, help="tokenizer for caption lengths (default: offline bert-base-uncased)")
+    p.add_argument("--combine", nargs="+", metavar="EVAL_DIR",
+                   help="instead of evaluating: report several 07 output folders together (e.g. one per seed, each "
+                        "on its own test images); a method's runs in all of them give its mean ± std")
     p.add_argument("--out", required=True, help="output folder")
     args = p.parse_args(argv)
+    if not args.refs and not args.combine:
+        p.error("--refs is required (or --combine EVAL_DIR ...)")
     if args.decode_steps is not None and min(args.decode_steps) < 1:
         p.error("--decode-steps must be at least 1")
     if not 0.0 < args.eos_decay <= 1.0:
@@ -89,58 +102,6 @@ def parse_args(argv=None):
 
 # ---------------------------------------------------------------------------------------------
 # Inputs
-
-def load_refs(path, split: str, test_ids_arg: str | None):
-    """(test image id -> raw references, trusted records for the histogram, skip counts, what was evaluated).
-
-    The test images are the ``split`` of the file, or the ids of ``--test-ids``; for an official
-    COCO captions file (no split inside) the Karpathy 5k test ids by default.
-    """
-    kind, data = detect_format(path)
-    loaders = {"karpathy": load_karpathy, "coco": load_coco_captions, "paragraphs": load_paragraphs}
-    records = load_jsonl_captions(path) if kind == "jsonl" else loaders[kind](path, data=data)
-    skipped = {}
-    if kind == "coco" or test_ids_arg:
-        ids = karpathy_test_ids() if test_ids_arg in (None, "karpathy") else read_id_list(test_ids_arg)
-        wanted = set(map(str, ids))
-        test = [r for r in records if r.image_id in wanted]
-        trusted = [r for r in records if r.image_id not in wanted]
-        skipped["test ids without an image in --refs"] = len(wanted - {r.image_id for r in records})
-        evaluated = f"the ids of {test_ids_arg or 'the Karpathy test split'}"
-    else:
-        test = [r for r in records if r.split == split]
-        trusted = [r for r in records if r.split in ("train", "restval")] or [r for r in records if r.split != split]
-        evaluated = f"split '{split}'"
-        if not test:
-            splits = sorted({r.split for r in records})
-            raise DataError(path, None, f"no image of split '{split}' (splits here: {splits}); "
-                                        "choose --split or give --test-ids")
-    refs = {}
-    for r in test:
-        if r.image_id in refs:
-            raise DataError(path, f"image {r.image_id}", "listed twice")
-        refs[r.image_id] = [t for t in r.raw if has_words(t)]
-    skipped["test images without reference captions"] = sum(1 for rs in refs.values() if not rs)
-    refs = {i: rs for i, rs in refs.items() if rs}
-    if not refs:
-        raise DataError(path, None, f"no test image with a reference caption ({evaluated})")
-    return refs, trusted, skipped, evaluated
-
-
-def load_long_refs(path) -> dict[int, dict[str, list[str]]]:
-    """``{level: {image_id: [raw descriptions]}}`` from a Karpathy JSON whose sentences carry "level"."""
-    data = read_json(path)
-    records = load_karpathy(path, data=data)
-    out: dict[int, dict[str, list[str]]] = {}
-    for index, (item, record) in enumerate(zip(data["images"], records)):
-        for j, (sentence, raw) in enumerate(zip(item["sentences"], record.raw)):
-            level = sentence.get("level")
-            if isinstance(level, bool) or not isinstance(level, int):
-                raise DataError(path, f"images[{index}] (image {record.image_id}) sentences[{j}]",
-                                f"needs an integer 'level', got {level!r}")
-            out.setdefault(level, {}).setdefault(record.image_id, []).append(raw)
-    return dict(sorted(out.items()))
-
 
 def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_ids: list[str], num_levels: int) -> None:
     """Print how many test images have a caption of this run and how many have none (misses);
@@ -159,24 +120,40 @@ def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_
 
 
 def run_list(args) -> list[tuple[str, str, str]]:
-    """(name, "checkpoint" | "generated", path) per run, checkpoints first."""
-    runs = [("checkpoint", p) for p in args.checkpoint] + [("generated", p) for p in args.generated]
-    if not runs:
+    """(name, "checkpoint" | "generated", path) per entry, checkpoints first. A name given as
+    NAME=PATH or by --name may repeat (runs of one method); two bare paths with one name may not."""
+    entries = [("checkpoint", e) for e in args.checkpoint] + [("generated", e) for e in args.generated]
+    if not entries:
         raise SystemExit("error: nothing to evaluate; give --checkpoint CKPT or --generated FILE")
-    if args.name and len(args.name) != len(runs):
-        raise SystemExit(f"error: {len(args.name)} --name for {len(runs)} runs (checkpoints first, then generated files)")
-    names = args.name or [Path(p).name if kind == "checkpoint" else Path(p).stem for kind, p in runs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if args.name and len(args.name) != len(entries):
+        raise SystemExit(f"error: {len(args.name)} --name for {len(entries)} runs (checkpoints first, then generated files)")
+    runs, bare = [], []
+    for k, (kind, entry) in enumerate(entries):
+        name, sep, path = entry.partition("=")
+        if not sep or not name or os.path.exists(entry):  # a bare path (which may hold "=")
+            name, path = (Path(entry).name if kind == "checkpoint" else Path(entry).stem), entry
+            if not args.name:
+                bare.append(name)
+        runs.append((args.name[k] if args.name else name, kind, path))
+    names = [n for n, _, _ in runs]
+    duplicates = sorted({n for n in bare if names.count(n) > 1})
     if duplicates:
-        raise SystemExit(f"error: several runs are named {duplicates}; name them with --name")
-    return [(name, kind, path) for name, (kind, path) in zip(names, runs)]
+        raise SystemExit(f"error: several runs are named {duplicates}; name them as NAME=PATH or with --name")
+    return runs
+
+
+def run_ids(runs) -> list[str]:
+    """A unique id per run: the method's name, or NAME-runK when the method has several runs."""
+    names = [name for name, _, _ in runs]
+    return [name if names.count(name) == 1 else f"{name}-run{names[:k].count(name) + 1}"
+            for k, name in enumerate(names)]
 
 
 # ---------------------------------------------------------------------------------------------
 # Generation from a checkpoint, cached in OUT/generated/<run>.jsonl
 
 def fingerprint(checkpoint) -> dict:
-    """Size and modification time of the checkpoint's files: a changed checkpoint regenerates."""
+    """Size and modification time of the checkpoint's (or feature file's) files: a change regenerates."""
     path = Path(checkpoint)
     if not path.exists():
         raise SystemExit(f"error: {path}: checkpoint not found")
@@ -185,17 +162,17 @@ def fingerprint(checkpoint) -> dict:
 
 
 def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_levels):
-    """(levels, {level: {image_id: caption}}, number of test images without features)."""
+    """(levels, {level: {image_id: caption}}, {level: filled image ids}, number of test images without features)."""
     meta_path = cache.with_suffix(".meta.json")
     decoding = {"steps": args.decode_steps, "eos_decay": args.eos_decay, "labert_average": args.labert_average}
-    key = {"checkpoint": str(checkpoint), "files": fingerprint(checkpoint),
+    key = {"checkpoint": str(checkpoint), "files": fingerprint(checkpoint), "features": fingerprint(features.path),
            "images": hashlib.sha1("\n".join(image_ids).encode()).hexdigest(), "decoding": decoding}
     if not args.regenerate and cache.exists() and meta_path.exists():
         meta = read_json(meta_path)
         if meta.get("key") == key:
             levels = get_levels(meta["levels"])
-            print(f"{checkpoint}: reusing {cache} (checkpoint and decoding unchanged)")
-            return levels, read_generated(cache, len(levels)), meta["no_features"]
+            print(f"{checkpoint}: reusing {cache} (checkpoint, features and decoding unchanged)")
+            return (levels, *read_generated(cache, len(levels), with_filled=True), meta["no_features"])
 
     from clid.decode import generate_captions
     from clid.model import load_checkpoint
@@ -213,223 +190,47 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     if not have:
         raise SystemExit(f"error: {features.path} holds none of the {len(image_ids)} test images")
     print(f"{checkpoint}: generating captions for {len(have)} test images at {len(levels)} levels")
-    generated = generate_captions(model, features, have, list(range(1, len(levels) + 1)),
-                                  batch_size=args.batch_size, device=args.device, steps=steps,
-                                  eos_decay=args.eos_decay, labert_average=args.labert_average, progress=True)
-    write_generated(cache, generated)
+    generated, filled = generate_captions(model, features, have, list(range(1, len(levels) + 1)),
+                                          batch_size=args.batch_size, device=args.device, steps=steps,
+                                          eos_decay=args.eos_decay, labert_average=args.labert_average,
+                                          progress=True, return_filled=True)
+    write_generated(cache, generated, filled)
     write_json(meta_path, {"key": key, "levels": [list(l) for l in levels],
                            "no_features": len(image_ids) - len(have)}, indent=1)
-    return levels, generated, len(image_ids) - len(have)
+    return levels, generated, filled, len(image_ids) - len(have)
 
 
-# ---------------------------------------------------------------------------------------------
-# Report
-
-def fmt(value, scale=1.0, digits=1) -> str:
-    return "–" if value is None else f"{value * scale:.{digits}f}"
-
-
-def level_header(levels, numbers) -> str:
-    cols = [f"L{n} ({levels[n - 1][0]}-{levels[n - 1][1]})" for n in numbers]
-    return "| run | " + " | ".join(cols) + " |\n|---|" + "---:|" * len(cols) + "\n"
-
-
-def table(title, runs, table_key, field, levels, numbers, scale=1.0, digits=1, counts=False) -> str:
-    text = f"**{title}**\n\n" + level_header(levels, numbers)
-    for name, result in runs.items():
-        cells = []
-        for n in numbers:
-            row = result[table_key].get(n)
-            if row is None:
-                cells.append("–")
-            elif counts:
-                cells.append(f"{row['n_scored']}/{row['n_images']}")
-            else:
-                cells.append(fmt(row.get(field), scale, digits))
-        text += f"| {name} | " + " | ".join(cells) + " |\n"
-    return text + "\n"
-
-
-QUALITY_TITLES = {"Bleu_1": "BLEU-1", "Bleu_2": "BLEU-2", "Bleu_3": "BLEU-3", "Bleu_4": "BLEU-4",
-                  "METEOR": "METEOR", "ROUGE_L": "ROUGE-L", "CIDEr": "CIDEr", "SPICE": "SPICE"}
-
-
-def write_report(path, meta, results, generated, refs, long_refs, levels, example_ids, lengths_of):
-    numbers = list(range(1, len(levels) + 1))
-    scored = "in-range captions" if meta["score_captions"] == "in-range" else "all captions"
-    lines = ["# Length-controlled captioning: evaluation\n",
-             f"{meta['n_test_images']} test images (`{meta['refs']}`, {meta['evaluated']}), "
-             f"{meta['level_set']} levels. Runs:\n"]
-    lines += [f"- **{name}**: {meta['runs'][name]['source']}" for name in results]
-    lines += ["",
-              "Control precision: share of all test images whose caption length (WordPiece tokens of "
-              "the preprocessed caption plus the final \".\") falls inside the requested level; a "
-              "missing caption is a miss. Quality scores (pycocoevalcap, PTB tokenizer, x100) are "
-              f"computed on the {scored} of each level only, against that level's subset of images; "
-              "CIDEr's document frequencies therefore come from that subset, and few scored captions "
-              "make it noisy. Length error: mean distance in tokens to the level's range (0 inside). "
-              "Distinct-n: unique n-grams / all n-grams of the level's captions (x100).",
-              f"\nSPICE: {meta['spice']}\n"]
-    skipped = {k: v for k, v in meta["skipped"].items() if v}
-    for name in results:
-        skipped.update({f"{name}: {k}": v for k, v in meta["runs"][name]["skipped"].items() if v})
-    if skipped:
-        lines.append("Left out: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + "\n")
-
-    lines.append("## Length control\n")
-    lines.append(table("Control precision (%)", results, "levels", "control_precision", levels, numbers, 100))
-    lines.append(table("Length error (tokens)", results, "levels", "length_error", levels, numbers, 1, 2))
-    lines.append(table("Mean caption length (tokens)", results, "levels", "mean_length", levels, numbers))
-    lines.append(table("Scored captions / test images", results, "levels", None, levels, numbers, counts=True))
-    lines.append(f"## Quality on the {scored} (x100)\n")
-    for metric in QUALITY_METRICS:
-        if metric == "SPICE" and not any(r["levels"][n].get("SPICE") is not None for r in results.values() for n in numbers):
-            lines.append("**SPICE**: n/a (see above)\n")
-            continue
-        lines.append(table(QUALITY_TITLES[metric], results, "levels", metric, levels, numbers, 100))
-    lines.append("## Diversity (x100)\n")
-    lines.append(table("Distinct-1", results, "levels", "distinct_1", levels, numbers, 100))
-    lines.append(table("Distinct-2", results, "levels", "distinct_2", levels, numbers, 100))
-
-    long_numbers = sorted({n for r in results.values() for n in r["long_refs"]})
-    if long_numbers:
-        lines.append(f"## Against the long references (levels {long_numbers[0]}-{long_numbers[-1]}, x100)\n")
-        lines.append(f"Each level's {scored} scored against the long references of that level only.\n")
-        lines.append(table("Scored captions / test images with long references", results, "long_refs", None,
-                           levels, long_numbers, counts=True))
-        for metric in ("CIDEr", "Bleu_4", "METEOR", "ROUGE_L", "SPICE"):
-            if metric == "SPICE" and not any(r["long_refs"][n].get("SPICE") is not None
-                                             for r in results.values() for n in long_numbers):
-                continue
-            lines.append(table(QUALITY_TITLES[metric], results, "long_refs", metric, levels, long_numbers, 100))
-
-    lines.append("## Plots\n")
-    lines += [f"![{f}]({f})\n" for f in FIGURES]
-
-    lines.append("## Example captions\n")
-    for image_id in example_ids:
-        lines.append(f"### Image {image_id}\n")
-        lines += [f"- reference: {r}" for r in refs[image_id][:3]]
-        for n, by_image in long_refs.items():
-            if by_image.get(image_id):
-                lines.append(f"- long reference, level {n}: {by_image[image_id][0]}")
-        lines.append("\n| level | " + " | ".join(results) + " |\n|---|" + "---|" * len(results))
-        for n in numbers:
-            cells = []
-            for name in results:
-                caption = generated[name].get(n, {}).get(image_id)
-                length = lengths_of[name].get((n, image_id))
-                if caption is None:
-                    cells.append("(no caption)")
-                    continue
-                inside = length is not None and levels[n - 1][0] <= length <= levels[n - 1][1]
-                cells.append(f"{caption.replace('|', '/')} *({length} tokens{'' if inside else ', out of range'})*")
-            lines.append(f"| {n} ({levels[n - 1][0]}-{levels[n - 1][1]}) | " + " | ".join(cells) + " |")
-        lines.append("")
-    with atomic_path(path) as tmp:
-        tmp.write_text("\n".join(lines) + "\n")
-
-
-# ---------------------------------------------------------------------------------------------
-# Plots
-
-def save_figure(fig, path) -> None:
-    import matplotlib.pyplot as plt
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-
-
-def plot_control_precision(path, results, levels) -> None:
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    numbers = np.arange(1, len(levels) + 1)
-    width = 0.8 / len(results)
-    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(levels), 3.6))
-    for k, (name, result) in enumerate(results.items()):
-        values = [100 * (result["levels"][n]["control_precision"] or 0.0) for n in numbers]
-        ax.bar(numbers - 0.4 + width * (k + 0.5), values, width, label=name)
-    ax.set_xticks(numbers, [f"L{n}\n{lo}-{hi}" for n, (lo, hi) in zip(numbers, levels)])
-    ax.set_ylabel("control precision (%)")
-    ax.set_ylim(0, 100)
-    ax.legend(fontsize="small")
-    ax.set_title("Control precision per length level")
-    save_figure(fig, path)
-
-
-def plot_quality_vs_control(path, results, levels) -> None:
-    """CIDEr against control precision, one panel per level (as the paper's Figure 5)."""
-    import matplotlib.pyplot as plt
-
-    cols = min(4, len(levels))
-    rows = -(-len(levels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.9 * rows), squeeze=False)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for n, ax in enumerate(axes.flat, 1):
-        if n > len(levels):
-            ax.axis("off")
-            continue
-        top = 0.0
-        for k, (name, result) in enumerate(results.items()):
-            style = dict(color=colours[k % len(colours)], marker=MARKERS[k % len(MARKERS)], s=70 - 8 * min(k, 5))
-            row = result["levels"][n]
-            if row["CIDEr"] is not None:
-                top = max(top, 100 * row["CIDEr"])
-                ax.scatter(100 * row["control_precision"], 100 * row["CIDEr"], alpha=0.85, **style)
-            long = result["long_refs"].get(n)
-            if long and long["CIDEr"] is not None:  # the same captions against the long references
-                top = max(top, 100 * long["CIDEr"])
-                ax.scatter(100 * row["control_precision"], 100 * long["CIDEr"], facecolors="none",
-                           edgecolors=style.pop("color"), **style)
-        if top == 0.0:
-            ax.text(50, 0.5, "no in-range caption", ha="center", va="center", color="0.4")
-        ax.set_xlim(-3, 103)
-        ax.set_ylim(0, max(top * 1.15, 1.0))
-        ax.set_title(f"level {n} ({levels[n - 1][0]}-{levels[n - 1][1]} tokens)", fontsize="medium")
-        ax.set_xlabel("control precision (%)")
-        ax.set_ylabel("CIDEr x100 (in range)")
-        ax.grid(alpha=0.3)
-    handles = [plt.Line2D([], [], marker=MARKERS[k % len(MARKERS)], ls="", color=colours[k % len(colours)])
-               for k in range(len(results))]
-    labels = list(results)
-    if any(r["long_refs"] for r in results.values()):
-        handles.append(plt.Line2D([], [], marker="o", ls="", markerfacecolor="none", color="0.3"))
-        labels.append("hollow: against the long references")
-    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 5), fontsize="small")
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    save_figure(fig, path)
-
-
-def plot_length_histograms(path, sources: dict[str, list[int] | dict[int, list[int]]], levels) -> None:
-    """One histogram per source (trusted, self-generated, each run), level ranges shaded.
-
-    A run's source is ``{requested level: lengths}``, stacked with one colour per requested level.
-    """
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    top = levels[-1][1] + 10
-    bins = np.arange(0.5, top + 1.5)
-    fig, axes = plt.subplots(len(sources), 1, figsize=(8, 1.7 * len(sources) + 0.6), sharex=True, squeeze=False)
-    for ax, (label, lengths) in zip(axes[:, 0], sources.items()):
-        for k, (lo, hi) in enumerate(levels):
-            ax.axvspan(lo - 0.5, hi + 0.5, color="0.93" if k % 2 else "0.86", lw=0)
-        stacks = lengths if isinstance(lengths, dict) else {None: lengths}
-        stacks = {n: np.minimum(np.asarray(v, dtype=float), top) for n, v in stacks.items() if len(v)}  # long: last bin
-        total = sum(len(v) for v in stacks.values())
-        if stacks:
-            ax.hist(list(stacks.values()), bins=bins, stacked=True, weights=[np.full(len(v), 1 / total) for v in stacks.values()],
-                    label=[f"L{n}" for n in stacks] if isinstance(lengths, dict) else None,
-                    color=None if isinstance(lengths, dict) else ["tab:blue"])
-        if isinstance(lengths, dict) and stacks:
-            ax.legend(title="requested", fontsize="x-small", title_fontsize="x-small", ncol=2, loc="upper right")
-        ax.set_ylabel("share", fontsize="small")
-        ax.set_title(f"{label} ({total} captions)", fontsize="medium", loc="left")
-    axes[-1, 0].set_xlabel(f"caption length in tokens (shaded: the levels; the last bin holds >= {top})")
-    fig.tight_layout()
-    save_figure(fig, path)
+def collect_captions(runs, ids, args, image_ids, out: Path):
+    """Every run's captions: (levels, {run: (captions, filled)}, {run: source}, {run: skip counts})."""
+    levels = get_levels(args.levels) if args.levels else None
+    captions, sources, skips = {}, {}, {}
+    features = FeatureStore(args.features, bad=args.bad_features) if args.checkpoint else None
+    for run, (name, kind, path) in zip(ids, runs):
+        if kind == "checkpoint":
+            run_levels, generated, filled, no_features = generate_run(
+                path, out / "generated" / f"{run}.jsonl", args, image_ids, features, levels)
+            levels = levels or run_levels
+            if run_levels != levels:
+                raise SystemExit(f"error: {path} uses levels {run_levels}, the other runs {levels}")
+            sources[run] = f"checkpoint `{path}`"
+            skips[run] = {"test images without region features (counted as misses)": no_features}
+            if no_features:
+                print(f"warning: {run}: {no_features} test images have no region features in {args.features}; "
+                      "they count as misses")
+            captions[run] = (generated, filled)
+    levels = levels or get_levels("caption")
+    for run, (name, kind, path) in zip(ids, runs):
+        if kind == "generated":
+            captions[run] = read_generated(path, len(levels), with_filled=True)
+            sources[run] = f"generated captions `{path}`"
+            skips[run] = {}
+    for run, (name, kind, path) in zip(ids, runs):
+        report_coverage(run, path, captions[run][0], image_ids, len(levels))
+    if features is not None:
+        if bad_line := features.skip_report():
+            print(f"warning: {bad_line}; they count as misses")
+        features.close()
+    return levels, {run: captions[run] for run in ids}, sources, skips
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,9 +241,17 @@ def main(argv=None) -> None:
 
     matplotlib.use("Agg")
     out = Path(args.out)
+    if args.combine:
+        return combine(args.combine, out)
     runs = run_list(args)
+    ids = run_ids(runs)
     if args.checkpoint and args.features is None:
         raise SystemExit("error: --checkpoint needs --features")
+    inputs = [("--refs", args.refs), ("--features", args.features), ("--long-refs", args.long_refs),
+              ("--selfgen", args.selfgen), *(("--generated", p) for _, kind, p in runs if kind == "generated")]
+    for flag, path in inputs:  # fail now, not after minutes of generation and scoring
+        if path is not None and not Path(path).is_file():
+            raise DataError(path, None, f"{flag}: no such file")
     tokenizer = load_tokenizer(args.tokenizer)
 
     # 1. the test images and their references
@@ -453,115 +262,42 @@ def main(argv=None) -> None:
         if count:
             print(f"warning: left out {count} {reason}")
 
-    # 2. the runs' captions: generate from checkpoints (cached), read generated files
-    levels = get_levels(args.levels) if args.levels else None
-    generated, sources, run_skips = {}, {}, {}
-    features = None
-    for name, kind, path in runs:
-        if kind == "checkpoint":
-            features = features or FeatureStore(args.features, bad=args.bad_features)
-            run_levels, captions, no_features = generate_run(path, out / "generated" / f"{name}.jsonl",
-                                                             args, image_ids, features, levels)
-            levels = levels or run_levels
-            if run_levels != levels:
-                raise SystemExit(f"error: {path} uses levels {run_levels}, the other runs {levels}")
-            sources[name] = f"checkpoint `{path}`"
-            run_skips[name] = {"test images without region features (counted as misses)": no_features}
-            if no_features:
-                print(f"warning: {name}: {no_features} test images have no region features in {args.features}; "
-                      "they count as misses")
-            generated[name] = captions
-    levels = levels or get_levels("caption")
-    for name, kind, path in runs:
-        if kind == "generated":
-            generated[name] = read_generated(path, len(levels))
-            sources[name] = f"generated captions `{path}`"
-            run_skips[name] = {}
-    for name, kind, path in runs:
-        report_coverage(name, path, generated[name], image_ids, len(levels))
-    if features is not None:
-        if bad_line := features.skip_report():
-            print(f"warning: {bad_line}; they count as misses")
-        features.close()
+    # 2. the runs' captions: generated from checkpoints (cached), or read from generated files
+    levels, captions, sources, run_skips = collect_captions(runs, ids, args, image_ids, out)
     level_set = next((k for k, v in LEVEL_SETS.items() if v == levels), "custom")
     keep_sentences = counts_sentences(levels)
+    long_refs = long_refs_for(args.long_refs, refs, levels, skipped)
 
-    long_refs = {}
-    if args.long_refs:
-        long_refs = load_long_refs(args.long_refs)
-        outside = {i for by_image in long_refs.values() for i in by_image if i not in refs}
-        skipped["long-reference images not among the test images"] = len(outside)
-        unused = [n for n in long_refs if not 1 <= n <= len(levels)]
-        skipped["long-reference levels outside the level set"] = len(unused)
-        long_refs = {n: {i: r for i, r in by_image.items() if i in refs}
-                     for n, by_image in long_refs.items() if n not in unused}
-        for reason in ("long-reference images not among the test images", "long-reference levels outside the level set"):
-            if skipped[reason]:
-                print(f"warning: left out {skipped[reason]} {reason}")
-
-    # 3. score every run per level (one PTB / METEOR process for all)
+    # 3. every run's lengths as counted, control precision and quality per level (one PTB / METEOR process)
     scorer = CocoScorer(spice=args.spice)
     print(f"SPICE: {scorer.spice_reason}")
     results = {}
-    for name in generated:
-        results[name] = evaluate(generated[name], refs, levels, long_refs=long_refs, scorer=scorer,
-                                 tokenizer=tokenizer, keep_sentences=keep_sentences,
-                                 score_captions=args.score_captions, progress=True, desc=f"scoring {name}")
-        n_outside = results[name].pop("n_outside")
-        run_skips[name]["captions of images outside the test images"] = n_outside
+    for run, (generated, filled) in captions.items():
+        results[run] = evaluate(generated, refs, levels, long_refs=long_refs, scorer=scorer, tokenizer=tokenizer,
+                                keep_sentences=keep_sentences, score_captions=args.score_captions, progress=True,
+                                desc=f"scoring {run}", filled=filled, strict=args.length_count == "strict")
+        run_skips[run]["captions of images outside the test images"] = n_outside = results[run].pop("n_outside")
         if n_outside:
-            print(f"warning: {name}: left out {n_outside} captions of images that are not test images")
+            print(f"warning: {run}: left out {n_outside} captions of images that are not test images")
     scorer.close()
+    for run, (name, kind, _) in zip(ids, runs):
+        if kind == "checkpoint":  # each generated caption with its length as counted
+            write_generated(out / "generated" / f"{run}.jsonl", *captions[run], results[run]["lengths"])
 
-    # 4. lengths for the histograms and the examples
-    lengths_of, histograms = {}, {}
-    trusted_texts = [c for r in trusted for c in r.captions]
-    if trusted_texts:
-        histograms["trusted captions"] = caption_lengths(trusted_texts, tokenizer, keep_sentences=True)
-    if args.selfgen:
-        texts = [r["caption"] for r in read_jsonl(args.selfgen, required=("caption",))]
-        histograms["self-generated captions"] = caption_lengths(texts, tokenizer, keep_sentences)
-    for name, captions in generated.items():
-        keys = [(n, i) for n, by_image in captions.items() for i, c in by_image.items() if has_words(c) and i in refs]
-        values = caption_lengths([captions[n][i] for n, i in keys], tokenizer, keep_sentences)
-        lengths_of[name] = dict(zip(keys, values))
-        by_level = {n: [] for n in sorted(captions)}
-        for (n, _), length in zip(keys, values):
-            by_level[n].append(length)
-        histograms[f"{name}: generated"] = by_level
-
-    # 5. write metrics.json, report.md and the plots
-    captioned = [i for i in image_ids if any(i in by_image for g in generated.values() for by_image in g.values())]
-    with_long = [i for i in captioned if any(i in by_image for by_image in long_refs.values())]
-    pool = with_long or captioned or image_ids
-    count = min(args.examples, len(pool))
-    example_ids = [pool[k * len(pool) // count] for k in range(count)] if count else []
+    # 4. metrics.json, report.md and the plots, per method (the mean and spread of its runs)
+    methods = {}
+    for run, (name, _, _) in zip(ids, runs):
+        methods.setdefault(name, []).append(run)
     meta = {"refs": args.refs, "evaluated": evaluated, "n_test_images": len(image_ids),
-            "level_set": level_set, "levels": [list(l) for l in levels],
+            "level_set": level_set, "levels": [list(l) for l in levels], "length_count": args.length_count,
             "score_captions": args.score_captions, "spice": scorer.spice_reason,
             "long_refs": args.long_refs, "skipped": skipped,
-            "runs": {name: {"source": sources[name], "skipped": run_skips[name]} for name in results}}
-    metrics = dict(meta, runs={name: dict(meta["runs"][name],
-                                          levels={str(n): row for n, row in results[name]["levels"].items()},
-                                          long_refs={str(n): row for n, row in results[name]["long_refs"].items()})
-                               for name in results})
-    write_json(out / "metrics.json", metrics, indent=1)
-    write_report(out / "report.md", meta, results, generated, refs, long_refs, levels, example_ids, lengths_of)
-    plot_control_precision(out / FIGURES[0], results, levels)
-    plot_quality_vs_control(out / FIGURES[1], results, levels)
-    plot_length_histograms(out / FIGURES[2], histograms, levels)
-
-    # 6. a short summary on the terminal
-    print(f"\ncontrol precision % / CIDEr x100 on in-range captions, per level ({level_set} levels)")
-    for name, result in results.items():
-        cells = [f"L{n} {fmt(row['control_precision'], 100)}/{fmt(row['CIDEr'], 100)}"
-                 for n, row in result["levels"].items()]
-        print(f"  {name:<16} " + "  ".join(cells))
-    print(f"wrote {out / 'metrics.json'}, {out / 'report.md'} and {len(FIGURES)} plots")
+            "runs": {run: {"method": name, "source": sources[run], "skipped": run_skips[run]}
+                     for run, (name, _, _) in zip(ids, runs)}}
+    histograms = length_histograms(trusted, args.selfgen, tokenizer, keep_sentences)
+    write_outputs(out, meta, methods, results, {run: c[0] for run, c in captions.items()}, refs, long_refs,
+                  levels, histograms, args.examples)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (DataError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
+    run_main(main)

@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   runs the whole pipeline on the embedded demo world
+#   make demo   runs the whole pipeline on the embedded demo world (make demo SEEDS=3: three seeds,
+#               reported as mean ± std in runs/demo/eval-seeds)
 #   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
 # Both create and fill .venv on first use, and build the C++/CUDA extension once (clid.ops), and
 # reuse both afterwards. After editing csrc/, `make ops` builds the new sources (otherwise the
@@ -11,6 +12,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO   ?= data/demo
 RUNS   ?= runs/demo
+SEEDS  ?= 1
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -38,7 +40,7 @@ cuda-check:
 	bash csrc/check_cuda.sh
 
 demo: $(STAMP)
-	bash demo.sh $(DEMO) $(RUNS)
+	SEEDS=$(SEEDS) bash demo.sh $(DEMO) $(RUNS)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

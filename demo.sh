@@ -2,19 +2,24 @@
 # The whole CLID pipeline on the demo world, stage by stage (called by `make demo`).
 #
 #   bash demo.sh [DEMO_DIR] [RUNS_DIR]        (defaults: data/demo, runs/demo)
+#   SEEDS=3 bash demo.sh                      (three seeds: seed k >= 1 in DEMO_DIR-seedK, RUNS_DIR/seedK)
 #
-# Every stage resumes or skips finished work, so running it again is quick. About 18 minutes on
-# 2 CPU cores (README.md, "What the demo shows", has the stage times and the results).
+# Every stage resumes or skips finished work, so running it again is quick. About 18 minutes a seed
+# on 2 CPU cores (README.md, "What the demo shows", has the stage times and the results). Seed k
+# seeds the demo world (00 --seed k) and every stage after it (--seed k); with SEEDS > 1, 07
+# --combine reports each method as the mean ± standard deviation of its seeds in RUNS_DIR/eval-seeds.
 # The settings are the paper's, except where a CPU laptop needs smaller numbers: a world of 2,000
 # train images, the tiny model with a shortlisted output vocabulary, 1,000 optimizer steps per model
 # (lr 2e-3 and no dropout for a small model trained from scratch, region features standardized), and
-# eta scaled so that the 50 selection iterations span 90% of the steps. One choice follows the
-# authors' code rather than the paper: the scoring model M_theta continues from M_theta~
-# (04 --init-from). README.md says why for each.
+# eta scaled so that the 50 selection iterations span 90% of the steps, and each learning-rate
+# cosine ending with its stage's steps. As in the authors' code, the scoring model M_theta
+# continues M_theta~ (04 --continue-from: its weights, optimizer state and schedule). README.md says
+# why for each.
 set -euo pipefail
 cd "$(dirname "$0")"
-DEMO=${1:-data/demo}
-RUNS=${2:-runs/demo}
+DEMO_DIR=${1:-data/demo}
+RUNS_DIR=${2:-runs/demo}
+SEEDS=${SEEDS:-1}                # independent repetitions (world and training seeds 0 .. SEEDS-1)
 PY=${PY:-.venv/bin/python}
 SMALL=${SMALL:-}                 # SMALL=1: the tiny world of the tests, for a quick look
 STEPS=${STEPS:-1000}             # optimizer steps of each model
@@ -32,10 +37,13 @@ banner() { printf '\n==== %s ====  (%s)\n' "$*" "$(date +%H:%M:%S)"; }
 await() { wait "$1" || { tail -n 20 "$2"; echo "error: $3 failed (log: $2)"; exit 1; }; }
 started=$(date +%s)
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT   # no background stage outlives the script
-mkdir -p "$RUNS"
 
+# The whole pipeline for one seed: run_seed SEED DEMO RUNS
+run_seed() {
+SEED=$1 DEMO=$2 RUNS=$3
+mkdir -p "$RUNS"
 banner "00 demo world: rendered scenes, scene graphs, trusted captions, region features"
-$PY 00_demo_data.py --out "$DEMO" --preview 16 "${world[@]}"
+$PY 00_demo_data.py --out "$DEMO" --preview 16 "${world[@]}" --seed "$SEED"
 $PY -m clid.stats "$DEMO/captions.json" --split train
 
 banner "01 saliency (spectral residual)"
@@ -44,16 +52,16 @@ $PY 01_saliency.py --images "$DEMO/images" --list "$DEMO/captions.json" --out "$
 
 banner "02 self-generated captions from the scene graphs (saliency-guided walks)"
 $PY 02_scenegraph_captions.py --scene-graphs "$DEMO/scene_graphs.json" --image-data "$DEMO/image_data.json" \
-    --saliency "$RUNS/saliency.h5" --out "$RUNS/selfgen.jsonl" --per-image "$PER_IMAGE"
+    --saliency "$RUNS/saliency.h5" --out "$RUNS/selfgen.jsonl" --per-image "$PER_IMAGE" --seed "$SEED"
 
 banner "03 paraphrase (rule-based, offline)"
-$PY 03_paraphrase.py --in "$RUNS/selfgen.jsonl" --out "$RUNS/paraphrased.jsonl" --model rules
+$PY 03_paraphrase.py --in "$RUNS/selfgen.jsonl" --out "$RUNS/paraphrased.jsonl" --model rules --seed "$SEED"
 $PY -m clid.stats "$RUNS/paraphrased.jsonl"
 
 # every model shares the output shortlist: the tokens of the trusted and self-generated captions
 train=(--features "$DEMO/features.h5" --preset tiny --output-vocab "$DEMO/captions.json" "$RUNS/paraphrased.jsonl"
        --max-steps "$STEPS" --batch-size "$BATCH" --lr "$LR" --warmup 100 --save-every 500
-       --eval-every 0 --log-every 50 --region-norm standardize --dropout 0)
+       --eval-every 0 --log-every 50 --region-norm standardize --dropout 0 --seed "$SEED")
 
 # Two one-thread trainings run 1.3x faster on two cores than one two-thread training after the other
 # (these matrices are small), so the pipeline runs in two lanes: the trusted-only baseline, then its
@@ -68,19 +76,20 @@ banner "04 trusted-only baseline (M_theta of the paper, trusted captions alone):
   $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --name trusted-only ) > "$RUNS/trusted.log" 2>&1 &
 baseline=$!
 
+# M_theta~'s cosine spans its steps and the scoring model's, which continues it (the authors' one schedule)
 banner "04 M_theta~ on trusted + self-generated captions (also the extended-only baseline)"
 OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$DEMO/captions.json" --data extended \
-    --selfgen "$RUNS/paraphrased.jsonl" --out "$RUNS/extended" "${train[@]}"
+    --selfgen "$RUNS/paraphrased.jsonl" --out "$RUNS/extended" "${train[@]}" --lr-horizon $(( STEPS + FT_STEPS ))
 
-banner "04 scoring model M_theta: M_theta~ fine-tuned on the trusted captions (the authors' code)"
-OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$DEMO/captions.json" --data trusted --init-from "$RUNS/extended" \
-    --out "$RUNS/trusted_ft" "${train[@]}" --max-steps "$FT_STEPS" --warmup $(( FT_STEPS / 10 ))
+banner "04 scoring model M_theta: M_theta~ continued on the trusted captions (the authors' code)"
+OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$DEMO/captions.json" --data trusted --continue-from "$RUNS/extended" \
+    --out "$RUNS/trusted_ft" "${train[@]}" --max-steps $(( STEPS + FT_STEPS ))
 await "$baseline" "$RUNS/trusted.log" "the trusted-only baseline"
 grep -E "^checkpoint|already trained" "$RUNS/trusted.log" || true
 
 banner "05 quality scores u = log p(y|x; theta) - log p(y|x; theta~), two shards (shard 1 log: $RUNS/quality.log)"
 score=(05_score_quality.py --trusted "$RUNS/trusted_ft" --extended "$RUNS/extended" --selfgen "$RUNS/paraphrased.jsonl"
-       --features "$DEMO/features.h5" --captions "$DEMO/captions.json" --out "$RUNS/quality.h5" --num-shards 2)
+       --features "$DEMO/features.h5" --captions "$DEMO/captions.json" --out "$RUNS/quality.h5" --num-shards 2 --seed "$SEED")
 OMP_NUM_THREADS=1 $PY "${score[@]}" --shard-id 1 > "$RUNS/quality.log" 2>&1 &
 shard1=$!
 OMP_NUM_THREADS=1 $PY "${score[@]}" --shard-id 0
@@ -89,10 +98,22 @@ await "$shard1" "$RUNS/quality.log" "05 shard 1"
 
 banner "06 CLID: training with gradual data selection (c=2, s=1, eta=$ETA)"
 $PY 06_train_selection.py --captions "$DEMO/captions.json" --selfgen "$RUNS/paraphrased.jsonl" \
-    --quality "$RUNS/quality.h5" --out "$RUNS/clid" --eta "$ETA" "${train[@]}"
+    --quality "$RUNS/quality.h5" --out "$RUNS/clid" --eta "$ETA" "${train[@]}" --lr-horizon "$STEPS"
 
 banner "07 evaluation: trusted-only vs extended-only vs CLID"
 $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended" --checkpoint "$RUNS/clid" \
     --name trusted-only --name extended-only --name CLID
+}
 
-banner "done in $(( $(date +%s) - started )) s: see $RUNS/eval/report.md"
+evals=()
+for (( seed = 0; seed < SEEDS; seed++ )); do
+    if (( seed == 0 )); then run_seed 0 "$DEMO_DIR" "$RUNS_DIR"; evals+=("$RUNS_DIR/eval")
+    else run_seed "$seed" "$DEMO_DIR-seed$seed" "$RUNS_DIR/seed$seed"; evals+=("$RUNS_DIR/seed$seed/eval"); fi
+done
+report="$RUNS_DIR/eval/report.md"
+if (( SEEDS > 1 )); then
+    banner "07 the $SEEDS seeds together: each method's mean ± standard deviation"
+    $PY 07_eval.py --combine "${evals[@]}" --out "$RUNS_DIR/eval-seeds"
+    report="$RUNS_DIR/eval-seeds/report.md"
+fi
+banner "done in $(( $(date +%s) - started )) s: see $report"

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cli import HelpFormatter
-from .files import DataError, natural_key, read_json, read_jsonl, write_json
+from .files import DataError, id_problem, natural_key, read_json, read_jsonl, write_json
 from .text import preprocess
 
 # ---------------------------------------------------------------------------------------------
@@ -99,6 +99,58 @@ def _need(record: dict, key: str, path, where: str):
     return record[key]
 
 
+def _show(value) -> str:
+    """A short description of a wrong value for an error message."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return json.dumps(value)[:40]
+    return type(value).__name__
+
+
+def _string(record: dict, key: str, path, where: str) -> str:
+    value = _need(record, key, path, where)
+    if not isinstance(value, str):
+        raise DataError(path, where, f"'{key}' must be a string, got {_show(value)}")
+    return value
+
+
+def _list(record: dict, key: str, path, where: str) -> list:
+    value = _need(record, key, path, where)
+    if not isinstance(value, list):
+        raise DataError(path, where, f"'{key}' must be a list, got {_show(value)}")
+    return value
+
+
+def _number(record: dict, key: str, path, where: str) -> float:
+    value = _need(record, key, path, where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DataError(path, where, f"'{key}' must be a number, got {_show(value)}")
+    return float(value)
+
+
+def _image_id(record: dict, key: str, path, where: str) -> str:
+    value = _need(record, key, path, where)
+    problem = id_problem(value)
+    if problem:
+        raise DataError(path, where, f"'{key}' {problem}")
+    return str(value)
+
+
+def _first_time(seen: dict, image_id: str, path, where: str) -> None:
+    """Raise on an image id seen before: its captions would be trained on the other image's features."""
+    if image_id in seen:
+        raise DataError(path, where, f"duplicate image id {image_id} (also at {seen[image_id]})")
+    seen[image_id] = where
+
+
+def report_wordless(path, places: list[str]) -> None:
+    """One warning for the captions skipped because no word is left after preprocessing (emoji-only,
+    non-Latin script, punctuation), naming the first few."""
+    if places:
+        shown = ", ".join(places[:5]) + (", ..." if len(places) > 5 else "")
+        print(f"warning: {path}: skipped {len(places)} caption(s) with no word left after preprocessing: {shown}",
+              file=sys.stderr)
+
+
 # ---------------------------------------------------------------------------------------------
 # Captions
 
@@ -114,30 +166,41 @@ def load_karpathy(path, data=None) -> list[ImageCaptions]:
     images = _need(data, "images", path, "top level")
     if not isinstance(images, list):
         raise DataError(path, "top level", "'images' must be a list")
-    out = []
+    out, seen, wordless = [], {}, []
     for index, item in enumerate(images):
         where = f"images[{index}]"
-        filename = str(_need(item, "filename", path, where))
+        filename = _string(item, "filename", path, where)
         if "cocoid" in item:
-            image_id = str(item["cocoid"])
+            image_id = _image_id(item, "cocoid", path, where)
         elif "image_id" in item:
-            image_id = str(item["image_id"])
+            image_id = _image_id(item, "image_id", path, where)
         else:
             image_id = Path(filename).stem
+        _first_time(seen, image_id, path, where)
         where = f"images[{index}] (image {image_id})"
-        split = str(_need(item, "split", path, where))
-        sentences = _need(item, "sentences", path, where)
+        split = _string(item, "split", path, where)
+        sentences = _list(item, "sentences", path, where)
         captions, raw = [], []
         for j, sentence in enumerate(sentences):
+            at = f"{where} sentences[{j}]"
             if not isinstance(sentence, dict) or ("raw" not in sentence and "tokens" not in sentence):
-                raise DataError(path, f"{where} sentences[{j}]", "a sentence needs 'raw' or 'tokens'")
-            text = sentence.get("raw") or " ".join(sentence["tokens"])
+                raise DataError(path, at, "a sentence needs 'raw' or 'tokens'")
             tokens = sentence.get("tokens")
-            captions.append(preprocess(" ".join(tokens)) if tokens else preprocess(text))
+            if tokens is not None and not (isinstance(tokens, list) and all(isinstance(t, str) for t in tokens)):
+                raise DataError(path, at, f"'tokens' must be a list of words (strings), got {_show(tokens)}")
+            if "raw" in sentence and not isinstance(sentence["raw"], str):
+                raise DataError(path, at, f"'raw' must be a string, got {_show(sentence['raw'])}")
+            text = sentence.get("raw") or " ".join(tokens or [])
+            caption = preprocess(" ".join(tokens)) if tokens else preprocess(text)
+            if not caption:
+                wordless.append(at)
+                continue
+            captions.append(caption)
             raw.append(text)
         if item.get("filepath"):
             filename = f"{item['filepath']}/{filename}"
         out.append(ImageCaptions(image_id, filename, split, captions, raw))
+    report_wordless(path, wordless)
     return out
 
 
@@ -173,25 +236,31 @@ def load_coco_captions(path, splits: dict[str, list] | None = None, default_spli
     Karpathy test split.
     """
     data = read_json(path) if data is None else data
-    images = _need(data, "images", path, "top level")
-    annotations = _need(data, "annotations", path, "top level")
+    images = _list(data, "images", path, "top level")
+    annotations = _list(data, "annotations", path, "top level")
     split_of = {}
     for name, ids in (splits or {}).items():
         ids = read_id_list(ids) if isinstance(ids, (str, Path)) else ids
         split_of.update({str(i): name for i in ids})
     records: dict[str, ImageCaptions] = {}
+    seen, wordless = {}, []
     for index, image in enumerate(images):
-        image_id = str(_need(image, "id", path, f"images[{index}]"))
-        filename = str(_need(image, "file_name", path, f"images[{index}] (image {image_id})"))
+        image_id = _image_id(image, "id", path, f"images[{index}]")
+        _first_time(seen, image_id, path, f"images[{index}]")
+        filename = _string(image, "file_name", path, f"images[{index}] (image {image_id})")
         records[image_id] = ImageCaptions(image_id, filename, split_of.get(image_id, default_split), [], [])
     for index, ann in enumerate(annotations):
         where = f"annotations[{index}]"
-        image_id = str(_need(ann, "image_id", path, where))
-        caption = _need(ann, "caption", path, where)
+        image_id = _image_id(ann, "image_id", path, where)
+        caption = _string(ann, "caption", path, where)
         if image_id not in records:
             raise DataError(path, where, f"caption of image {image_id}, which is not in 'images'")
+        if not preprocess(caption):
+            wordless.append(f"{where} (image {image_id})")
+            continue
         records[image_id].raw.append(caption)
         records[image_id].captions.append(preprocess(caption))
+    report_wordless(path, wordless)
     return sorted(records.values(), key=lambda r: natural_key(r.image_id))
 
 
@@ -224,12 +293,10 @@ def load_paragraphs(path, splits: dict[str, str | list] | None = None, data=None
     for name, ids in splits.items():
         ids = read_id_list(ids) if isinstance(ids, (str, Path)) else ids
         split_of.update({str(i): name for i in ids})
-    out, seen, repeats, unlisted = [], set(), 0, 0
+    out, seen, repeats, unlisted, wordless = [], set(), 0, 0, []
     for index, item in enumerate(data):
-        image_id = str(_need(item, "image_id", path, f"[{index}]"))
-        paragraph = _need(item, "paragraph", path, f"[{index}] (image {image_id})")
-        if not isinstance(paragraph, str):
-            raise DataError(path, f"[{index}] (image {image_id})", "'paragraph' must be a string")
+        image_id = _image_id(item, "image_id", path, f"[{index}]")
+        paragraph = _string(item, "paragraph", path, f"[{index}] (image {image_id})")
         if image_id in seen:
             repeats += 1
             continue
@@ -237,24 +304,34 @@ def load_paragraphs(path, splits: dict[str, str | list] | None = None, data=None
         if split_of and image_id not in split_of:
             unlisted += 1
             continue
+        text = preprocess(paragraph, keep_sentences=True)
+        if not text:
+            wordless.append(f"[{index}] (image {image_id})")
+            continue
         url = str(item.get("url", ""))
         filename = url.rsplit("/", 1)[-1] if url else f"{image_id}.jpg"
-        out.append(ImageCaptions(image_id, filename, split_of.get(image_id), [preprocess(paragraph, keep_sentences=True)],
-                                 [paragraph]))
+        out.append(ImageCaptions(image_id, filename, split_of.get(image_id), [text], [paragraph]))
     if repeats or unlisted:
         print(f"{path}: left out {repeats} repeated image id(s) and {unlisted} image(s) in no split file",
               file=sys.stderr)
+    report_wordless(path, wordless)
     return out
 
 
 def load_jsonl_captions(path, split: str = "train") -> list[ImageCaptions]:
     """Our JSONL captions (``image_id``, ``caption``), grouped per image in file order."""
     by_image: dict[str, ImageCaptions] = {}
-    for record in read_jsonl(path, required=("image_id", "caption")):
+    wordless = []
+    for number, record in enumerate(read_jsonl(path, required=("image_id", "caption")), 1):
         image_id = str(record["image_id"])
         entry = by_image.setdefault(image_id, ImageCaptions(image_id, "", split, [], []))
+        text = preprocess(record["caption"], keep_sentences="." in record["caption"].rstrip(". "))
+        if not text:
+            wordless.append(f"caption {record.get('id', f'#{number}')} (image {image_id})")
+            continue
         entry.raw.append(record["caption"])
-        entry.captions.append(preprocess(record["caption"], keep_sentences="." in record["caption"].rstrip(". ")))
+        entry.captions.append(text)
+    report_wordless(path, wordless)
     return list(by_image.values())
 
 
@@ -263,7 +340,7 @@ def detect_format(path) -> tuple[str, object]:
     path = Path(path)
     if path.suffix == ".jsonl":
         return "jsonl", None
-    with open(path) as f:
+    with open(path, errors="replace") as f:  # (only sniffed here; read_json names a non-UTF-8 file)
         first_line = f.readline()
     try:
         data = read_json(path)
@@ -444,9 +521,9 @@ def load_image_data(path) -> dict[str, dict]:
         else:
             image_id = str(_need(item, "image_id", path, where))
         where = f"[{index}] (image {image_id})"
-        width, height = _need(item, "width", path, where), _need(item, "height", path, where)
+        width, height = _number(item, "width", path, where), _number(item, "height", path, where)
         coco_id = item.get("coco_id")
-        out[image_id] = {"width": float(width), "height": float(height),
+        out[image_id] = {"width": width, "height": height,
                          "coco_id": None if coco_id is None else str(coco_id)}
     return out
 
@@ -473,12 +550,14 @@ def check_box(obj: SGObject, width: float | None, height: float | None, toleranc
 
 def _parse_graph(item: dict, path, index: int, sizes: dict[str, dict]) -> SceneGraph:
     """One VG scene-graph record; raises DataError on malformed structure or bad references."""
-    image_id = str(_need(item, "image_id", path, f"[{index}]"))
+    image_id = _image_id(item, "image_id", path, f"[{index}]")
     where = f"[{index}] (image {image_id})"
     objects, seen = [], set()
-    for j, o in enumerate(_need(item, "objects", path, where)):
+    for j, o in enumerate(_list(item, "objects", path, where)):
         at = f"{where} objects[{j}]"
         oid = _need(o, "object_id", path, at)
+        if isinstance(oid, bool) or not isinstance(oid, int):
+            raise DataError(path, at, f"'object_id' must be an integer, got {_show(oid)}")
         raw_box = [_need(o, k, path, at) for k in ("x", "y", "w", "h")]
         try:
             box = [float(v) for v in raw_box]
@@ -487,25 +566,39 @@ def _parse_graph(item: dict, path, index: int, sizes: dict[str, dict]) -> SceneG
         names = o.get("names") or ([o["name"]] if o.get("name") else None)
         if not names or not isinstance(names, list):
             raise DataError(path, at, "missing key 'names' (a non-empty list)")
+        attributes = o.get("attributes") or []
+        if not isinstance(attributes, list):
+            raise DataError(path, at, f"'attributes' must be a list, got {_show(attributes)}")
+        for word in names + attributes:  # each becomes words of a caption: a null must not read "none"
+            if not isinstance(word, str) or (word.strip() and not preprocess(word)):
+                raise DataError(path, at, f"name or attribute {_show(word)} is not a word")
+        if not preprocess(" ".join(names)):
+            raise DataError(path, at, "'names' holds no word")
         if oid in seen:
             raise DataError(path, at, f"duplicate object_id {oid}")
         seen.add(oid)
-        attributes = [str(a).strip().lower() for a in (o.get("attributes") or []) if str(a).strip()]
-        objects.append(SGObject(int(oid), *box, [str(n).strip().lower() for n in names], attributes))
+        attributes = [a.strip().lower() for a in attributes if a.strip()]
+        objects.append(SGObject(int(oid), *box, [n.strip().lower() for n in names if n.strip()], attributes))
     relations = []
-    for j, r in enumerate(item.get("relationships") or []):
+    relationships = item.get("relationships") or []
+    if not isinstance(relationships, list):
+        raise DataError(path, where, f"'relationships' must be a list, got {_show(relationships)}")
+    for j, r in enumerate(relationships):
         at = f"{where} relationships[{j}]"
-        subject_id = r["subject"]["object_id"] if isinstance(r, dict) and isinstance(r.get("subject"), dict) \
+        if not isinstance(r, dict):
+            raise DataError(path, at, f"expected a JSON object, got {_show(r)}")
+        subject_id = _need(r["subject"], "object_id", path, at) if isinstance(r.get("subject"), dict) \
             else _need(r, "subject_id", path, at)
-        object_id = r["object"]["object_id"] if isinstance(r.get("object"), dict) else _need(r, "object_id", path, at)
-        predicate = str(_need(r, "predicate", path, at)).strip().lower()
+        object_id = _need(r["object"], "object_id", path, at) if isinstance(r.get("object"), dict) \
+            else _need(r, "object_id", path, at)
+        predicate = _string(r, "predicate", path, at).strip().lower()
         for role, oid in (("subject", subject_id), ("object", object_id)):
             if oid not in seen:
                 raise DataError(path, at, f"{role} {oid} names an object that does not exist in this graph")
         relations.append(Relation(int(subject_id), int(object_id), predicate))
     size = sizes.get(image_id, {})
-    width = item.get("width", size.get("width"))
-    height = item.get("height", size.get("height"))
+    width = _number(item, "width", path, where) if "width" in item else size.get("width")
+    height = _number(item, "height", path, where) if "height" in item else size.get("height")
     graph = SceneGraph(image_id, objects, relations,
                        None if width is None else float(width), None if height is None else float(height),
                        size.get("coco_id"))
@@ -754,7 +847,7 @@ def fill_sizes(graphs: list[SceneGraph], sizes: dict | None = None, images=None)
 
 def detect_graph_format(path) -> str:
     """"vg" (a JSON list of graphs) or "sgg" (a TSV: image key, a tab, a JSON object)."""
-    with open(path) as f:
+    with open(path, errors="replace") as f:  # (a binary file is an unknown format, not a traceback)
         head = f.read(65536).lstrip()
     if head.startswith("["):
         return "vg"

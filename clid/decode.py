@@ -7,11 +7,16 @@ For a level (low, high) the caption is decoded at length ``high``:
    predict only those positions again (the LM head runs only where a prediction is needed);
 3. the text is cut at the first "." (the end-of-sentence and padding token).
 
-Options: an end-of-sentence penalty (LaBERT's ``eos_decay``: the probability of "." at positions
-``low-1 .. high-1`` is multiplied by ``decay ** (high - position)``; 1.0 = off, the default), and
-LaBERT's probability averaging (``labert_average``: after each step every position's confidence
-becomes the mean of its old and new confidence, which needs the head at every position; off by
-default). Repeated words ("a a dog") are collapsed as LaBERT's inference does (``dedupe``).
+Confidences are averaged as in LaBERT's and the authors' inference (``labert_average``, the
+default; the paper does not describe decoding): each step predicts every position, and every
+position's confidence becomes the mean of its old and its new confidence. ``labert_average=False``
+re-predicts only the re-masked positions and keeps the other confidences (the LM head then runs
+only where a prediction is needed). Options: an end-of-sentence penalty (LaBERT's ``eos_decay``:
+the probability of "." at positions ``low-1 .. high-1`` is multiplied by ``decay ** (high -
+position)``; 1.0 = off, the default). Repeated words ("a a dog") are collapsed as LaBERT's
+inference does (``dedupe``). A caption that fills every position of its level without a "." is
+reported as *filled* (``return_filled``): the authors' count of its length has no final "."
+(:func:`clid.metrics.length_control`).
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from .english import remove_doubled_words
 from .examples import load_regions, pad_regions
 from .files import FeatureStore
 from .model import Captioner
-from .text import decode, eos_id, get_levels, keeps_sentences
+from .text import content_end, decode, eos_id, get_levels, keeps_sentences
 
 # steps per level (the issue's defaults for the 7 caption levels, +5 per further level)
 DEFAULT_STEPS = (10, 15, 20, 25, 30, 35, 40)
@@ -38,7 +43,7 @@ def default_steps(levels) -> tuple[int, ...]:
 
 @torch.no_grad()
 def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int, steps: int,
-                 eos_decay: float = 1.0, labert_average: bool = False) -> torch.Tensor:
+                 eos_decay: float = 1.0, labert_average: bool = True) -> torch.Tensor:
     """Token ids [B, high] decoded at ``level`` (1-based)."""
     low, high = model.levels[level - 1]
     B, device = regions.shape[0], regions.device
@@ -82,15 +87,20 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
 
 def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[str], levels: list[int],
                       batch_size: int = 64, device="cpu", steps: tuple[int, ...] | None = None,
-                      eos_decay: float = 1.0, labert_average: bool = False, dedupe: bool = True,
-                      progress: bool = False) -> dict[int, dict[str, str]]:
-    """Captions at each requested level for each image: ``{level: {image_id: caption}}``."""
+                      eos_decay: float = 1.0, labert_average: bool = True, dedupe: bool = True,
+                      progress: bool = False, return_filled: bool = False):
+    """Captions at each requested level for each image: ``{level: {image_id: caption}}``.
+
+    ``return_filled``: also return ``{level: {image ids whose decoded sequence holds no "."}}``.
+    """
     from tqdm import tqdm
 
     model.eval()
     steps = steps or default_steps(model.levels)
+    end = eos_id(model.tokenizer)
     out: dict[int, dict[str, str]] = {level: {} for level in levels}
     paragraphs = keeps_sentences(model.levels)  # a paragraph keeps its sentences (text.content_end)
+    filled: dict[int, set[str]] = {level: set() for level in levels}
     batches = [image_ids[i:i + batch_size] for i in range(0, len(image_ids), batch_size)]
     bar = tqdm(total=len(batches) * len(levels), desc="decode", unit="batch", disable=not progress)
     for batch in batches:
@@ -101,6 +111,8 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
             for image_id, row in zip(batch, ids.tolist()):
                 text = decode(row, model.tokenizer, keep_sentences=paragraphs)
                 out[level][str(image_id)] = remove_doubled_words(text) if dedupe else text
+                if content_end(row, end, paragraphs) == len(row):  # filled the level without "." padding
+                    filled[level].add(str(image_id))
             bar.update(1)
     bar.close()
-    return out
+    return (out, filled) if return_filled else out

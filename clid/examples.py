@@ -55,6 +55,9 @@ def make_examples(items: list[tuple[str, str, str]], tokenizer, levels, source: 
     ids = encode([text for _, _, text in items], tokenizer, keep_sentences)
     out = Examples()
     for (caption_id, image_id, _), row in zip(items, ids):
+        if len(row) == 1:  # only the final ".": no word was left after preprocessing
+            skipped[f"{source}: no word left after preprocessing"] += 1
+            continue
         level = length_to_level(len(row), levels)
         if level is None:
             skipped[f"{source}: length {len(row)} outside the levels"] += 1
@@ -85,19 +88,24 @@ def training_items(captions_path, selfgen_path=None, test_ids=None, split_check:
     """Trusted captions of the train split (Karpathy "restval" included) and the self-generated
     captions of train-split images; self-generated captions of other images are counted, not used.
     The split guard (:func:`clid.data.training_records`) refuses files that would train on test images."""
-    from .data import training_records
+    from .data import report_wordless, training_records
     from .files import read_jsonl
+    from .text import preprocess
 
     train, val, notes = training_records(captions_path, test_ids, split_check)
     trusted = [(f"{r.image_id}#{j}", r.image_id, text) for r in train for j, text in enumerate(r.captions)]
-    skipped, selfgen = Counter(), []
+    skipped, selfgen, wordless = Counter(), [], []
     if selfgen_path:
         train_ids = {r.image_id for r in train}
         for rec in read_jsonl(selfgen_path, required=("id", "image_id", "caption")):
-            if str(rec["image_id"]) in train_ids:
+            if not preprocess(rec["caption"]):
+                skipped["selfgen: no word left after preprocessing"] += 1
+                wordless.append(f"caption {rec['id']}")
+            elif str(rec["image_id"]) in train_ids:
                 selfgen.append((str(rec["id"]), str(rec["image_id"]), rec["caption"]))
             else:
                 skipped["selfgen: image not in the training split"] += 1
+        report_wordless(selfgen_path, wordless)
     return CaptionItems(trusted, selfgen, [r.image_id for r in val], skipped, notes)
 
 

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -31,6 +32,25 @@ class DataError(ValueError):
         self.path, self.record, self.problem = str(path), record, problem
         where = f"{path}" + (f": {record}" if record not in (None, "") else "")
         super().__init__(f"{where}: {problem}")
+
+
+def run_main(main, argv=None):
+    """Run a stage's ``main(argv)``; bad input ends in one line ``error: ...`` and exit status 1.
+
+    A :class:`DataError` names the file, the record and the problem; an ``OSError`` (a missing
+    file, a folder where a file belongs) names the path.
+    """
+    try:
+        return main(argv)
+    except (DataError, OSError) as err:
+        sys.exit(f"error: {err}")
+
+
+def id_problem(value) -> str | None:
+    """Why ``value`` cannot be an image or caption id (ids are strings or integers), or None."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return f"must be a string or an integer, got {json.dumps(value) if value is None else type(value).__name__}"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -58,32 +78,48 @@ def write_json(path, obj, indent: int | None = None) -> None:
 def read_json(path):
     """Parse a JSON file; a syntax error names the file, line and column."""
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as err:
         raise DataError(path, f"line {err.lineno} column {err.colno}", f"not valid JSON ({err.msg})") from None
+    except UnicodeDecodeError as err:
+        raise DataError(path, f"byte {err.start}", "not UTF-8 text (is this the right file?)") from None
 
 
 # ---------------------------------------------------------------------------------------------
 # JSONL
 
 def read_jsonl(path, required: Iterable[str] = ()) -> Iterator[dict]:
-    """Yield the records of a JSONL file; a bad line or a missing key names the file and line."""
+    """Yield the records of a JSONL file; a bad line or a missing key names the file and line.
+
+    Required ``id`` / ``image_id`` must be strings or integers and a required ``caption`` a string.
+    """
     required = tuple(required)
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(path, f"line {number}", f"not valid JSON ({err.msg})") from None
-            if not isinstance(record, dict):
-                raise DataError(path, f"line {number}", "expected a JSON object")
-            missing = [key for key in required if key not in record]
-            if missing:
-                raise DataError(path, f"line {number}", f"missing key(s) {missing}")
-            yield record
+    number = 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise DataError(path, f"line {number}", f"not valid JSON ({err.msg})") from None
+                if not isinstance(record, dict):
+                    raise DataError(path, f"line {number}", "expected a JSON object")
+                missing = [key for key in required if key not in record]
+                if missing:
+                    raise DataError(path, f"line {number}", f"missing key(s) {missing}")
+                for key in ("id", "image_id"):
+                    problem = id_problem(record[key]) if key in required else None
+                    if problem:
+                        raise DataError(path, f"line {number}", f"'{key}' {problem}")
+                if "caption" in required and not isinstance(record["caption"], str):
+                    raise DataError(path, f"line {number}",
+                                    f"'caption' must be a string, got {json.dumps(record['caption'])[:40]}")
+                yield record
+    except UnicodeDecodeError:
+        raise DataError(path, f"line {number + 1}", "not UTF-8 text (is this the right file?)") from None
 
 
 def write_jsonl(path, records: Iterable[dict]) -> int:
@@ -113,6 +149,33 @@ def jsonl_order_key(record: dict) -> tuple:
 # ---------------------------------------------------------------------------------------------
 # HDF5, one group per image id
 
+
+def open_h5(path, what: str = "HDF5 file"):
+    """Open an HDF5 file for reading; a missing, empty, truncated or non-HDF5 file is one DataError."""
+    import h5py
+
+    if not Path(path).is_file():
+        raise DataError(path, None, f"{what} not found")
+    try:
+        return h5py.File(path, "r")
+    except OSError as err:
+        raise DataError(path, None, f"not an HDF5 file, or a truncated one ({err})") from None
+
+
+def h5_number(path, record, group, name: str, positive: bool = False) -> float:
+    """A numeric attribute of an HDF5 group (``width``, ``height``), checked."""
+    if name not in group.attrs:
+        raise DataError(path, record, f"missing attribute '{name}'")
+    value = group.attrs[name]
+    shown = repr(value) if isinstance(value, (str, bytes)) else str(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise DataError(path, record, f"attribute '{name}' must be a number, got {shown}") from None
+    if positive and not number > 0:
+        raise DataError(path, record, f"attribute '{name}' must be a positive number, got {shown}")
+    return number
+
 def write_h5_groups(path, groups: Iterable[tuple[str, dict, dict]], compression: str | None = None) -> int:
     """Write ``(image_id, datasets, attrs)`` triples atomically as one group per image id."""
     import h5py
@@ -131,9 +194,7 @@ def write_h5_groups(path, groups: Iterable[tuple[str, dict, dict]], compression:
 
 
 def h5_group_ids(path) -> list[str]:
-    import h5py
-
-    with h5py.File(path, "r") as f:
+    with open_h5(path) as f:
         return sorted(f.keys(), key=natural_key)
 
 
@@ -224,15 +285,15 @@ class FeatureStore:
     """
 
     def __init__(self, path, bad: str = "error"):
-        import h5py
-
         if bad not in BAD_FEATURES:
             raise ValueError(f"bad must be one of {BAD_FEATURES}, got {bad!r}")
         self.path = str(path)
         self.bad = bad
         if not Path(self.path).exists():
             raise FileNotFoundError(f"{self.path}: feature file not found")
-        self._file = h5py.File(self.path, "r")
+        self._file = open_h5(self.path, "feature file")
+        if not len(self._file):
+            raise DataError(self.path, None, "holds no image (expected one group per image id)")
         self._verdicts: dict[str, str | None] = {}  # image id -> its problem (None: good)
         self._shape: tuple[int, int] | None = None  # (D, C) of the file's first well-formed image
 
@@ -349,6 +410,9 @@ def read_quality(path) -> dict[str, np.ndarray]:
     for name in ("id",) + QUALITY_FIELDS:
         if name not in arrays:
             raise DataError(path, None, f"missing dataset '{name}'")
+    lengths = {name: len(arrays[name]) for name in ("id",) + QUALITY_FIELDS}
+    if len(set(lengths.values())) > 1:
+        raise DataError(path, None, f"datasets differ in lengths {lengths}")
     return arrays
 
 
@@ -372,7 +436,7 @@ def read_arrays(path) -> dict[str, np.ndarray]:
     import h5py
 
     out = {}
-    with h5py.File(path, "r") as f:
+    with open_h5(path) as f:
         for name, ds in f.items():
             if ds.dtype.kind == "O" or h5py.check_string_dtype(ds.dtype):
                 out[name] = np.asarray(ds.asstr()[()], dtype=object)

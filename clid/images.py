@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .data import load_captions
-from .files import DataError, natural_key, read_json
+from .files import DataError, id_problem, natural_key, read_json
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
 
@@ -51,19 +51,26 @@ def list_items(images: Path, list_path: str | None) -> list[Item]:
         by_stem = folder_images(images) if by_stem is None else by_stem
         return by_stem.get(name, images / name)  # a missing one fails later, by path
 
-    text = list_path.read_text()
+    try:
+        text = list_path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DataError(list_path, None, "not UTF-8 text (expected a JSON list or a text file of file names)") from None
     if not text.lstrip().startswith(("[", "{")):  # a text file: one file name (or id) a line
         names = [line.strip() for line in text.splitlines() if line.strip()]
         return [Item(Path(n).stem, resolve(n)) for n in names]
     data = read_json(list_path)
-    if isinstance(data, dict) and "images" in data or (isinstance(data, list) and data and "paragraph" in data[0]):
+    if isinstance(data, dict) and "images" in data or (isinstance(data, list) and data and isinstance(data[0], dict)
+                                                       and "paragraph" in data[0]):
         return [Item(r.image_id, images / r.filename) for r in load_captions(list_path)]
     if not isinstance(data, list) or not all(isinstance(x, dict) for x in data):
         raise DataError(list_path, "top level", "not a captions JSON, VG image_data.json, scene_graphs.json or text list")
     items = []
     for index, record in enumerate(data):
         if "objects" in record:  # scene_graphs.json: ids only, files found by stem
-            image_id = str(record.get("image_id", ""))
+            problem = id_problem(record.get("image_id"))
+            if problem:
+                raise DataError(list_path, f"[{index}]", f"'image_id' {problem}")
+            image_id = str(record["image_id"])
             items.append(Item(image_id, resolve(image_id), {"vg_image_id": image_id}))
             continue
         image_id = record.get("image_id", record.get("id"))

@@ -6,7 +6,11 @@ Generated captions are held as ``{level: {image_id: caption}}`` (levels numbered
 - **control precision**: the share of ALL evaluated images whose caption length (counted as in
   docs/method.md, :func:`clid.text.caption_lengths`) falls inside the level's [low, high] range; a
   missing or empty caption (no word left after Karpathy preprocessing) counts as a miss. This is
-  how the authors' code counts it (in-range captions / 5000 test images).
+  how the authors' code counts it (in-range captions / 5000 test images). A caption that *filled*
+  its level (the model wrote no "." in any position) is counted as the authors' code counts it:
+  its tokens without a final "." (their decoder appends "." only where the model wrote one), so a
+  caption filling all ``high`` positions has length ``high`` and is a hit. ``strict=True`` appends
+  the "." to it too (one token over the level: a miss).
 - **length error**: mean absolute distance of the length to the [low, high] range (0 inside),
   over the images that have a caption.
 - **distinct-1 / distinct-2**: unique n-grams over all n-grams of the level's captions (Karpathy
@@ -24,7 +28,8 @@ SPICE needs the Stanford CoreNLP 3.6.0 jars, which pycocoevalcap downloads on fi
 them and without a network, :func:`spice_status` says why in a line starting with "n/a:" after a
 few seconds at most, and SPICE is reported as missing; nothing crashes.
 
-Also here: the generated-captions file (JSONL lines ``{"image_id", "level", "caption"}``).
+Also here: the generated-captions file (JSONL lines ``{"image_id", "level", "caption"}``) and the
+references of the evaluated images (:func:`load_refs`, :func:`load_long_refs`).
 """
 from __future__ import annotations
 
@@ -34,7 +39,9 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import DataError, natural_key, read_jsonl, write_jsonl
+from .data import (detect_format, karpathy_test_ids, load_coco_captions, load_jsonl_captions, load_karpathy,
+                   load_paragraphs, read_id_list)
+from .files import DataError, natural_key, read_json, read_jsonl, write_jsonl
 from .text import LEVEL_SETS, caption_lengths, get_levels, karpathy_tokens
 
 BLEU = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4")
@@ -111,9 +118,11 @@ def normalise_generated(generated) -> dict[int, dict[str, str]]:
 
 
 def length_control(generated, image_ids, levels="caption", tokenizer=None,
-                   keep_sentences: bool | None = None) -> dict[int, LevelControl]:
+                   keep_sentences: bool | None = None, filled=None, strict: bool = False) -> dict[int, LevelControl]:
     """Per level, the lengths of the captions of ``image_ids`` and what falls in range.
 
+    ``filled``: ``{level: image ids}`` of the captions that filled their level without "."; unless
+    ``strict``, their length has no final "." (the authors' count, see the module docstring).
     Captions of images outside ``image_ids`` are ignored (the caller counts them).
     """
     levels = get_levels(levels)
@@ -126,6 +135,9 @@ def length_control(generated, image_ids, levels="caption", tokenizer=None,
         given = [i for i in image_ids if i in captions]
         present = [i for i in given if has_words(captions[i])]
         lengths = caption_lengths([captions[i] for i in present], tokenizer, keep_sentences)
+        if not strict and filled:
+            no_end = {str(i) for i in filled.get(index, ())}
+            lengths = [n - (i in no_end) for i, n in zip(present, lengths)]
         out[index] = LevelControl(index, low, high, len(image_ids), dict(zip(present, lengths)),
                                   n_empty=len(given) - len(present))
     return out
@@ -273,15 +285,17 @@ class CocoScorer:
 def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
              long_refs: dict[int, dict[str, list[str]]] | None = None,
              scorer: CocoScorer | None = None, tokenizer=None, keep_sentences: bool | None = None,
-             score_captions: str = "in-range", progress: bool = False, desc: str = "") -> dict:
+             score_captions: str = "in-range", progress: bool = False, desc: str = "",
+             filled=None, strict: bool = False) -> dict:
     """Every metric of one run, per level.
 
     ``generated``: ``{level: {image_id: caption}}``. ``refs``: image id -> raw reference captions;
     its keys are the evaluated images (the test split). ``long_refs``: ``{level: {image_id:
     [captions]}}``, scored against that level's captions, reported under ``"long_refs"``.
     ``score_captions``: "in-range" (the paper) scores only the captions inside their level;
-    "all" scores every caption. Returns ``{"levels": {L: {...}}, "long_refs": {L: {...}},
-    "n_outside": captions of images that are not evaluated}``.
+    "all" scores every caption. ``filled``, ``strict``: how lengths are counted (:func:`length_control`).
+    Returns ``{"levels": {L: {...}}, "long_refs": {L: {...}}, "lengths": {L: {image_id: length as
+    counted}}, "n_outside": captions of images that are not evaluated}``.
     """
     from tqdm import tqdm
 
@@ -297,7 +311,7 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
     if bare:
         raise ValueError(f"{len(bare)} evaluated images have no reference caption (first: {bare[0]})")
     image_ids = sorted(refs, key=natural_key)
-    control = length_control(generated, image_ids, levels, tokenizer, keep_sentences)
+    control = length_control(generated, image_ids, levels, tokenizer, keep_sentences, filled, strict)
     long_refs = {int(level): {str(i): list(r) for i, r in by_image.items() if str(i) in refs}
                  for level, by_image in (long_refs or {}).items() if 1 <= int(level) <= len(levels)}
     own_scorer = scorer is None
@@ -312,7 +326,7 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
                     + [r for by_image in long_refs.values() for rs in by_image.values() for r in rs]
                     + [generated[level][i] for level in control for i in chosen(level)])
 
-    result = {"levels": {}, "long_refs": {},
+    result = {"levels": {}, "long_refs": {}, "lengths": {level: dict(c.lengths) for level, c in control.items()},
               "n_outside": sum(1 for caps in generated.values() for i in caps if i not in refs)}
     jobs = [("levels", level) for level in control] + [("long_refs", level) for level in sorted(long_refs)]
     for table, level in tqdm(jobs, desc=desc or "scoring", disable=not progress, leave=False):
@@ -336,11 +350,16 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
 
 
 # ---------------------------------------------------------------------------------------------
-# The generated-captions file: JSONL lines {"image_id", "level", "caption"}
+# The generated-captions file: JSONL lines {"image_id", "level", "caption"}, optionally "filled"
+# (true: the model wrote no "." in the level, see length_control) and "length" (as counted by 07)
 
-def read_generated(path, num_levels: int | None = None) -> dict[int, dict[str, str]]:
-    """``{level: {image_id: caption}}`` from a generated-captions JSONL file, checked line by line."""
+def read_generated(path, num_levels: int | None = None, with_filled: bool = False):
+    """``{level: {image_id: caption}}`` from a generated-captions JSONL file, checked line by line.
+
+    ``with_filled``: also return ``{level: {image ids whose line says "filled": true}}``.
+    """
     out: dict[int, dict[str, str]] = {}
+    filled: dict[int, set[str]] = {}
     for number, record in enumerate(read_jsonl(path, required=("image_id", "level", "caption")), 1):
         where = f"record {number} (image {record['image_id']})"
         level = record["level"]
@@ -355,13 +374,99 @@ def read_generated(path, num_levels: int | None = None) -> dict[int, dict[str, s
         if image_id in out.setdefault(level, {}):
             raise DataError(path, where, f"a second caption for image {image_id} at level {level}")
         out[level][image_id] = record["caption"]
-    return out
+        if not isinstance(record.get("filled", False), bool):
+            raise DataError(path, where, f"'filled' must be true or false, got {record['filled']!r}")
+        if record.get("filled"):
+            filled.setdefault(level, set()).add(image_id)
+    return (out, filled) if with_filled else out
 
 
-def write_generated(path, generated) -> int:
-    """Write ``{level: {image_id: caption}}`` as JSONL, ordered by image id then level."""
+def write_generated(path, generated, filled=None, lengths=None) -> int:
+    """Write ``{level: {image_id: caption}}`` as JSONL, ordered by image id then level; with
+    ``filled`` (``{level: image ids}``) each line says whether its caption filled its level, with
+    ``lengths`` (``{level: {image_id: length}}``) its length as counted."""
     generated = normalise_generated(generated)
-    rows = [{"image_id": i, "level": level, "caption": c}
-            for level, captions in generated.items() for i, c in captions.items()]
+    rows = []
+    for level, captions in generated.items():
+        for i, c in captions.items():
+            row = {"image_id": i, "level": level, "caption": c}
+            if filled is not None:
+                row["filled"] = i in filled.get(level, ())
+            if lengths is not None and i in lengths.get(level, {}):
+                row["length"] = lengths[level][i]
+            rows.append(row)
     rows.sort(key=lambda r: (natural_key(r["image_id"]), r["level"]))
     return write_jsonl(path, rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# The references of the evaluated images (07_eval.py)
+
+def load_refs(path, split: str, test_ids_arg: str | None):
+    """(test image id -> raw references, trusted records for the histogram, skip counts, what was evaluated).
+
+    The test images are the ``split`` of the file, or the ids of ``--test-ids``; for an official
+    COCO captions file (no split inside) the Karpathy 5k test ids by default.
+    """
+    kind, data = detect_format(path)
+    loaders = {"karpathy": load_karpathy, "coco": load_coco_captions, "paragraphs": load_paragraphs}
+    records = load_jsonl_captions(path) if kind == "jsonl" else loaders[kind](path, data=data)
+    skipped = {}
+    if kind == "coco" or test_ids_arg:
+        ids = karpathy_test_ids() if test_ids_arg in (None, "karpathy") else read_id_list(test_ids_arg)
+        wanted = set(map(str, ids))
+        test = [r for r in records if r.image_id in wanted]
+        trusted = [r for r in records if r.image_id not in wanted]
+        skipped["test ids without an image in --refs"] = len(wanted - {r.image_id for r in records})
+        evaluated = f"the ids of {test_ids_arg or 'the Karpathy test split'}"
+    else:
+        test = [r for r in records if r.split == split]
+        trusted = [r for r in records if r.split in ("train", "restval")] or [r for r in records if r.split != split]
+        evaluated = f"split '{split}'"
+        if not test:
+            splits = sorted({r.split for r in records})
+            raise DataError(path, None, f"no image of split '{split}' (splits here: {splits}); "
+                                        "choose --split or give --test-ids")
+    refs = {}
+    for r in test:
+        if r.image_id in refs:
+            raise DataError(path, f"image {r.image_id}", "listed twice")
+        refs[r.image_id] = [t for t in r.raw if has_words(t)]
+    skipped["test images without reference captions"] = sum(1 for rs in refs.values() if not rs)
+    refs = {i: rs for i, rs in refs.items() if rs}
+    if not refs:
+        raise DataError(path, None, f"no test image with a reference caption ({evaluated})")
+    return refs, trusted, skipped, evaluated
+
+
+def load_long_refs(path) -> dict[int, dict[str, list[str]]]:
+    """``{level: {image_id: [raw descriptions]}}`` from a Karpathy JSON whose sentences carry "level"."""
+    data = read_json(path)
+    records = load_karpathy(path, data=data)
+    out: dict[int, dict[str, list[str]]] = {}
+    for index, (item, record) in enumerate(zip(data["images"], records)):
+        for j, sentence in enumerate(item["sentences"]):
+            level = sentence.get("level")
+            if isinstance(level, bool) or not isinstance(level, int):
+                raise DataError(path, f"images[{index}] (image {record.image_id}) sentences[{j}]",
+                                f"needs an integer 'level', got {level!r}")
+            raw = sentence.get("raw") or " ".join(sentence.get("tokens") or [])
+            if has_words(raw):  # (load_karpathy reported the others)
+                out.setdefault(level, {}).setdefault(record.image_id, []).append(raw)
+    return dict(sorted(out.items()))
+
+
+def long_refs_for(path, refs, levels, skipped: dict) -> dict:
+    """The long references of the test images at the levels of the level set (skips counted)."""
+    if not path:
+        return {}
+    long_refs = load_long_refs(path)
+    outside = {i for by_image in long_refs.values() for i in by_image if i not in refs}
+    skipped["long-reference images not among the test images"] = len(outside)
+    unused = [n for n in long_refs if not 1 <= n <= len(levels)]
+    if unused:
+        raise DataError(path, None, f"level(s) {unused} outside the level set 1..{len(levels)}")
+    reason = "long-reference images not among the test images"
+    if skipped[reason]:
+        print(f"warning: left out {skipped[reason]} {reason}")
+    return {n: {i: r for i, r in by_image.items() if i in refs} for n, by_image in long_refs.items()}

@@ -501,16 +501,33 @@ def save_model(model: Captioner, folder, extra_config: dict | None = None) -> No
     model.tokenizer.save_pretrained(str(folder))
 
 
+def load_weights(model: nn.Module, path, device="cpu") -> None:
+    """Load a ``model.safetensors`` into ``model``; a damaged file or one of another model is one DataError."""
+    from safetensors.torch import load_model as load_safetensors
+
+    from .files import DataError
+
+    try:
+        load_safetensors(model, str(path), device=str(device))
+    except Exception as err:  # safetensors raises its own error types, torch a RuntimeError on shapes
+        message = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise DataError(path, None, f"cannot load these weights into the model of config.json ({message})") from None
+
+
 def load_checkpoint(folder, device="cpu") -> Captioner:
     """Rebuild the model and its tokenizer from a checkpoint folder (no pickle involved)."""
-    from safetensors.torch import load_model as load_safetensors
+    from .files import DataError, read_json
 
     folder = Path(folder)
     if not (folder / "config.json").exists() or not (folder / "model.safetensors").exists():
         raise SystemExit(f"error: {folder} is not a checkpoint (needs config.json and model.safetensors)")
-    config = CaptionerConfig.from_json(json.loads((folder / "config.json").read_text())["model"])
+    saved = read_json(folder / "config.json")
+    try:
+        config = CaptionerConfig.from_json(saved["model"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise DataError(folder / "config.json", None, f"not a model config ({type(err).__name__}: {err})") from None
     model = Captioner(config)
-    load_safetensors(model, str(folder / "model.safetensors"), device=str(device))
+    load_weights(model, folder / "model.safetensors", device)
     model.tokenizer = load_tokenizer(str(folder))
     return model.to(device).eval()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .data import SceneGraph, check_box
-from .files import DataError
+from .files import DataError, h5_number, open_h5
 
 # centre-bias prior: an isotropic Gaussian at the image centre, sigma = PRIOR_SIGMA * image side
 PRIOR_SIGMA = 0.25
@@ -117,12 +117,10 @@ class SaliencySource:
     """Saliency maps of stage 01, looked up by the output (COCO) id, else by the VG id."""
 
     def __init__(self, path):
-        import h5py
-
         self.path = str(path)
         if not Path(self.path).exists():
             raise SystemExit(f"error: {self.path}: saliency file not found (run 01_saliency.py, or give --saliency none)")
-        self.file = h5py.File(self.path, "r")
+        self.file = open_h5(self.path, "saliency file")
 
     def get(self, image_id: str, graph_id: str):
         """``(map, width, height)`` or None. Maps are keyed by the output (COCO) id, or by the VG id
@@ -139,7 +137,13 @@ class SaliencySource:
                 continue
             if "map" not in group:
                 raise DataError(self.path, f"image {key}", "missing dataset 'map'")
-            return group["map"][()].astype(np.float32), float(group.attrs["width"]), float(group.attrs["height"])
+            smap = group["map"][()]
+            if smap.ndim != 2 or min(smap.shape) < 1 or smap.dtype.kind not in "fiu":
+                raise DataError(self.path, f"image {key}",
+                                f"'map' must be a 2-d array of numbers, got {smap.dtype} {smap.shape}")
+            width, height = (h5_number(self.path, f"image {key}", group, name, positive=True)
+                             for name in ("width", "height"))
+            return smap.astype(np.float32), width, height
         return None
 
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import numpy as np
 
 from .cli import HelpFormatter
+from .files import run_main
 from .text import caption_lengths, get_levels
 
 
@@ -115,13 +115,9 @@ def main(argv=None) -> None:
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder or hub name (default: offline bert-base-uncased)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
-    from .files import DataError
     from .text import load_tokenizer
 
-    try:
-        lengths = file_lengths(args.path, args.split, load_tokenizer(args.tokenizer))
-    except (DataError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
+    lengths = file_lengths(args.path, args.split, load_tokenizer(args.tokenizer))
     stats = length_stats(lengths, args.levels)
     print(format_table(stats, f"{args.path} ({args.levels} levels)"))
     if args.levels == "paragraph":
@@ -132,4 +128,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from pathlib import Path
 
 EOS_TOKEN = "."
@@ -22,9 +23,17 @@ _WORD = re.compile(r"[a-z0-9]+")
 _SENTENCE_END = re.compile(r"[.!?]+")
 
 
+def fold_accents(text: str) -> str:
+    """Lower-case and strip accents as BERT's uncased tokenizer does (NFD, drop combining marks):
+    "Café" -> "cafe"."""
+    decomposed = unicodedata.normalize("NFD", text.lower())
+    return "".join(c for c in decomposed if unicodedata.category(c) != "Mn")
+
+
 def karpathy_tokens(text: str) -> list[str]:
-    """Karpathy's caption preprocessing: lower-case, drop apostrophes, keep alphanumeric words."""
-    return _WORD.findall(text.lower().replace("'", "").replace("\u2019", ""))
+    """Karpathy's caption preprocessing: lower-case, drop apostrophes, keep alphanumeric words.
+    Accents are folded first, so "café" keeps its word; text with no such word gives []."""
+    return _WORD.findall(fold_accents(text).replace("'", "").replace("\u2019", ""))
 
 
 def preprocess(text: str, keep_sentences: bool = False) -> str:

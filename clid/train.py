@@ -26,8 +26,8 @@ import torch.distributed as dist
 
 from .data import add_split_args
 from .examples import Examples, RegionCache
-from .files import FeatureStore, add_bad_features_arg
-from .model import REGION_NORMS, Captioner, load_checkpoint, save_model
+from .files import DataError, FeatureStore, add_bad_features_arg, read_json
+from .model import REGION_NORMS, Captioner, load_checkpoint, load_weights, save_model
 from .rng import item_rng, item_seed
 from .text import encode, eos_id
 
@@ -121,6 +121,24 @@ def epoch_batches(n: int, batch_size: int, step: int, seed: int, tag="data") -> 
     return out
 
 
+def balanced_batches(levels, batch_size: int, seed: int) -> Callable[[int], np.ndarray]:
+    """``batch_for(step)``: global batches drawn as the authors' ``balanced_training`` draws them.
+
+    Each batch is drawn with replacement, caption i with probability 1 / (number of levels that have
+    captions * captions at i's level): every such level fills an equal share of the batches, and a
+    level's captions are equally likely. Keyed by (seed, step), so a resumed run draws the same.
+    """
+    levels = np.asarray(levels)
+    counts = np.bincount(levels)
+    cdf = np.cumsum(1.0 / (np.count_nonzero(counts) * counts[levels]))
+
+    def batch_for(step: int) -> np.ndarray:
+        u = item_rng(seed, "balanced", step).random(batch_size) * cdf[-1]
+        return np.minimum(np.searchsorted(cdf, u, side="right"), len(levels) - 1)
+
+    return batch_for
+
+
 # ---------------------------------------------------------------------------------------------
 # Distributed set-up
 
@@ -160,7 +178,12 @@ def checkpoint_exists(folder) -> bool:
 
 
 def read_train_state(folder) -> dict:
-    return json.loads((Path(folder) / "train_state.json").read_text())
+    """The checkpoint's training state; a damaged file is one DataError naming it."""
+    path = Path(folder) / "train_state.json"
+    state = read_json(path)
+    if not isinstance(state, dict) or isinstance(state.get("step"), bool) or not isinstance(state.get("step"), int):
+        raise DataError(path, None, "no integer 'step': a damaged checkpoint (remove it, or give --restart)")
+    return state
 
 
 def save_checkpoint(folder, model: Captioner, optimizer, state: dict, config_extra: dict, log_lines: list[str]):
@@ -190,9 +213,15 @@ def restore(folder, model: Captioner, optimizer) -> dict:
     from safetensors.torch import load_model as load_safetensors
 
     folder = Path(folder)
-    load_safetensors(model, str(folder / "model.safetensors"), device=str(next(model.parameters()).device))
-    optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
-    return read_train_state(folder)
+    state = read_train_state(folder)
+    load_weights(model, folder / "model.safetensors", str(next(model.parameters()).device))
+    try:
+        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
+    except Exception as err:  # torch raises many kinds for a damaged file
+        raise DataError(folder / "optimizer.pt", None, f"cannot load the optimizer state ({type(err).__name__}: "
+                                                        f"{str(err).splitlines()[0][:200]}); remove the checkpoint "
+                                                        "or give --restart") from None
+    return state
 
 
 def standardize_regions(model: Captioner, features: FeatureStore, image_ids, max_images: int = 5000,
@@ -239,6 +268,7 @@ class TrainSettings:
     weight_decay: float = 0.01
     warmup: int = 1000
     max_steps: int = 100_000
+    lr_horizon: int = 0  # the step where the cosine reaches 0 (0: max_steps)
     batch_size: int = 64  # global batch (split over DDP ranks)
     grad_clip: float = 1.0
     label_smoothing: float = 0.1
@@ -271,6 +301,9 @@ def add_train_args(p) -> None:
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
     p.add_argument("--warmup", type=int, default=d.warmup)
     p.add_argument("--max-steps", type=int, default=d.max_steps)
+    p.add_argument("--lr-horizon", type=int, default=d.lr_horizon,
+                   help="the step at which the cosine learning rate reaches 0 (0: --max-steps, 04's default; "
+                        "06's default is the authors' 300000)")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size (split over DDP processes)")
     p.add_argument("--grad-clip", type=float, default=d.grad_clip)
     p.add_argument("--label-smoothing", type=float, default=d.label_smoothing)
@@ -291,10 +324,68 @@ def add_train_args(p) -> None:
     p.add_argument("--log-every", type=int, default=d.log_every)
     p.add_argument("--seed", type=int, default=d.seed)
     add_split_args(p)
+    p.add_argument("--restart", action="store_true",
+                   help="remove a checkpoint in --out and start over (a re-run resumes only the same flags and inputs)")
 
 
 def settings_from_args(args) -> TrainSettings:
     return TrainSettings(**{name: getattr(args, name) for name in TrainSettings.__dataclass_fields__})
+
+
+# flags that do not change what a run computes (a resumed run may change them)
+NOT_RECORDED = ("out", "save_every", "eval_every", "eval_images", "log_every", "restart")
+# flags naming input files: recorded by the files' size and modification time
+INPUT_FLAGS = ("captions", "selfgen", "quality", "features", "output_vocab", "init_from", "init", "bert", "test_ids")
+
+
+def file_stamp(value):
+    """Size and modification time of each input file (or of a checkpoint folder's files); other values as given."""
+    if isinstance(value, list):
+        return [file_stamp(v) for v in value]
+    path = Path(str(value)) if value is not None else None
+    if path is None or not path.exists():
+        return value
+    files = sorted(f for f in path.iterdir() if f.suffix in (".json", ".safetensors")) if path.is_dir() else [path]
+    return {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files}
+
+
+def run_record(args) -> dict:
+    """What determines a training run's output: its flags, and its input files' sizes and modification times."""
+    flags = {k: v for k, v in vars(args).items() if k not in NOT_RECORDED and k not in INPUT_FLAGS}
+    inputs = {k: file_stamp(v) for k, v in vars(args).items() if k in INPUT_FLAGS}
+    return {"flags": flags, "inputs": inputs}
+
+
+def check_resume(args, rank: int, world: int) -> None:
+    """Refuse to resume ``--out`` when it was trained with other flags or inputs (``--restart`` starts over)."""
+    out = Path(args.out)
+    if not checkpoint_exists(out):
+        return
+    if args.restart:
+        if rank == 0:
+            print(f"--restart: removing the checkpoint in {out}")
+            shutil.rmtree(out)
+        if world > 1:
+            dist.barrier()
+        return
+    config = read_json(out / "config.json")
+    if not isinstance(config, dict) or not isinstance(config.get("run", config.get("train")), dict):
+        raise DataError(out / "config.json", None, "no run record: a damaged checkpoint (give --restart)")
+    # (a checkpoint written before input files were recorded has its flags under "train")
+    old = config.get("run") or {"flags": {k: v for k, v in config["train"].items()
+                                          if k not in NOT_RECORDED and k not in INPUT_FLAGS}}
+    new = run_record(args)
+    differences = []
+    for kind in ("flags", "inputs"):
+        for name in sorted(old.get(kind, {})):  # (a flag added to the code since is not a difference)
+            before, now = old[kind][name], new[kind].get(name)
+            if json.loads(json.dumps(before)) != json.loads(json.dumps(now)):
+                flag = "--" + name.replace("_", "-")
+                differences.append(f"{flag} {before!r} -> {now!r}" if kind == "flags"
+                                   else f"{flag} (the file changed: size or modification time)")
+    if differences:
+        raise SystemExit(f"error: {out} holds a run with other settings: {'; '.join(differences)}. "
+                         "Give --restart to start it over, or another --out")
 
 
 def already_trained(args, rank: int) -> bool:
@@ -309,6 +400,7 @@ def already_trained(args, rank: int) -> bool:
 def start_run(args):
     """(rank, world, device, features) for a training stage; None when ``--out`` is already trained."""
     rank, world, device = init_distributed()
+    check_resume(args, rank, world)
     if already_trained(args, rank):
         return None
     try:
@@ -408,7 +500,7 @@ class Trainer:
         self.stop_if_not_finite(reported / total_weight, "the training loss")
         loss = loss_sum * self.world / total_weight  # DDP averages the gradients over the ranks
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate(self.step, s.lr, s.warmup, s.max_steps)
+            group["lr"] = learning_rate(self.step, s.lr, s.warmup, s.lr_horizon or s.max_steps)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # the norm of the (DDP-averaged) gradient; with --grad-clip 0 it is only measured (clip at inf)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Submit the whole COCO pipeline (Visual Genome + generated scene graphs) with afterok dependencies:
 #   00 convert -> 01 (array) -> merge -> 02 (array) -> merge -> 03 (array) -> merge
-#   -> 04 trusted (after 00) + 04 extended -> 05 (array) -> merge -> 06 -> 07
+#   -> 04 extended (M_theta~) -> 04 scoring (M_theta, continuing M_theta~) -> 05 (array) -> merge
+#   -> 06 -> 07 (with 04 trusted, the trusted-only baseline, trained meanwhile after 00)
 # plus, at once, the build of the C++/CUDA extension (clid.ops), which 05 and 06 wait for.
 # Run from the repository root after `make venv` and the downloads of README.md.
 set -euo pipefail
@@ -19,8 +20,9 @@ s03=$(array --dependency=afterok:$m02 slurm/03_paraphrase.sbatch)
 m03=$(submit --dependency=afterok:$s03 slurm/merge.sbatch "$RUNS/paraphrased.jsonl" "$SHARDS")
 t04=$(submit --dependency=afterok:$c00 slurm/04_train_base.sbatch trusted)
 e04=$(submit --dependency=afterok:$m03 slurm/04_train_base.sbatch extended)
-s05=$(array --dependency=afterok:$t04:$e04:$ops slurm/05_score.sbatch)
+c04=$(submit --dependency=afterok:$e04 slurm/04_train_base.sbatch scoring)
+s05=$(array --dependency=afterok:$c04:$ops slurm/05_score.sbatch)
 m05=$(submit --dependency=afterok:$s05 slurm/merge.sbatch "$RUNS/quality.h5" "$SHARDS")
 s06=$(submit --dependency=afterok:$m05 slurm/06_train_selection.sbatch)
-s07=$(submit --dependency=afterok:$s06 slurm/07_eval.sbatch)
-echo "submitted: build=$ops 00=$c00 01=$s01 02=$s02 03=$s03 04=$t04,$e04 05=$s05 06=$s06 07=$s07 (logs in $RUNS/logs)"
+s07=$(submit --dependency=afterok:$s06:$t04 slurm/07_eval.sbatch)
+echo "submitted: build=$ops 00=$c00 01=$s01 02=$s02 03=$s03 04=$t04,$e04,$c04 05=$s05 06=$s06 07=$s07 (logs in $RUNS/logs)"

@@ -25,8 +25,8 @@ def test_demo_pipeline_small(tmp_path):
     # every stage's output, in its documented format
     selfgen = list(read_jsonl(runs / "paraphrased.jsonl", required=("id", "image_id", "caption", "n_tokens", "level")))
     assert len(selfgen) > 100 and all(r["paraphraser"] == "rules" for r in selfgen)
-    # the scoring model continued from the extended one (04 --init-from), as in the authors' code
-    assert json.loads((runs / "trusted_ft" / "config.json").read_text())["train"]["init_from"] == str(runs / "extended")
+    # the scoring model continued the extended one (04 --continue-from), as in the authors' code
+    assert json.loads((runs / "trusted_ft" / "config.json").read_text())["train"]["continue_from"] == str(runs / "extended")
     quality = read_quality(runs / "quality.h5")
     assert len(quality["id"]) > 0 and set(quality["id"]) <= {r["id"] for r in selfgen}
     log = [json.loads(line) for line in (runs / "clid" / "selection_log.jsonl").read_text().splitlines()]

@@ -186,11 +186,12 @@ def install_fake_captioner(monkeypatch, pool, calls):
     model_module.load_checkpoint = lambda path, device="cpu": FakeCaptioner(path, pool)
 
     def generate_captions(model, features, image_ids, levels, batch_size=64, device="cpu", steps=None,
-                          eos_decay=1.0, labert_average=False, progress=False):
-        assert isinstance(features, FeatureStore) and progress
+                          eos_decay=1.0, labert_average=True, progress=False, return_filled=False):
+        assert isinstance(features, FeatureStore) and progress and return_filled
         calls.append((model.name, list(image_ids), list(levels), batch_size, device, steps, eos_decay, labert_average))
-        return {level: {i: model.caption(i, level) for i in image_ids if features.get(i) is not None}
-                for level in levels}
+        captions = {level: {i: model.caption(i, level) for i in image_ids if features.get(i) is not None}
+                    for level in levels}
+        return captions, {level: set() for level in levels}
 
     decode_module.generate_captions = generate_captions
     monkeypatch.setitem(sys.modules, "clid.model", model_module)
@@ -211,7 +212,7 @@ def test_checkpoint_runs_generate_cache_and_report(demo_like_world, monkeypatch)
 
     assert [c[0] for c in calls] == ["trusted", "clid"]
     assert calls[0][1] == test_ids[2:] and calls[0][2] == list(range(1, 8))
-    assert calls[0][3:] == (16, "cpu", None, 1.0, False)  # the paper's decoding unless told otherwise
+    assert calls[0][3:] == (16, "cpu", None, 1.0, True)  # the authors' decoding unless told otherwise
     result = read_json(out / "metrics.json")
     assert list(result["runs"]) == ["trusted", "clid"] and result["level_set"] == "caption"
     for name in ("trusted", "clid"):
@@ -252,17 +253,17 @@ def test_checkpoint_runs_generate_cache_and_report(demo_like_world, monkeypatch)
     os.utime(world / "clid" / "model.safetensors", ns=(time.time_ns(), time.time_ns() + 10**9))
     args, features = script.parse_args(argv), FeatureStore(world / "features.h5")
     for name in ("trusted", "clid"):
-        levels, again, _ = script.generate_run(world / name, out / "generated" / f"{name}.jsonl", args,
+        levels, again, _, _ = script.generate_run(world / name, out / "generated" / f"{name}.jsonl", args,
                                                test_ids, features, None)
         assert levels == LEVEL_SETS["caption"]
         assert again[3][test_ids[5]] == FakeCaptioner(name, pool).caption(test_ids[5], 3)
     features.close()
     assert [c[0] for c in calls] == ["trusted", "clid", "clid"]
     # other decoding settings generate again, and reach the decoder
-    script.main(argv + ["--decode-steps", "3", "--eos-decay", "0.9", "--labert-average"])
-    assert [c[0] for c in calls[3:]] == ["trusted", "clid"] and calls[3][5:] == ((3,) * 7, 0.9, True)
+    script.main(argv + ["--decode-steps", "3", "--eos-decay", "0.9", "--no-labert-average"])
+    assert [c[0] for c in calls[3:]] == ["trusted", "clid"] and calls[3][5:] == ((3,) * 7, 0.9, False)
     script.main(argv + ["--decode-steps", *map(str, range(1, 8))])
-    assert len(calls) == 7 and calls[5][5:] == (tuple(range(1, 8)), 1.0, False)
+    assert len(calls) == 7 and calls[5][5:] == (tuple(range(1, 8)), 1.0, True)
     with pytest.raises(SystemExit, match="one number per level"):
         script.main(argv + ["--decode-steps", "2", "3"])
 
@@ -300,12 +301,11 @@ def test_read_generated_rejects_bad_records(tmp_path, record, problem):
 
 
 def test_long_refs_need_a_level_per_sentence(tmp_path):
-    script = load_eval_script()
     path = tmp_path / "long.json"
     write_json(path, {"images": [{"cocoid": 5, "filename": "5.jpg", "split": "test",
                                   "sentences": [{"raw": "a long description", "level": 3}, {"raw": "no level"}]}]})
     with pytest.raises(DataError, match=r"images\[0\] \(image 5\) sentences\[1\]: needs an integer 'level'"):
-        script.load_long_refs(path)
+        metrics.load_long_refs(path)
 
 
 def test_spice_without_corenlp_is_na_and_fast(monkeypatch, tmp_path):
@@ -377,8 +377,140 @@ def test_run_names(tmp_path):
                               "--generated", "other/clid.jsonl"])
     with pytest.raises(SystemExit, match="several runs are named"):
         script.run_list(args)
+    args = script.parse_args(["--refs", "r.json", "--out", "o", "--checkpoint", "CLID=runs/s0/clid",
+                              "--checkpoint", "runs/trusted", "--checkpoint", "CLID=runs/s1/clid",
+                              "--generated", "mine=a/b.jsonl"])
+    runs = script.run_list(args)
+    assert runs == [("CLID", "checkpoint", "runs/s0/clid"), ("trusted", "checkpoint", "runs/trusted"),
+                    ("CLID", "checkpoint", "runs/s1/clid"), ("mine", "generated", "a/b.jsonl")]
+    assert script.run_ids(runs) == ["CLID-run1", "trusted", "CLID-run2", "mine"]
+    args = script.parse_args(["--refs", "r.json", "--out", "o", "--checkpoint", "runs/clid/",
+                              "--generated", "other/clid.jsonl"])
     args.name = ["ours", "theirs"]
     assert script.run_list(args) == [("ours", "checkpoint", "runs/clid/"), ("theirs", "generated", "other/clid.jsonl")]
     args.name = ["ours"]
     with pytest.raises(SystemExit, match="1 --name for 2 runs"):
         script.run_list(args)
+
+
+# ---------------------------------------------------------------------------------------------
+# The authors' length count, and methods of several runs
+
+
+def test_a_caption_filling_its_level_without_a_period_counts_as_the_authors_count_it(demo_like_world, monkeypatch):
+    """A real (untrained) checkpoint decoded through clid.decode, whose mask-predict is replaced by a
+    fixed sequence: at level 2 it fills all 19 positions with words and no "."; elsewhere it says
+    "a dog .". The authors' count makes the level-2 caption 19 tokens long (a hit); --length-count
+    strict counts the final "." too (20: a miss); the generated JSONL records the counted length."""
+    import clid.decode as D
+    from clid import model as M
+
+    world, test_ids, _ = demo_like_world
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    config = M.CaptionerConfig(region_dim=8, levels=LEVEL_SETS["caption"], dropout=0.0, hidden_size=32,
+                               num_layers=1, num_heads=2, intermediate_size=64, region_hidden=32)
+    M.save_model(M.build_model(config), world / "filling")
+    tokenizer = M.load_checkpoint(world / "filling").tokenizer
+    words = tokenizer("a man in a red shirt is riding a brown horse on a dirt road next to a fence",
+                      add_special_tokens=False)["input_ids"]
+    dot = tokenizer.convert_tokens_to_ids(".")
+    short = tokenizer("a dog", add_special_tokens=False)["input_ids"]
+    assert len(words) == 19 and dot not in words
+    decoded = []
+
+    def fixed_mask_predict(model, feats, pos, mask, level, steps, eos_decay, labert_average):
+        high = model.levels[level - 1][1]
+        row = words if level == 2 else short + [dot] * (high - len(short))
+        decoded.append(level)
+        return torch.tensor([row] * feats.shape[0])
+
+    monkeypatch.setattr(D, "mask_predict", fixed_mask_predict)
+    script = load_eval_script()
+    argv = ["--refs", str(world / "captions.json"), "--features", str(world / "features.h5"),
+            "--checkpoint", f"filling={world / 'filling'}", "--out", str(world / "eval"), "--spice", "off"]
+    script.main(argv)
+    levels = read_json(world / "eval" / "metrics.json")["runs"]["filling"]["levels"]
+    assert levels["2"]["control_precision"] == pytest.approx(28 / 30)  # 28 test images have features
+    assert levels["2"]["mean_length"] == 19 and levels["1"]["mean_length"] == 3
+    lines = {(r["level"], r["image_id"]): r for r in read_jsonl_rows(world / "eval" / "generated" / "filling.jsonl")}
+    assert lines[(2, test_ids[2])]["filled"] is True and lines[(2, test_ids[2])]["length"] == 19
+    assert lines[(1, test_ids[2])]["filled"] is False and lines[(1, test_ids[2])]["length"] == 3
+
+    n_decoded = len(decoded)
+    script.main(argv + ["--length-count", "strict"])
+    assert len(decoded) == n_decoded  # the captions are reused: only the count changed
+    levels = read_json(world / "eval" / "metrics.json")["runs"]["filling"]["levels"]
+    assert levels["2"]["control_precision"] == 0 and levels["2"]["mean_length"] == 20
+    assert levels["1"]["control_precision"] == pytest.approx(28 / 30)
+    lines = {(r["level"], r["image_id"]): r for r in read_jsonl_rows(world / "eval" / "generated" / "filling.jsonl")}
+    assert lines[(2, test_ids[2])]["length"] == 20 and lines[(1, test_ids[2])]["length"] == 3
+
+
+def read_jsonl_rows(path):
+    from clid.files import read_jsonl
+
+    return list(read_jsonl(path))
+
+
+def test_two_runs_of_one_method_give_mean_and_std(demo_like_world):
+    """Two --generated files named "joined" are runs of one method: metrics.json holds each run and
+    the method's mean and standard deviation per level, report.md writes "mean ± std"; a method of
+    one run keeps its value, and the paper's Table 1 stands beside the caption levels."""
+    import statistics
+
+    world, test_ids, pool = demo_like_world
+    model = FakeCaptioner("clid", pool)
+    for run, drop in (("a", 0), ("b", 10)):  # run b leaves the first 10 images without a level-3/4 caption
+        write_jsonl(world / f"{run}.jsonl", [{"image_id": i, "level": level, "caption": model.caption(i, level)}
+                                             for k, i in enumerate(test_ids) for level in (1, 2, 3, 4)
+                                             if level < 3 or k >= drop])
+    write_jsonl(world / "once.jsonl", [{"image_id": i, "level": 1, "caption": pool[i][0]} for i in test_ids])
+    out = world / "eval"
+    run_script(ROOT / "07_eval.py", "--refs", world / "captions.json", "--generated", f"joined={world / 'a.jsonl'}",
+               "--generated", f"joined={world / 'b.jsonl'}", "--generated", world / "once.jsonl",
+               "--out", out, "--spice", "off")
+    result = read_json(out / "metrics.json")
+    assert list(result["runs"]) == ["joined-run1", "joined-run2", "once"]
+    assert result["methods"]["joined"]["runs"] == ["joined-run1", "joined-run2"]
+    for level in ("3", "4"):
+        values = [result["runs"][run]["levels"][level]["control_precision"] for run in ("joined-run1", "joined-run2")]
+        row = result["methods"]["joined"]["levels"][level]
+        assert values[0] > values[1] > 0
+        assert row["control_precision"] == pytest.approx(statistics.fmean(values))
+        assert row["control_precision_std"] == pytest.approx(statistics.stdev(values))
+        assert row["n_runs"] == 2 and row["CIDEr_std"] >= 0
+    once = result["methods"]["once"]["levels"]["1"]
+    assert once == result["runs"]["once"]["levels"]["1"] and "control_precision_std" not in once
+
+    report = (out / "report.md").read_text()
+    table = report[report.index("**Control precision (%)**"):].split("\n\n")[1]
+    joined_row = next(line for line in table.splitlines() if line.startswith("| joined |"))
+    mean3, std3 = 100 * row["control_precision"], 100 * row["control_precision_std"]
+    assert f"{mean3:.1f} ± {std3:.1f}" in joined_row.split(" | ")[4]
+    assert "±" not in next(line for line in table.splitlines() if line.startswith("| once |"))
+    assert "| CLID (paper, Table 1) | 100.00 | 98.64 | 92.60 | 84.17 | 76.99 | 69.18 | 22.13 | 77.67 |" in report
+    assert "length penalty" in report
+
+    # two evaluations (e.g. two seeds, each on its own world) combined: every run counts once
+    other = world / "eval-seed1"
+    other.mkdir()
+    changed = read_json(out / "metrics.json")
+    changed["runs"]["once"]["levels"]["1"]["control_precision"] = 0.5
+    write_json(other / "metrics.json", changed)
+    script = load_eval_script()
+    script.main(["--combine", str(out), str(other), "--out", str(world / "combined")])
+    combined = read_json(world / "combined" / "metrics.json")
+    assert combined["methods"]["joined"]["runs"] == [f"{out}:joined-run1", f"{out}:joined-run2",
+                                                     f"{other}:joined-run1", f"{other}:joined-run2"]
+    values = [result["runs"]["once"]["levels"]["1"]["control_precision"], 0.5]
+    once = combined["methods"]["once"]["levels"]["1"]
+    assert once["control_precision"] == pytest.approx(statistics.fmean(values))
+    assert once["control_precision_std"] == pytest.approx(statistics.stdev(values))
+    assert "| once |" in (world / "combined" / "report.md").read_text()
+
+    # the per-level quality plot reads SPICE when SPICE ran (as the paper's Figure 5), CIDEr otherwise
+    from clid.report import quality_metric
+
+    assert quality_metric(result["methods"]) == "CIDEr"
+    assert quality_metric({"m": {"levels": {1: {"SPICE": None}, 2: {"SPICE": 0.12}}}}) == "SPICE"

@@ -12,7 +12,7 @@ from clid.decode import generate_captions, mask_predict
 from clid.examples import RegionCache, make_examples, pad_regions
 from clid.files import FeatureStore
 from clid.text import eos_id, get_levels, load_tokenizer
-from clid.train import collate, epoch_batches, masked_lm_loss
+from clid.train import balanced_batches, collate, epoch_batches, masked_lm_loss
 
 from conftest import kill_after_checkpoint, run_script
 from toyworld import make_toy_world
@@ -180,6 +180,66 @@ def test_decode_every_level(world):
     assert ids_avg.shape == (2, 29)
 
 
+def authors_mask_predict(model, f, p, m, level, steps, average):
+    """The authors' (and LaBERT's) inference loop, written out as their inference.py has it:
+    top-1 at every position each step, the re-masked positions take the new tokens, and with
+    ``average`` every confidence becomes the mean of the old and the new one."""
+    low, high = model.levels[level - 1]
+    B, mask_id = f.shape[0], model.tokenizer.mask_token_id
+    levels = torch.full((B,), level)
+
+    def top1(ids):
+        probs = model.logits_from_hidden(model.hidden(model.encode(f, p, m, ids, levels))).softmax(-1)
+        return probs.max(-1)
+
+    probs, ids = top1(torch.full((B, high), mask_id))
+    for step in range(1, steps):
+        n_mask = max(1, int(high * (1.0 - step / steps)))
+        mask_at = probs.topk(n_mask, -1, largest=False, sorted=False)[1]
+        rows = torch.arange(B)[:, None]
+        ids[rows, mask_at] = mask_id
+        new_probs, new_ids = top1(ids)
+        ids[rows, mask_at] = new_ids[rows, mask_at]
+        probs[rows, mask_at] = new_probs[rows, mask_at]
+        if average:
+            probs = (probs + new_probs) / 2
+    return ids
+
+
+@torch.no_grad()
+def test_decoding_averages_confidences_by_default_as_the_authors(world):
+    """The default decoding is the authors' loop (confidence averaging); labert_average=False keeps
+    the confidences of the positions that were not re-masked, and the two differ on this model."""
+    model = tiny_model(seed=1).eval()  # (with an untrained model the two rarely differ; here at level 4)
+    f, p, m = RegionCache(FeatureStore(world[1])).batch(["45", "46", "47"])
+    for level, steps in ((2, 4), (4, 10)):
+        averaged = mask_predict(model, f, p, m, level=level, steps=steps)
+        assert torch.equal(averaged, authors_mask_predict(model, f, p, m, level, steps, average=True))
+        kept = mask_predict(model, f, p, m, level=level, steps=steps, labert_average=False)
+        assert torch.equal(kept, authors_mask_predict(model, f, p, m, level, steps, average=False))
+    assert not torch.equal(averaged, kept)
+
+
+def test_filled_captions_are_reported(world, monkeypatch):
+    """A decoded sequence without "." is reported as filled; one with "." is cut there and is not."""
+    import clid.decode as D
+
+    model = tiny_model().eval()
+    dot = model.tokenizer.convert_tokens_to_ids(".")
+    dog, cat = model.tokenizer.convert_tokens_to_ids(["dog", "cat"])
+
+    def fake_mask_predict(model, feats, pos, mask, level, steps, eos_decay, labert_average):
+        high = model.levels[level - 1][1]
+        rows = [[dog] * high, [cat] * 3 + [dot] * (high - 3)]
+        return torch.tensor(rows[: feats.shape[0]])
+
+    monkeypatch.setattr(D, "mask_predict", fake_mask_predict)
+    captions, filled = D.generate_captions(model, FeatureStore(world[1]), ["45", "46"], [1, 2], return_filled=True,
+                                           dedupe=False)
+    assert filled == {1: {"45"}, 2: {"45"}}
+    assert captions[1]["46"] == "cat cat cat" and captions[2]["45"] == " ".join(["dog"] * 19)
+
+
 def test_save_load_round_trip(tmp_path, world):
     model = tiny_model().eval()
     M.save_model(model, tmp_path / "ck", {"note": "x"})
@@ -232,6 +292,38 @@ def test_resume_after_kill_gives_the_same_weights(tmp_path, world):
     # a finished run is not trained again
     again = run_script(*train_cmd(world, tmp_path / "killed", *steps))
     assert "nothing to do" in again.stdout
+
+
+def test_continuing_a_checkpoint_equals_one_uninterrupted_run(tmp_path, world):
+    """--continue-from carries weights, optimizer state, step and learning-rate schedule: 8 steps and
+    8 continued steps give the weights of one 16-step run under the same schedule (the authors' code
+    continues M_theta~ this way; here on the same data, so the two must match exactly)."""
+    run_script(*train_cmd(world, tmp_path / "straight", "--max-steps", "16"))
+    run_script(*train_cmd(world, tmp_path / "first", "--max-steps", "8", "--lr-horizon", "16"))
+    out = run_script(*train_cmd(world, tmp_path / "second", "--max-steps", "16", "--lr", "5e-2",
+                                "--continue-from", tmp_path / "first"))
+    assert "continuing" in out.stdout and "from step 8" in out.stdout  # and its lr, not the 5e-2 given
+    a, b = read_weights(tmp_path / "straight"), read_weights(tmp_path / "second")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    log = [json.loads(line) for line in (tmp_path / "second" / "train_log.jsonl").read_text().splitlines()]
+    assert log[0]["step"] == 9 and log[-1]["step"] == 16
+    ended = run_script(*train_cmd(world, tmp_path / "third", "--max-steps", "20", "--continue-from", tmp_path / "straight"),
+                       check=False)
+    assert ended.returncode != 0 and "learning rate reached 0 at step 16" in ended.stderr
+
+
+def test_balanced_batches_give_every_level_an_equal_share():
+    """The authors' balanced_training: each level that has captions fills 1/L of the batches, and a
+    level's captions are drawn alike; level 4 has no caption and is never drawn."""
+    levels = np.array([1] * 900 + [2] * 90 + [3] * 9 + [5] * 1)
+    batch_for = balanced_batches(levels, 64, seed=3)
+    drawn = np.concatenate([batch_for(step) for step in range(400)])
+    shares = np.bincount(levels[drawn], minlength=6)[1:] / len(drawn)
+    np.testing.assert_allclose(shares, [0.25, 0.25, 0.25, 0, 0.25], atol=0.01)
+    level3 = np.bincount(drawn[levels[drawn] == 3], minlength=999)[990:999]
+    assert level3.min() > 0.7 * level3.mean()  # each of the 9 level-3 captions about equally often
+    assert np.array_equal(batch_for(7), balanced_batches(levels, 64, seed=3)(7))  # keyed by (seed, step)
+    assert not np.array_equal(batch_for(7), batch_for(8))
 
 
 def test_region_standardization_uses_the_training_images_statistics(tmp_path, world):

@@ -138,3 +138,18 @@ def test_ddp_ranks_draw_the_same_captions(tmp_path, world):
         return [r["loss"] for r in map(json.loads, (folder / "train_log.jsonl").read_text().splitlines()) if "loss" in r]
 
     np.testing.assert_allclose(losses(tmp_path / "ddp"), losses(tmp_path / "one"), rtol=1e-5)
+
+
+def test_the_selection_stage_starts_as_the_authors_code():
+    """Where the paper is silent, 06 follows the authors' configuration: a random initialisation, a
+    fresh cosine over 300,000 steps of which the stage trains 100,000 (the rate ends at 75% of its
+    peak), eta = 1200 steps of a batch of 64."""
+    from clid.train import learning_rate, settings_from_args
+
+    args = selection.parse_args(["--captions", "c.json", "--selfgen", "s.jsonl", "--quality", "q.h5",
+                                 "--features", "f.h5", "--out", "o"])
+    assert (args.init, args.eta, args.batch_size, args.max_steps, args.full_epochs) == ("random", 1200, 64, 100_000, False)
+    s = settings_from_args(args)
+    last = learning_rate(s.max_steps - 1, s.lr, s.warmup, s.lr_horizon or s.max_steps)
+    assert last / s.lr == pytest.approx(0.753, abs=0.001)
+

@@ -108,3 +108,15 @@ def test_other_tokenizer_folder(tmp_path):
     assert text.encode(["a dog"], other) == text.encode(["a dog"], tok)
     with pytest.raises(SystemExit, match="cannot load the tokenizer"):
         text.load_tokenizer(str(tmp_path / "missing"))
+
+
+def test_accents_fold_as_bert_uncased_and_wordless_text_is_empty():
+    from clid.text import karpathy_tokens, load_tokenizer, preprocess
+
+    assert preprocess("Café crème in Zürich, São Paulo") == "cafe creme in zurich sao paulo"
+    # the same folding as the uncased BERT tokenizer, so the length counts the word, not [UNK]
+    tokenizer = load_tokenizer()
+    for word in ("café", "naïve", "élan"):
+        assert tokenizer.tokenize(word) == tokenizer.tokenize(preprocess(word))
+    assert karpathy_tokens("一只狗 \U0001F436 !!") == []
+    assert preprocess("\U0001F600") == ""
