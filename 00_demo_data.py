@@ -116,12 +116,48 @@ PARAGRAPH_OUTPUTS = ("paragraphs/paragraphs_v1.json", "paragraphs/train_split.js
                      "paragraphs/test_split.json")
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    out = Path(args.out)
+def describe_world(records: list, splits: list, out: Path, args, seconds: float) -> dict:
+    """Print the length tables of the captions, long references (and paragraphs) and the world's
+    counts; return the counts."""
     from clid.stats import format_table, length_stats
     from clid.text import load_tokenizer
 
+    tests = [r for r in records if r["split"] == "test"]
+    tokenizer = load_tokenizer()
+    caption_stats = length_stats(caption_lengths([c for r in records for c in r["captions"]], tokenizer))
+    ref_texts = [t for r in tests for texts in r["refs"].values() for t in texts]
+    ref_stats = length_stats(caption_lengths(ref_texts, tokenizer))
+    short = {}
+    for level in [int(x) for x in args.long_levels.split(",")]:
+        short[level] = sum(len(r["refs"].get(level, [])) < args.refs_per_level for r in tests)
+    objects = [len([o for o in r["clean"]["objects"] if o["names"][0] not in BACKGROUND_NAMES + ("shirt", "dress")])
+               for r in records]
+    counts = {"images": {s: splits.count(s) for s in ("train", "val", "test")},
+              "objects_per_image": round(float(np.mean(objects)), 2),
+              "relations_per_image": round(float(np.mean([len(r["clean"]["relationships"]) for r in records])), 2),
+              "graph_noise": noise_report(records),
+              "long_refs": len(ref_texts),
+              "test_images_short_of_refs": {str(k): v for k, v in short.items()},
+              "seconds": round(seconds, 1)}
+    print(format_table(caption_stats, f"trusted captions ({out / 'captions.json'})"))
+    print(format_table(ref_stats, f"long references ({out / 'long_refs.json'})"))
+    if args.paragraphs:
+        from clid.stats import format_bands, paragraph_bands
+
+        lengths = caption_lengths([r["paragraph"] for r in records], tokenizer, keep_sentences=True)
+        print(format_table(length_stats(lengths, "paragraph"), f"paragraphs ({out / 'paragraphs'})"))
+        print(format_bands(paragraph_bands(lengths)))
+    print(json.dumps(counts, indent=1))
+    for level, n_short in short.items():
+        if n_short:
+            print(f"note: {n_short} of {len(tests)} test images have fewer than {args.refs_per_level} level-{level} "
+                  "references (their scenes hold too little to describe truthfully at that length)")
+    return counts
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    out = Path(args.out)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     # 0. a re-run with the same arguments has nothing to do
@@ -177,37 +213,9 @@ def main(argv=None) -> None:
     if args.preview:
         write_preview(out / "preview.png", out, records, args.preview)
 
-    # 4. what was made
-    tokenizer = load_tokenizer()
-    caption_stats = length_stats(caption_lengths([c for r in records for c in r["captions"]], tokenizer))
-    ref_texts = [t for r in tests for texts in r["refs"].values() for t in texts]
-    ref_stats = length_stats(caption_lengths(ref_texts, tokenizer))
-    short = {}
-    for level in config["long_levels"]:
-        short[level] = sum(len(r["refs"].get(level, [])) < args.refs_per_level for r in tests)
-    objects = [len([o for o in r["clean"]["objects"] if o["names"][0] not in BACKGROUND_NAMES + ("shirt", "dress")])
-               for r in records]
-    counts = {"images": {s: splits.count(s) for s in ("train", "val", "test")},
-              "objects_per_image": round(float(np.mean(objects)), 2),
-              "relations_per_image": round(float(np.mean([len(r["clean"]["relationships"]) for r in records])), 2),
-              "graph_noise": noise_report(records),
-              "long_refs": len(ref_texts),
-              "test_images_short_of_refs": {str(k): v for k, v in short.items()},
-              "seconds": round(time.time() - t_start, 1)}
+    # 4. what was made: the length tables and counts, kept in world.json (a re-run of this recipe skips)
+    counts = describe_world(records, splits, out, args, seconds=time.time() - t_start)
     write_json(stamp, {"recipe": recipe, "counts": counts}, indent=1)
-    print(format_table(caption_stats, f"trusted captions ({out / 'captions.json'})"))
-    print(format_table(ref_stats, f"long references ({out / 'long_refs.json'})"))
-    if args.paragraphs:
-        from clid.stats import format_bands, paragraph_bands
-
-        lengths = caption_lengths([r["paragraph"] for r in records], tokenizer, keep_sentences=True)
-        print(format_table(length_stats(lengths, "paragraph"), f"paragraphs ({out / 'paragraphs'})"))
-        print(format_bands(paragraph_bands(lengths)))
-    print(json.dumps(counts, indent=1))
-    for level, n_short in short.items():
-        if n_short:
-            print(f"note: {n_short} of {len(tests)} test images have fewer than {args.refs_per_level} level-{level} "
-                  "references (their scenes hold too little to describe truthfully at that length)")
     print(f"wrote {out} in {time.time() - t_start:.0f} s (drawing and encoding {t_draw:.0f} s)")
 
 

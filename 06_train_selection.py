@@ -142,6 +142,34 @@ def scores_for(selfgen_ids: list[str], quality_path) -> torch.Tensor:
     return torch.from_numpy(u)
 
 
+def report_plan(plan, notes, skipped, features, n_trusted, u, out: Path, args) -> None:
+    """Print what is trained on and the plan, and write the plan to OUT/selection_log.jsonl."""
+    for note in notes:
+        print(note)
+    print(f"trusted captions: {n_trusted}; self-generated pool: {len(u)} (u mean {float(u.mean()):+.3f})")
+    for reason, count in sorted(skipped.items()):
+        print(f"  skipped {count}: {reason}")
+    if bad_line := features.skip_report():
+        print(f"  {bad_line}")
+    print(f"plan: {sum(1 for p in plan if p['drawn'])} selection iterations, then trusted only "
+          f"from step {plan[-1]['start'] if plan[-1].get('trusted_only') else args.max_steps}")
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "selection_log.jsonl") as tmp:
+        tmp.write_text("".join(json.dumps(p) + "\n" for p in plan))
+
+
+def training_set(entry: dict, u: torch.Tensor, n_trusted: int, n_examples: int, args) -> np.ndarray:
+    """The example indices one iteration trains on: the trusted captions plus that iteration's draw
+    (drawn again from its seed, and checked against the plan), or every example with --schedule none."""
+    if args.schedule == "none":
+        return np.arange(n_examples)
+    if not entry["drawn"]:
+        return np.arange(n_trusted)
+    drawn, _ = draw(u, entry["iteration"], args)
+    assert hashlib.sha1(drawn.tobytes()).hexdigest()[:16] == entry["digest"], "the draw is not reproducible"
+    return np.concatenate([np.arange(n_trusted), n_trusted + drawn])
+
+
 def main(argv=None):
     args = parse_args(argv)
     started = start_run(args)
@@ -156,13 +184,10 @@ def main(argv=None):
     config = model.config
 
     # the data: trusted examples first, then the scored self-generated pool
-    try:
-        items = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check)
-        trusted, skipped = make_examples(items.trusted, model.tokenizer, config.levels, "trusted", features)
-        pool, pool_skipped = make_examples(items.selfgen, model.tokenizer, config.levels, "selfgen", features)
-        u = scores_for(pool.caption_ids, args.quality)
-    except DataError as err:
-        sys.exit(f"error: {err}")
+    items = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check)
+    trusted, skipped = make_examples(items.trusted, model.tokenizer, config.levels, "trusted", features)
+    pool, pool_skipped = make_examples(items.selfgen, model.tokenizer, config.levels, "selfgen", features)
+    u = scores_for(pool.caption_ids, args.quality)
     skipped.update(items.skipped + pool_skipped)
     n_trusted = len(trusted)
     examples = trusted.extend(pool)  # trusted captions first, then the pool
@@ -176,18 +201,7 @@ def main(argv=None):
         if any(d != digests[0] for d in digests):
             sys.exit("error: DDP ranks drew different captions")
     if rank == 0:
-        for note in items.notes:
-            print(note)
-        print(f"trusted captions: {n_trusted}; self-generated pool: {len(pool)} (u mean {float(u.mean()):+.3f})")
-        for reason, count in sorted(skipped.items()):
-            print(f"  skipped {count}: {reason}")
-        if bad_line := features.skip_report():
-            print(f"  {bad_line}")
-        print(f"plan: {sum(1 for p in plan if p['drawn'])} selection iterations, then trusted only "
-              f"from step {plan[-1]['start'] if plan[-1].get('trusted_only') else args.max_steps}")
-        out.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out / "selection_log.jsonl") as tmp:
-            tmp.write_text("".join(json.dumps(p) + "\n" for p in plan))
+        report_plan(plan, items.notes, skipped, features, n_trusted, u, out, args)
 
     trainer = Trainer(model, examples, RegionCache(features, config.num_classes), settings_from_args(args), out,
                       {"train": vars(args), "stage": "06_train_selection",
@@ -198,18 +212,10 @@ def main(argv=None):
     if rank == 0:
         print(f"model: {args.preset}, {count_parameters(model) / 1e6:.1f}M parameters; {world} process(es) on {device}")
 
-    trusted_indices = np.arange(n_trusted)
     for entry in plan:
         if trainer.step >= entry["end"]:
             continue
-        if args.schedule == "none":
-            members = np.arange(len(examples))
-        elif entry["drawn"]:
-            drawn, _ = draw(u, entry["iteration"], args)
-            assert hashlib.sha1(drawn.tobytes()).hexdigest()[:16] == entry["digest"], "the draw is not reproducible"
-            members = np.concatenate([trusted_indices, n_trusted + drawn])
-        else:
-            members = trusted_indices
+        members = training_set(entry, u, n_trusted, len(examples), args)
         if rank == 0:
             print(f"iteration {entry['iteration']}: T={entry['threshold']}, drawn {entry['drawn']} of {entry['pool']}, "
                   f"mean length {entry.get('mean_length')}, levels {entry.get('levels')}, steps {entry['start']}-{entry['end']}")
