@@ -44,7 +44,7 @@ class ImageCaptions:
 
     image_id: str
     filename: str  # file name inside the image folder (may include a sub-folder)
-    split: str  # train / val / test (Karpathy's "restval" is kept as written)
+    split: str  # train / val / test (the Karpathy split's "restval" is kept as written)
     captions: list[str]  # Karpathy-preprocessed text, without the final "."
     raw: list[str] = field(default_factory=list)  # the captions as written
 
@@ -377,7 +377,7 @@ def load_captions(path, split_filter: str | None = None) -> list[ImageCaptions]:
 # ---------------------------------------------------------------------------------------------
 # Splits: the official COCO files converted, and no test image ever trained on
 
-KARPATHY_SIZES = (113_287, 5_000, 5_000)  # Karpathy's train (with restval), val and test images
+KARPATHY_SIZES = (113_287, 5_000, 5_000)  # the Karpathy split's train (with restval), val and test images
 COCO_FILE_NAME = re.compile(r"COCO_([a-z]+\d{4})_(\d+)")
 FORMAT_NAMES = {"coco": "official COCO captions", "jsonl": "JSONL captions", "paragraphs": "paragraphs",
                 "karpathy": "Karpathy"}
@@ -401,12 +401,12 @@ def convert_coco(caption_paths, karpathy_path=None, val_size: int = 5000) -> tup
     """A Karpathy-style JSON ``{"dataset": "coco", "images": [...]}`` from official COCO captions files.
 
     - test: the Karpathy 5k test images (their ids ship offline in eccv-caption);
-    - val: with ``karpathy_path`` (Karpathy's ``dataset_coco.json``), that file's val split, and its
+    - val: with ``karpathy_path`` (the Karpathy split file ``dataset_coco.json``), that file's val split, and its
       restval images stay "restval"; otherwise the ``val_size`` val2014 images outside the test split
       whose SHA-1 of the COCO id (as a decimal string) is smallest: a fixed pseudo-random draw that
       needs no seed and does not depend on the order of the files;
     - train: every other image.
-    Each image keeps Karpathy's fields: ``cocoid``, ``filepath`` (train2014 / val2014), ``filename``,
+    Each image keeps the Karpathy split's fields: ``cocoid``, ``filepath`` (train2014 / val2014), ``filename``,
     ``split`` and ``sentences`` (``raw`` and Karpathy ``tokens``). Returns the JSON and lines to print.
     """
     records: dict[str, ImageCaptions] = {}
@@ -448,7 +448,7 @@ def convert_coco(caption_paths, karpathy_path=None, val_size: int = 5000) -> tup
     train = sizes["train"] + sizes["restval"]
     restval = f" (restval {sizes['restval']:,})" if sizes["restval"] else ""
     notes.append(f"splits: train {train:,}{restval} / val {sizes['val']:,} / test {sizes['test']:,} images "
-                 f"(Karpathy's: {' / '.join(f'{n:,}' for n in KARPATHY_SIZES)})")
+                 f"(the Karpathy split: {' / '.join(f'{n:,}' for n in KARPATHY_SIZES)})")
     missing = len(test_ids - records.keys())
     if missing:
         notes.append(f"warning: {missing} of the {len(test_ids)} Karpathy test images are not in the captions files "
@@ -916,12 +916,12 @@ def parse_args(argv=None):
         description="Official COCO captions JSONs -> a Karpathy-style JSON with train, val and test. test: the "
                     "Karpathy 5k test images (ids from eccv-caption); val: --karpathy's val (and its restval), else "
                     "the 5,000 val2014 images outside test with the smallest SHA-1 of their COCO id; train: the rest. "
-                    "Prints the split sizes (Karpathy's: 113,287 / 5,000 / 5,000).")
+                    "Prints the split sizes (the Karpathy split: 113,287 / 5,000 / 5,000).")
     convert.add_argument("--captions", nargs="+", required=True, metavar="FILE",
                          help="official COCO captions JSONs (captions_train2014.json captions_val2014.json)")
     convert.add_argument("--out", required=True, help="the Karpathy-style JSON to write")
     convert.add_argument("--karpathy", default=None, metavar="dataset_coco.json",
-                         help="take val (and restval) from Karpathy's file; default: the 5,000 val2014 images "
+                         help="take val (and restval) from the Karpathy split file; default: the 5,000 val2014 images "
                               "outside the test split with the smallest SHA-1 of their COCO id")
     convert.add_argument("--val-size", type=int, default=5000, help="validation images without --karpathy")
     return parser.parse_args(argv)

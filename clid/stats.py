@@ -86,7 +86,7 @@ def format_table(stats: dict, title: str = "") -> str:
 
 def file_lengths(path, split: str | None = None, tokenizer=None) -> list[int]:
     """Lengths of every caption in a supported caption file (optionally of one split, "train" with
-    Karpathy's "restval"). A file without splits, or no caption at all, raises :class:`DataError`."""
+    the Karpathy split's "restval"). A file without splits, or no caption at all, raises :class:`DataError`."""
     from .data import FORMAT_NAMES, load_any
     from .files import DataError
 

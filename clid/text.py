@@ -31,7 +31,7 @@ def fold_accents(text: str) -> str:
 
 
 def karpathy_tokens(text: str) -> list[str]:
-    """Karpathy's caption preprocessing: lower-case, drop apostrophes, keep alphanumeric words.
+    """Karpathy preprocessing of a caption: lower-case, drop apostrophes, keep alphanumeric words.
     Accents are folded first, so "café" keeps its word; text with no such word gives []."""
     return _WORD.findall(fold_accents(text).replace("'", "").replace("\u2019", ""))
 

@@ -3,7 +3,7 @@
 : "${CLID_ROOT:=$PWD}"                          # the repository (submit from it)
 : "${DATA:=$CLID_ROOT/data/coco}"               # downloaded data
 : "${CAPTIONS:=$DATA/karpathy.json}"            # trusted captions, converted from the official files by 00_convert
-: "${KARPATHY:=}"                               # optional: Karpathy's dataset_coco.json, for his val/restval split
+: "${KARPATHY:=}"                               # optional: the Karpathy split file dataset_coco.json, for its val/restval split
 : "${RUNS:=$CLID_ROOT/runs/coco}"               # everything this pipeline writes
 : "${PY:=$CLID_ROOT/.venv/bin/python}"
 : "${SHARDS:=32}"                               # array size of the per-item stages

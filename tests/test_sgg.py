@@ -152,7 +152,7 @@ def test_02_with_a_forced_wrong_format_is_one_clear_line(fixtures, tmp_path):
 
 
 def test_flickr30k_with_generated_graphs_only(fixtures, tmp_path):
-    """The Flickr30k recipe: Karpathy's dataset_flickr30k.json (ids are file-name stems) and generated
+    """The Flickr30k recipe: the Karpathy split file dataset_flickr30k.json (ids are file-name stems) and generated
     graphs keyed by file name; the self-generated captions reach training for the train images only."""
     from clid.examples import training_items
 

@@ -59,7 +59,7 @@ def test_converter_takes_val_and_restval_from_a_karpathy_file(fixtures, tmp_path
                       "--karpathy", fixtures / "dataset_coco_sample.json", "--out", out)
     given = {r.image_id: r.split for r in data.load_karpathy(fixtures / "dataset_coco_sample.json")}
     converted = {r.image_id: r for r in data.load_karpathy(out)}
-    assert {i: r.split for i, r in converted.items()} == given  # train, val, test and restval as Karpathy's
+    assert {i: r.split for i, r in converted.items()} == given  # train, val, test and restval as in the Karpathy split file
     assert converted["391895"].filename == "val2014/COCO_val2014_000000391895.jpg"
     assert "warning: 4999 of the 5000 Karpathy test images are not in the captions files" in proc.stdout
 
