@@ -1,6 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   runs the whole pipeline on the embedded demo world (make demo SEEDS=3: three seeds,
 #               reported as mean ± std in runs/demo/eval-seeds)
+#   make demo-paragraph   the paper's second task on the demo world: paragraph-only baseline vs CLID
+#               (data/demo-paragraph, runs/demo-paragraph)
 #   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
 # Both create and fill .venv on first use, and build the C++/CUDA extension once (clid.ops), and
 # reuse both afterwards. After editing csrc/, `make ops` builds the new sources (otherwise the
@@ -18,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all venv ops test demo cuda-check clean
+.PHONY: all venv ops test demo demo-paragraph cuda-check clean
 
 all: test
 
@@ -41,6 +43,9 @@ cuda-check:
 
 demo: $(STAMP)
 	SEEDS=$(SEEDS) bash demo.sh $(DEMO) $(RUNS)
+
+demo-paragraph: $(STAMP)
+	TASK=paragraph SEEDS=$(SEEDS) bash demo.sh $(DEMO)-paragraph $(RUNS)-paragraph
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

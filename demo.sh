@@ -3,6 +3,8 @@
 #
 #   bash demo.sh [DEMO_DIR] [RUNS_DIR]        (defaults: data/demo, runs/demo)
 #   SEEDS=3 bash demo.sh                      (three seeds: seed k >= 1 in DEMO_DIR-seedK, RUNS_DIR/seedK)
+#   TASK=paragraph bash demo.sh data/demo-paragraph runs/demo-paragraph   (the paper's second task:
+#                                             `make demo-paragraph`; paragraph-only baseline vs CLID)
 #
 # Every stage resumes or skips finished work, so running it again is quick. About 18 minutes a seed
 # on 2 CPU cores (README.md, "What the demo shows", has the stage times and the results). Seed k
@@ -22,6 +24,7 @@ RUNS_DIR=${2:-runs/demo}
 SEEDS=${SEEDS:-1}                # independent repetitions (world and training seeds 0 .. SEEDS-1)
 PY=${PY:-.venv/bin/python}
 SMALL=${SMALL:-}                 # SMALL=1: the tiny world of the tests, for a quick look
+TASK=${TASK:-caption}            # caption, or paragraph: 13 levels up to 129 tokens, sentence joins, eta scaled alike
 STEPS=${STEPS:-1000}             # optimizer steps of each model
 ETA=${ETA:-18}                   # steps per selection iteration: the 50 iterations end at 90% of the steps (README)
 FT_STEPS=${FT_STEPS:-200}        # fine-tuning steps of the scoring model M_theta on trusted captions
@@ -31,6 +34,14 @@ LR=${LR:-2e-3}                   # a randomly initialised tiny model learns fast
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 world=(--n-train "${N_TRAIN:-2000}")  # train images of the demo world (00's default: 3000)
 if [ -n "$SMALL" ]; then world=(--small); STEPS=${STEPS_SMALL:-200}; ETA=${ETA_SMALL:-3}; FT_STEPS=${FT_SMALL:-40}; fi
+case "$TASK" in
+  caption) levels=(--levels caption); baseline_name=trusted-only ;;
+  # paragraphs are 4x longer than captions: a training step and a decoding step cost about 4x more on a CPU,
+  # so the paragraph demo trains fewer steps and decodes every level in 10 mask-predict steps (README)
+  paragraph) world+=(--paragraphs); levels=(--levels paragraph); baseline_name=paragraph-only
+             if [ -z "$SMALL" ]; then STEPS=${STEPS_PARAGRAPH:-400}; ETA=${ETA_PARAGRAPH:-7}; FT_STEPS=${FT_PARAGRAPH:-80}; fi ;;
+  *) echo "error: TASK must be caption or paragraph, not '$TASK'"; exit 2 ;;
+esac
 
 banner() { printf '\n==== %s ====  (%s)\n' "$*" "$(date +%H:%M:%S)"; }
 # wait for a background stage; on failure show the end of its log and stop
@@ -41,55 +52,58 @@ trap 'kill $(jobs -p) 2>/dev/null || true' EXIT   # no background stage outlives
 # The whole pipeline for one seed: run_seed SEED DEMO RUNS
 run_seed() {
 SEED=$1 DEMO=$2 RUNS=$3
+CAPTIONS=$DEMO/captions.json     # the trusted set: the world's captions, or its paragraphs
+eval_extra=(--long-refs "$DEMO/long_refs.json")
+if [ "$TASK" = paragraph ]; then CAPTIONS=$DEMO/paragraphs/paragraphs_v1.json; eval_extra=(--decode-steps 10); fi
 mkdir -p "$RUNS"
 banner "00 demo world: rendered scenes, scene graphs, trusted captions, region features"
 $PY 00_demo_data.py --out "$DEMO" --preview 16 "${world[@]}" --seed "$SEED"
-$PY -m clid.stats "$DEMO/captions.json" --split train
+$PY -m clid.stats "$CAPTIONS" --split train "${levels[@]}"
 
 banner "01 saliency (spectral residual)"
-$PY 01_saliency.py --images "$DEMO/images" --list "$DEMO/captions.json" --out "$RUNS/saliency.h5" \
+$PY 01_saliency.py --images "$DEMO/images" --list "$CAPTIONS" --out "$RUNS/saliency.h5" \
     --preview 8 --scene-graphs "$DEMO/scene_graphs.json" --image-data "$DEMO/image_data.json"
 
 banner "02 self-generated captions from the scene graphs (saliency-guided walks)"
 $PY 02_scenegraph_captions.py --scene-graphs "$DEMO/scene_graphs.json" --image-data "$DEMO/image_data.json" \
-    --saliency "$RUNS/saliency.h5" --out "$RUNS/selfgen.jsonl" --per-image "$PER_IMAGE" --seed "$SEED"
+    --saliency "$RUNS/saliency.h5" --out "$RUNS/selfgen.jsonl" --per-image "$PER_IMAGE" --seed "$SEED" "${levels[@]}"
 
 banner "03 paraphrase (rule-based, offline)"
-$PY 03_paraphrase.py --in "$RUNS/selfgen.jsonl" --out "$RUNS/paraphrased.jsonl" --model rules --seed "$SEED"
-$PY -m clid.stats "$RUNS/paraphrased.jsonl"
+$PY 03_paraphrase.py --in "$RUNS/selfgen.jsonl" --out "$RUNS/paraphrased.jsonl" --model rules --seed "$SEED" "${levels[@]}"
+$PY -m clid.stats "$RUNS/paraphrased.jsonl" "${levels[@]}"
 
 # every model shares the output shortlist: the tokens of the trusted and self-generated captions
-train=(--features "$DEMO/features.h5" --preset tiny --output-vocab "$DEMO/captions.json" "$RUNS/paraphrased.jsonl"
+train=(--features "$DEMO/features.h5" --preset tiny --output-vocab "$CAPTIONS" "$RUNS/paraphrased.jsonl"
        --max-steps "$STEPS" --batch-size "$BATCH" --lr "$LR" --warmup 100 --save-every 500
-       --eval-every 0 --log-every 50 --region-norm standardize --dropout 0 --seed "$SEED")
+       --eval-every 0 --log-every 50 --region-norm standardize --dropout 0 --seed "$SEED" "${levels[@]}")
 
 # Two one-thread trainings run 1.3x faster on two cores than one two-thread training after the other
 # (these matrices are small), so the pipeline runs in two lanes: the trusted-only baseline, then its
 # evaluation captions (07 caches them in eval/generated/), in the background; M_theta~, then the
 # scoring model M_theta fine-tuned from it, in the foreground. 05 runs as two shards, as it would
 # on a cluster (here as fast as one two-thread process).
-evaluate=(07_eval.py --refs "$DEMO/captions.json" --long-refs "$DEMO/long_refs.json" --features "$DEMO/features.h5"
-          --selfgen "$RUNS/paraphrased.jsonl" --out "$RUNS/eval")
+evaluate=(07_eval.py --refs "$CAPTIONS" --features "$DEMO/features.h5" --selfgen "$RUNS/paraphrased.jsonl"
+          --out "$RUNS/eval" "${eval_extra[@]}")
 banner "04 trusted-only baseline (M_theta of the paper, trusted captions alone): in the background, log $RUNS/trusted.log"
 ( export OMP_NUM_THREADS=1
-  $PY 04_train_base.py --captions "$DEMO/captions.json" --data trusted --out "$RUNS/trusted" "${train[@]}"
-  $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --name trusted-only ) > "$RUNS/trusted.log" 2>&1 &
+  $PY 04_train_base.py --captions "$CAPTIONS" --data trusted --out "$RUNS/trusted" "${train[@]}"
+  $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --name "$baseline_name" ) > "$RUNS/trusted.log" 2>&1 &
 baseline=$!
 
 # M_theta~'s cosine spans its steps and the scoring model's, which continues it (the authors' one schedule)
 banner "04 M_theta~ on trusted + self-generated captions (also the extended-only baseline)"
-OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$DEMO/captions.json" --data extended \
+OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$CAPTIONS" --data extended \
     --selfgen "$RUNS/paraphrased.jsonl" --out "$RUNS/extended" "${train[@]}" --lr-horizon $(( STEPS + FT_STEPS ))
 
 banner "04 scoring model M_theta: M_theta~ continued on the trusted captions (the authors' code)"
-OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$DEMO/captions.json" --data trusted --continue-from "$RUNS/extended" \
+OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$CAPTIONS" --data trusted --continue-from "$RUNS/extended" \
     --out "$RUNS/trusted_ft" "${train[@]}" --max-steps $(( STEPS + FT_STEPS ))
 await "$baseline" "$RUNS/trusted.log" "the trusted-only baseline"
 grep -E "^checkpoint|already trained" "$RUNS/trusted.log" || true
 
 banner "05 quality scores u = log p(y|x; theta) - log p(y|x; theta~), two shards (shard 1 log: $RUNS/quality.log)"
 score=(05_score_quality.py --trusted "$RUNS/trusted_ft" --extended "$RUNS/extended" --selfgen "$RUNS/paraphrased.jsonl"
-       --features "$DEMO/features.h5" --captions "$DEMO/captions.json" --out "$RUNS/quality.h5" --num-shards 2 --seed "$SEED")
+       --features "$DEMO/features.h5" --captions "$CAPTIONS" --out "$RUNS/quality.h5" --num-shards 2 --seed "$SEED")
 OMP_NUM_THREADS=1 $PY "${score[@]}" --shard-id 1 > "$RUNS/quality.log" 2>&1 &
 shard1=$!
 OMP_NUM_THREADS=1 $PY "${score[@]}" --shard-id 0
@@ -97,12 +111,12 @@ await "$shard1" "$RUNS/quality.log" "05 shard 1"
 [ -f "$RUNS/quality.h5" ] || $PY -m clid.shard merge "$RUNS/quality.h5" --num-shards 2
 
 banner "06 CLID: training with gradual data selection (c=2, s=1, eta=$ETA)"
-$PY 06_train_selection.py --captions "$DEMO/captions.json" --selfgen "$RUNS/paraphrased.jsonl" \
+$PY 06_train_selection.py --captions "$CAPTIONS" --selfgen "$RUNS/paraphrased.jsonl" \
     --quality "$RUNS/quality.h5" --out "$RUNS/clid" --eta "$ETA" "${train[@]}" --lr-horizon "$STEPS"
 
-banner "07 evaluation: trusted-only vs extended-only vs CLID"
+banner "07 evaluation: $baseline_name vs extended-only vs CLID"
 $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended" --checkpoint "$RUNS/clid" \
-    --name trusted-only --name extended-only --name CLID
+    --name "$baseline_name" --name extended-only --name CLID
 }
 
 evals=()

@@ -457,11 +457,18 @@ def convert_coco(caption_paths, karpathy_path=None, val_size: int = 5000) -> tup
 
 
 def split_info(path) -> tuple[list[ImageCaptions], str, bool]:
-    """(records, format, whether the images are COCO images). Only a Karpathy JSON carries splits."""
+    """(records, format, whether the images are COCO images). A Karpathy JSON carries splits, and a
+    paragraphs file has them when its split files are beside it."""
     kind, data, records = load_any(path)
     coco = kind == "coco" or (kind == "karpathy" and (data.get("dataset") == "coco"
                                                       or any(coco_folder(r.filename) for r in records)))
     return records, kind, coco
+
+
+def has_splits(kind: str, records) -> bool:
+    """Whether a loaded file says which images are train, val and test: a Karpathy JSON does, and a
+    paragraphs file does when its split files are beside it (other formats only guess "train")."""
+    return kind == "karpathy" or (kind == "paragraphs" and any(r.split is not None for r in records))
 
 
 def add_split_args(parser) -> None:
@@ -478,7 +485,8 @@ def training_records(path, test_ids=None, split_check: bool = True):
     """(train records (Karpathy "restval" included), val records, lines to print) of a captions file.
 
     Never hands a test image to training: raises :class:`DataError` (naming what to do) when the
-    file has no train/val/test split (the official COCO JSON, JSONL, paragraphs) and no ``test_ids``
+    file has no train/val/test split (the official COCO JSON, JSONL, paragraphs without their split
+    files) and no ``test_ids``
     were given, or when COCO training images include Karpathy test ids. ``test_ids`` (a file, or
     "karpathy") are held out of train and val. ``split_check=False`` skips both checks.
     """
@@ -486,9 +494,11 @@ def training_records(path, test_ids=None, split_check: bool = True):
     held = set()
     if test_ids:
         held = set(karpathy_test_ids() if test_ids == "karpathy" else read_id_list(test_ids))
-    if split_check and kind != "karpathy" and not held:
+    if split_check and not has_splits(kind, records) and not held:
+        fix = ("put train_split.json, val_split.json and test_split.json beside it, give --test-ids FILE, or "
+               "--no-split-check" if kind == "paragraphs" else SPLIT_FIX)
         raise DataError(path, None, f"this {FORMAT_NAMES[kind]} file has no train/val/test split, so training "
-                                    f"would use test images; {SPLIT_FIX}")
+                                    f"would use test images; {fix}")
     train = [r for r in records if r.split in ("train", "restval") and r.image_id not in held]
     val = [r for r in records if r.split == "val" and r.image_id not in held]
     if split_check and coco:

@@ -224,3 +224,19 @@ def test_07_fails_on_an_empty_generated_file(fixtures, tmp_path):
     proc = run_script(ROOT / "07_eval.py", "--refs", fixtures / "dataset_coco_sample.json", "--generated", empty,
                       "--out", tmp_path / "eval", "--spice", "off", check=False)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == f"error: {empty}: holds no captions"
+
+
+def test_paragraphs_train_on_their_split_files_only(fixtures, tmp_path):
+    """The Stanford paragraphs take their splits from the split files beside them; without the files
+    training is refused (the file alone says nothing about which images are test images)."""
+    import shutil
+
+    folder = fixtures / "stanford_paragraphs"
+    train, val, _ = data.training_records(folder / "paragraphs_v1.json")
+    expected = {str(i) for i in json.loads((folder / "train_split.json").read_text())}
+    assert {r.image_id for r in train} == expected and {r.split for r in train} == {"train"}
+    test = {str(i) for i in json.loads((folder / "test_split.json").read_text())}
+    assert not test & ({r.image_id for r in train} | {r.image_id for r in val})
+    shutil.copy(folder / "paragraphs_v1.json", tmp_path / "paragraphs_v1.json")
+    with pytest.raises(DataError, match="no train/val/test split.*train_split.json"):
+        data.training_records(tmp_path / "paragraphs_v1.json")

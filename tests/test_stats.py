@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from clid.stats import length_stats
 
 from conftest import run_script
@@ -66,3 +68,22 @@ def test_stats_bad_file_is_one_clear_line(tmp_path):
     proc = run_script("-m", "clid.stats", bad, check=False)
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {bad}: line 1 column 2: not valid JSON")
+
+
+def test_split_of_a_paragraph_file_comes_from_its_split_files(fixtures, tmp_path, capsys):
+    """--split on paragraphs_v1.json reads the split files beside it; without them it is one clear error."""
+    import shutil
+
+    from clid.data import load_captions
+    from clid.files import DataError
+    from clid.stats import file_lengths
+    from clid.text import caption_lengths
+
+    path = fixtures / "stanford_paragraphs" / "paragraphs_v1.json"
+    train = [c for r in load_captions(path, "train") for c in r.captions]
+    assert 0 < len(train) < len([c for r in load_captions(path) for c in r.captions])
+    assert file_lengths(path, "train") == caption_lengths(train, keep_sentences=True)
+    alone = tmp_path / "paragraphs_v1.json"
+    shutil.copy(path, alone)
+    with pytest.raises(DataError, match="has no splits.*train_split.json"):
+        file_lengths(alone, "train")
