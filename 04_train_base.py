@@ -44,9 +44,9 @@ from clid.cli import HelpFormatter
 from clid.examples import RegionCache, make_examples, training_items
 from clid.files import DataError, FeatureStore, run_main
 from clid.model import count_parameters
-from clid.train import (Trainer, add_train_args, balanced_batches, checkpoint_exists, epoch_batches,
-                        finish_distributed, load_init_weights, new_model, read_train_state, restore, run_record,
-                        settings_from_args, start_run, standardize_regions, validation_check)
+from clid.train import (Trainer, add_train_args, balanced_batches, check_same_levels, checkpoint_exists,
+                        epoch_batches, finish_distributed, load_init_weights, new_model, read_train_state, restore,
+                        run_record, settings_from_args, start_run, standardize_regions, validation_check)
 
 
 def parse_args(argv=None):
@@ -78,7 +78,10 @@ def continued_schedule(args) -> None:
     if not checkpoint_exists(folder):
         raise SystemExit(f"error: --continue-from {folder}: no checkpoint with a training state there")
     step = int(read_train_state(folder)["step"])
-    train = json.loads((folder / "config.json").read_text()).get("train", {})
+    config = json.loads((folder / "config.json").read_text())
+    if "levels" in config.get("model", {}):  # (a config without it fails, clearly, when the weights load)
+        check_same_levels("--continue-from", folder, config["model"]["levels"], args.levels)
+    train = config.get("train", {})
     for name in ("lr", "warmup", "lr_horizon"):
         if name in train:
             setattr(args, name, train[name])
@@ -123,7 +126,8 @@ def main(argv=None):
     rank, world, device, features = started
     model = new_model(args, features, device)
     if args.init_from or args.continue_from:
-        load_init_weights(model, args.init_from or args.continue_from)
+        load_init_weights(model, args.init_from or args.continue_from,
+                          "--init-from" if args.init_from else "--continue-from")
     try:
         examples, val_ids = load_examples(args, features, model.tokenizer, model.levels, rank)
     except DataError as err:

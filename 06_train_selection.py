@@ -180,7 +180,7 @@ def main(argv=None):
     # the model: as 04 starts it (bert), randomly initialised (the authors' code), or a checkpoint's weights
     model = new_model(args, features, device, pretrained=args.init != "random")
     if args.init not in ("bert", "random"):
-        load_init_weights(model, args.init)
+        load_init_weights(model, args.init, "--init")
     config = model.config
 
     # the data: trusted examples first, then the scored self-generated pool

@@ -42,7 +42,7 @@ from clid.files import DataError, FeatureStore, add_bad_features_arg, natural_ke
 from clid.metrics import (CocoScorer, counts_sentences, evaluate, load_refs, long_refs_for, read_generated,
                           write_generated)
 from clid.report import combine, length_histograms, write_outputs
-from clid.text import LEVEL_SETS, get_levels, load_tokenizer
+from clid.text import LEVEL_SETS, get_levels, level_set_name, load_tokenizer
 
 
 def parse_args(argv=None):
@@ -161,6 +161,14 @@ def fingerprint(checkpoint) -> dict:
     return {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files}
 
 
+def check_levels(checkpoint, levels, wanted_levels):
+    """A checkpoint's levels, or one clear error when --levels asks for other ones."""
+    if wanted_levels is not None and levels != wanted_levels:
+        raise SystemExit(f"error: {checkpoint} was trained with levels {level_set_name(levels)}, not --levels "
+                         f"{level_set_name(wanted_levels)}; leave out --levels to take the checkpoint's")
+    return levels
+
+
 def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_levels):
     """(levels, {level: {image_id: caption}}, {level: filled image ids}, number of test images without features)."""
     meta_path = cache.with_suffix(".meta.json")
@@ -170,7 +178,7 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     if not args.regenerate and cache.exists() and meta_path.exists():
         meta = read_json(meta_path)
         if meta.get("key") == key:
-            levels = get_levels(meta["levels"])
+            levels = check_levels(checkpoint, get_levels(meta["levels"]), wanted_levels)
             print(f"{checkpoint}: reusing {cache} (checkpoint, features and decoding unchanged)")
             return (levels, *read_generated(cache, len(levels), with_filled=True), meta["no_features"])
 
@@ -178,9 +186,7 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     from clid.model import load_checkpoint
 
     model = load_checkpoint(checkpoint, device=args.device)
-    levels = get_levels(model.levels)
-    if wanted_levels is not None and levels != wanted_levels:
-        raise SystemExit(f"error: {checkpoint} was trained with levels {levels}, not {wanted_levels}")
+    levels = check_levels(checkpoint, get_levels(model.levels), wanted_levels)
     steps = args.decode_steps
     if steps is not None and len(steps) not in (1, len(levels)):
         raise SystemExit(f"error: --decode-steps takes one number per level ({len(levels)}) or one for all, "

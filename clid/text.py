@@ -168,6 +168,12 @@ def get_levels(name_or_levels) -> tuple[tuple[int, int], ...]:
     return levels
 
 
+def level_set_name(levels) -> str:
+    """ "caption", "paragraph" or "labert" for a named level set, else the ranges written out."""
+    levels = get_levels(levels)
+    return next((name for name, known in LEVEL_SETS.items() if known == levels), str([list(l) for l in levels]))
+
+
 def length_to_level(length: int, levels="caption") -> int | None:
     """The 1-based level holding ``length`` tokens, or None when no level holds it."""
     for index, (low, high) in enumerate(get_levels(levels), 1):

@@ -250,11 +250,21 @@ def standardize_regions(model: Captioner, features: FeatureStore, image_ids, max
     embeddings.region_std.copy_(torch.as_tensor(std, dtype=torch.float32))
 
 
-def load_init_weights(model: Captioner, folder) -> None:
-    """Copy the weights of another checkpoint (``--init-from``); configs must match."""
+def check_same_levels(flag: str, folder, theirs, ours) -> None:
+    """One clear error when a checkpoint we start from was trained on other length levels."""
+    from .text import get_levels, level_set_name
+
+    if get_levels(theirs) != get_levels(ours):
+        raise SystemExit(f"error: {flag} {folder} was trained with levels {level_set_name(theirs)}, "
+                         f"not this run's --levels {level_set_name(ours)}")
+
+
+def load_init_weights(model: Captioner, folder, flag: str = "--init-from") -> None:
+    """Copy the weights of another checkpoint (``--init-from``, ``--continue-from``); configs must match."""
     source = load_checkpoint(folder)
+    check_same_levels(flag, folder, source.config.levels, model.config.levels)
     if source.config.to_json() | {"init_from": None, "preset": None} != model.config.to_json() | {"init_from": None, "preset": None}:
-        raise SystemExit(f"error: --init-from {folder}: its model config differs from this run's")
+        raise SystemExit(f"error: {flag} {folder}: its model config differs from this run's")
     model.load_state_dict(source.state_dict())
 
 

@@ -655,6 +655,11 @@ row("04", "output-vocab-missing", lambda w, d: w.train_args(d / "out", "--output
 row("04", "output-vocab-not-json", lambda w, d: w.train_args(d / "out", "--output-vocab", write(d, "v.json", "{")), "not valid json")
 row("04", "init-from-missing", lambda w, d: w.train_args(d / "out", "--init-from", d / "nope"), "is not a checkpoint")
 row("04", "init-from-bad-config", lambda w, d: w.train_args(d / "out", "--init-from", checkpoint_copy(w.trusted, d, corrupt("config.json", b"{"), "init")), "not valid json")
+row("04", "init-from-other-levels", lambda w, d: w.train_args(d / "out", "--init-from", w.trusted, "--levels", "paragraph"),
+    "trained with levels caption, not this run's --levels paragraph")
+row("04", "continue-from-other-levels",
+    lambda w, d: w.train_args(d / "out", "--continue-from", w.trusted, "--levels", "paragraph", "--max-steps", "1000"),
+    "trained with levels caption, not this run's --levels paragraph")
 row("04", "init-from-bad-weights", lambda w, d: w.train_args(d / "out", "--init-from", checkpoint_copy(w.trusted, d, corrupt("model.safetensors"), "init")), "model.safetensors")
 CORRUPT_CHECKPOINT = [  # (name, change of an unfinished copy, fragment)
     ("train-state-garbage", corrupt("train_state.json", b"{step"), "train_state.json"),
@@ -753,6 +758,8 @@ QUALITY_CASES = [
 ]
 for name, make, fragment, needs in QUALITY_CASES:
     row("06", f"quality-{name}", lambda w, d, make=make: w.selection_args(d / "out", "--quality", make(w, d)), fragment, "error", needs)
+row("06", "init-other-levels", lambda w, d: w.selection_args(d / "out", "--init", w.trusted, "--levels", "paragraph"),
+    "trained with levels caption, not this run's --levels paragraph")
 row("06", "init-not-a-folder", lambda w, d: w.selection_args(d / "out", "--init", d / "nope"), "--init must be")
 
 # -- 07 evaluation: generated captions, features, long references, other files --------------------------

@@ -46,3 +46,47 @@ def test_demo_pipeline_small(tmp_path):
     assert "Control precision" in report and "long references" in report.lower()
     for figure in ("control_precision.png", "quality_vs_control.png", "length_histograms.png"):
         assert (runs / "eval" / figure).stat().st_size > 1000
+
+
+def test_demo_paragraph_pipeline_small(tmp_path):
+    """The paragraph task, 00 to 07 (demo.sh TASK=paragraph SMALL=1, few steps): paragraph levels in every
+    stage, read by 05 and 07 from the checkpoints, and decoded paragraphs that keep their sentences."""
+    import re
+    import sys
+
+    from clid.text import LEVEL_SETS
+
+    demo, runs = tmp_path / "demo", tmp_path / "runs"
+    py = os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python"))
+    env = dict(os.environ, SMALL="1", TASK="paragraph", PY=py if os.path.exists(py) else sys.executable,
+               STEPS_SMALL="60", ETA_SMALL="1", FT_SMALL="10", BATCH="16")
+    proc = subprocess.run(["bash", str(ROOT / "demo.sh"), str(demo), str(runs)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "==== 07 evaluation: paragraph-only vs extended-only vs CLID" in proc.stdout
+
+    paragraph_levels = [list(level) for level in LEVEL_SETS["paragraph"]]
+    # 02 joins the walk's jumps with "." and levels its walks on the 13 paragraph levels
+    selfgen = list(read_jsonl(runs / "paraphrased.jsonl", required=("id", "image_id", "caption", "n_tokens", "level")))
+    assert any(re.search(r"\. \w", r["caption"]) for r in selfgen)
+    assert all(1 <= r["level"] <= 13 for r in selfgen) and max(r["level"] for r in selfgen) >= 3
+    for name in ("trusted", "extended", "trusted_ft", "clid"):
+        assert json.loads((runs / name / "config.json").read_text())["model"]["levels"] == paragraph_levels, name
+
+    # 07 was given no --levels: it read the paragraph levels from the checkpoints
+    metrics = json.loads((runs / "eval" / "metrics.json").read_text())
+    assert set(metrics["runs"]) == {"paragraph-only", "extended-only", "CLID"}
+    for run in metrics["runs"].values():
+        assert sorted(run["levels"], key=int) == [str(level) for level in range(1, 14)]
+        assert all(0.0 <= level["control_precision"] <= 1.0 for level in run["levels"].values())
+    generated = list(read_jsonl(runs / "eval" / "generated" / "CLID.jsonl", required=("image_id", "level", "caption")))
+    assert {r["level"] for r in generated} == set(range(1, 14))
+    # decoding keeps a paragraph's sentences: a "." followed by a word survives at the long levels
+    assert any(re.search(r"\. \w", r["caption"]) for r in generated if r["level"] > 3)
+    # control precision counts the recorded paragraph lengths against the paragraph levels
+    clid = metrics["runs"]["CLID"]["levels"]
+    for level, (low, high) in enumerate(paragraph_levels, start=1):
+        lengths = [r["length"] for r in generated if r["level"] == level]
+        assert len(lengths) == clid[str(level)]["n_captions"] == 12
+        hits = sum(low <= n <= high for n in lengths)
+        assert abs(clid[str(level)]["control_precision"] - hits / len(lengths)) < 1e-9, level

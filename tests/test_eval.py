@@ -267,8 +267,11 @@ def test_checkpoint_runs_generate_cache_and_report(demo_like_world, monkeypatch)
     with pytest.raises(SystemExit, match="one number per level"):
         script.main(argv + ["--decode-steps", "2", "3"])
 
-    with pytest.raises(SystemExit, match="trained with levels"):
+    with pytest.raises(SystemExit, match="trained with levels caption, not --levels labert"):
         script.main(argv[:-2] + ["--out", str(world / "eval2"), "--levels", "labert"])
+    # the cached captions of the same checkpoints are checked too
+    with pytest.raises(SystemExit, match="trained with levels caption, not --levels paragraph"):
+        script.main(argv + ["--levels", "paragraph"])
 
 
 # ---------------------------------------------------------------------------------------------
