@@ -151,7 +151,8 @@ def paragraph(scene: Scene, seed: int, tokenizer, attempts: int = 40) -> str:
     """A paragraph about the true scene, as the Stanford paragraphs are: a few true sentences of 8 to
     30 tokens each, added until a target length is reached. The target is drawn from the paper's
     length shares of the Stanford paragraphs (2% up to 29 tokens, 32% at 30-59, 52% at 60-89, 14% at
-    90-129); a scene with little in it says less (the paragraph stops after ``attempts`` tries)."""
+    90-129); a scene with little in it says less (the paragraph stops after ``attempts`` tries, or,
+    when no sentence fitted the target, after as many tries at any sentence of up to 30 tokens)."""
     from ..stats import PAPER_PARAGRAPH_BANDS
 
     rng = item_rng(seed, scene.image_id, "paragraph")
@@ -160,10 +161,14 @@ def paragraph(scene: Scene, seed: int, tokenizer, attempts: int = 40) -> str:
     target = int(rng.integers(low, high + 1))
     longest = PAPER_PARAGRAPH_BANDS[-1][0][1]
     sentences, length = [], 0
-    for _ in range(attempts):
+    for attempt in range(2 * attempts):
         if length >= target:
             break
-        text = long_description(scene, rng, 8, max(12, min(30, target - length)), tokenizer)
+        if attempt >= attempts and sentences:
+            break
+        # when no sentence fits a short target, any true sentence of up to 30 tokens rather than no paragraph
+        fewest, most = (8, max(12, min(30, target - length))) if attempt < attempts else (1, 30)
+        text = long_description(scene, rng, fewest, most, tokenizer)
         if not text or text in sentences:
             continue
         longer = caption_lengths([" ".join(sentences + [text])], tokenizer, keep_sentences=True)[0]
