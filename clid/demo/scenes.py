@@ -241,7 +241,8 @@ class Placer:
             h, w = h * (inner[1] - inner[0]) / w, inner[1] - inner[0]
         if h < 7:
             return False
-        x1 = rng.uniform(inner[0], inner[1] - w)
+        # (max: when the object fills the inner span, inner[1] - w can fall one rounding below inner[0])
+        x1 = rng.uniform(inner[0], max(inner[0], inner[1] - w))
         box = (x1, s.box[3] - h, x1 + w, s.box[3])
         if not self.fits(box):
             return False
