@@ -384,6 +384,7 @@ FORMAT_NAMES = {"coco": "official COCO captions", "jsonl": "JSONL captions", "pa
 SPLIT_FIX = ("convert it with `python -m clid.data convert-coco --captions FILE [FILE ...] --out karpathy.json`, "
              "give --test-ids FILE (image ids to hold out; 'karpathy' for the Karpathy 5k COCO test ids), "
              "or --no-split-check")
+PARAGRAPH_SPLIT_FIX = "put train_split.json, val_split.json and test_split.json beside it"
 
 
 def coco_folder(filename: str) -> str:
@@ -486,8 +487,7 @@ def training_records(path, test_ids=None, split_check: bool = True):
 
     Never hands a test image to training: raises :class:`DataError` (naming what to do) when the
     file has no train/val/test split (the official COCO JSON, JSONL, paragraphs without their split
-    files) and no ``test_ids``
-    were given, or when COCO training images include Karpathy test ids. ``test_ids`` (a file, or
+    files) and no ``test_ids`` were given, or when COCO training images include Karpathy test ids. ``test_ids`` (a file, or
     "karpathy") are held out of train and val. ``split_check=False`` skips both checks.
     """
     records, kind, coco = split_info(path)
@@ -495,8 +495,7 @@ def training_records(path, test_ids=None, split_check: bool = True):
     if test_ids:
         held = set(karpathy_test_ids() if test_ids == "karpathy" else read_id_list(test_ids))
     if split_check and not has_splits(kind, records) and not held:
-        fix = ("put train_split.json, val_split.json and test_split.json beside it, give --test-ids FILE, or "
-               "--no-split-check" if kind == "paragraphs" else SPLIT_FIX)
+        fix = f"{PARAGRAPH_SPLIT_FIX}, give --test-ids FILE, or --no-split-check" if kind == "paragraphs" else SPLIT_FIX
         raise DataError(path, None, f"this {FORMAT_NAMES[kind]} file has no train/val/test split, so training "
                                     f"would use test images; {fix}")
     train = [r for r in records if r.split in ("train", "restval") and r.image_id not in held]

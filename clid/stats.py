@@ -87,14 +87,13 @@ def format_table(stats: dict, title: str = "") -> str:
 def file_lengths(path, split: str | None = None, tokenizer=None) -> list[int]:
     """Lengths of every caption in a supported caption file (optionally of one split, "train" with
     the Karpathy split's "restval"). A file without splits, or no caption at all, raises :class:`DataError`."""
-    from .data import FORMAT_NAMES, has_splits, load_any
+    from .data import FORMAT_NAMES, PARAGRAPH_SPLIT_FIX, has_splits, load_any
     from .files import DataError
 
     kind, _, records = load_any(path)
     if split is not None:
         if not has_splits(kind, records):
-            fix = ("put train_split.json, val_split.json and test_split.json beside it" if kind == "paragraphs"
-                   else "convert it with `python -m clid.data convert-coco`")
+            fix = PARAGRAPH_SPLIT_FIX if kind == "paragraphs" else "convert it with `python -m clid.data convert-coco`"
             raise DataError(path, None, f"this {FORMAT_NAMES[kind]} file has no splits, so --split {split} selects "
                                         f"nothing; {fix}, or leave out --split")
         present = sorted({r.split for r in records})
