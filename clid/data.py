@@ -487,8 +487,8 @@ def training_records(path, test_ids=None, split_check: bool = True):
 
     Never hands a test image to training: raises :class:`DataError` (naming what to do) when the
     file has no train/val/test split (the official COCO JSON, JSONL, paragraphs without their split
-    files) and no ``test_ids`` were given, or when COCO training images include Karpathy test ids. ``test_ids`` (a file, or
-    "karpathy") are held out of train and val. ``split_check=False`` skips both checks.
+    files) and no ``test_ids`` were given, or when COCO training images include Karpathy test ids.
+    ``test_ids`` (a file, or "karpathy") are held out of train and val. ``split_check=False`` skips both checks.
     """
     records, kind, coco = split_info(path)
     held = set()
