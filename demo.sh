@@ -42,6 +42,9 @@ case "$TASK" in
              if [ -z "$SMALL" ]; then STEPS=${STEPS_PARAGRAPH:-400}; ETA=${ETA_PARAGRAPH:-7}; FT_STEPS=${FT_PARAGRAPH:-80}; fi ;;
   *) echo "error: TASK must be caption or paragraph, not '$TASK'"; exit 2 ;;
 esac
+# M_theta~'s cosine ends with the scoring model's last step; the authors' proportions (their one 300,000-step
+# cosine: M_theta~ the first third, M_theta the second) are STEPS x 3 with FT_STEPS = STEPS (docs/demo-notes.md)
+EXT_HORIZON=${EXT_HORIZON:-$(( STEPS + FT_STEPS ))}
 
 banner() { printf '\n==== %s ====  (%s)\n' "$*" "$(date +%H:%M:%S)"; }
 # wait for a background stage; on failure show the end of its log and stop
@@ -93,7 +96,7 @@ baseline=$!
 # M_theta~'s cosine spans its steps and the scoring model's, which continues it (the authors' one schedule)
 banner "04 M_theta~ on trusted + self-generated captions (also the extended-only baseline)"
 OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$CAPTIONS" --data extended \
-    --selfgen "$RUNS/paraphrased.jsonl" --out "$RUNS/extended" "${train[@]}" --lr-horizon $(( STEPS + FT_STEPS ))
+    --selfgen "$RUNS/paraphrased.jsonl" --out "$RUNS/extended" "${train[@]}" --lr-horizon "$EXT_HORIZON"
 
 banner "04 scoring model M_theta: M_theta~ continued on the trusted captions (the authors' code)"
 OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$CAPTIONS" --data trusted --continue-from "$RUNS/extended" \
