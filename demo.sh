@@ -6,17 +6,18 @@
 #   TASK=paragraph bash demo.sh data/demo-paragraph runs/demo-paragraph   (the paper's second task:
 #                                             `make demo-paragraph`; paragraph-only baseline vs CLID)
 #
-# Every stage resumes or skips finished work, so running it again is quick. About 18 minutes a seed
+# Every stage resumes or skips finished work, so running it again is quick. About 19 minutes a seed
 # on 2 CPU cores (README.md, "What the demo shows", has the stage times and the results). Seed k
 # seeds the demo world (00 --seed k) and every stage after it (--seed k); with SEEDS > 1, 07
 # --combine reports each method as the mean ± standard deviation of its seeds in RUNS_DIR/eval-seeds.
 # The settings are the paper's, except where a CPU laptop needs smaller numbers: a world of 2,000
 # train images, the tiny model with a shortlisted output vocabulary, 1,000 optimizer steps per model
 # (lr 2e-3 and no dropout for a small model trained from scratch, region features standardized), and
-# eta scaled so that the 50 selection iterations span 90% of the steps, and each learning-rate
-# cosine ending with its stage's steps. As in the authors' code, the scoring model M_theta
-# continues M_theta~ (04 --continue-from: its weights, optimizer state and schedule). README.md says
-# why for each.
+# eta scaled so that the 50 selection iterations span 90% of the steps. As in the authors' code, the
+# scoring model M_theta continues M_theta~ (04 --continue-from: its weights, optimizer state and
+# schedule) for as many steps as M_theta~ trained, on one cosine three times M_theta~'s steps long
+# (the authors': 100,000 + 100,000 steps of a 300,000-step cosine); 06's cosine ends with its steps.
+# README.md says why for each.
 set -euo pipefail
 cd "$(dirname "$0")"
 DEMO_DIR=${1:-data/demo}
@@ -27,7 +28,7 @@ SMALL=${SMALL:-}                 # SMALL=1: the tiny world of the tests, for a q
 TASK=${TASK:-caption}            # caption, or paragraph: 13 levels up to 129 tokens, sentence joins, eta scaled alike
 STEPS=${STEPS:-1000}             # optimizer steps of each model
 ETA=${ETA:-18}                   # steps per selection iteration: the 50 iterations end at 90% of the steps (README)
-FT_STEPS=${FT_STEPS:-200}        # fine-tuning steps of the scoring model M_theta on trusted captions
+FT_STEPS=${FT_STEPS:-$STEPS}     # steps of the scoring model M_theta on trusted captions: as many as M_theta~'s
 PER_IMAGE=${PER_IMAGE:-5}        # self-generated captions per image (the paper: 5)
 BATCH=${BATCH:-64}
 LR=${LR:-2e-3}                   # a randomly initialised tiny model learns faster than BERT fine-tuning's 5e-5
@@ -42,9 +43,10 @@ case "$TASK" in
              if [ -z "$SMALL" ]; then STEPS=${STEPS_PARAGRAPH:-400}; ETA=${ETA_PARAGRAPH:-7}; FT_STEPS=${FT_PARAGRAPH:-80}; fi ;;
   *) echo "error: TASK must be caption or paragraph, not '$TASK'"; exit 2 ;;
 esac
-# M_theta~'s cosine ends with the scoring model's last step; the authors' proportions (their one 300,000-step
-# cosine: M_theta~ the first third, M_theta the second) are STEPS x 3 with FT_STEPS = STEPS (docs/demo-notes.md)
-EXT_HORIZON=${EXT_HORIZON:-$(( STEPS + FT_STEPS ))}
+# M_theta~'s cosine, which the scoring model continues: the authors' proportions, three times M_theta~'s steps;
+# the miniature and the paragraph demo keep the short scoring model they were measured with (README)
+if [ -n "$SMALL" ] || [ "$TASK" = paragraph ]; then horizon=$(( STEPS + FT_STEPS )); else horizon=$(( 3 * STEPS )); fi
+EXT_HORIZON=${EXT_HORIZON:-$horizon}
 
 banner() { printf '\n==== %s ====  (%s)\n' "$*" "$(date +%H:%M:%S)"; }
 # wait for a background stage; on failure show the end of its log and stop
