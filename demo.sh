@@ -95,7 +95,7 @@ banner "04 trusted-only baseline (M_theta of the paper, trusted captions alone):
   $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --name "$baseline_name" ) > "$RUNS/trusted.log" 2>&1 &
 baseline=$!
 
-# M_theta~'s cosine spans its steps and the scoring model's, which continues it (the authors' one schedule)
+# M_theta~'s cosine (EXT_HORIZON) is the one schedule the scoring model continues, as in the authors' code
 banner "04 M_theta~ on trusted + self-generated captions (also the extended-only baseline)"
 OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$CAPTIONS" --data extended \
     --selfgen "$RUNS/paraphrased.jsonl" --out "$RUNS/extended" "${train[@]}" --lr-horizon "$EXT_HORIZON"
