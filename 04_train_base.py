@@ -42,7 +42,7 @@ from pathlib import Path
 
 from clid.cli import HelpFormatter
 from clid.examples import RegionCache, make_examples, training_items
-from clid.files import DataError, FeatureStore, run_main
+from clid.files import DataError, FeatureStore, check_not_input, run_main
 from clid.model import count_parameters
 from clid.train import (Trainer, add_train_args, balanced_batches, check_same_levels, checkpoint_exists,
                         epoch_batches, finish_distributed, load_init_weights, new_model, read_train_state, restore,
@@ -67,6 +67,7 @@ def parse_args(argv=None):
         p.error("--data extended needs --selfgen FILE")
     if args.continue_from and args.init_from:
         p.error("--continue-from and --init-from exclude each other")
+    check_not_input(args.out, {"--continue-from": args.continue_from, "--init-from": args.init_from})
     if args.continue_from:
         continued_schedule(args)
     return args

@@ -38,10 +38,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
 from clid.cli import HelpFormatter
-from clid.files import DataError, FeatureStore, add_bad_features_arg, natural_key, read_json, run_main, write_json
+from clid.files import (DataError, FeatureStore, add_bad_features_arg, check_not_input, check_output_folder, natural_key,
+                        read_json, run_main, write_json)
 from clid.metrics import (CocoScorer, counts_sentences, evaluate, load_refs, long_refs_for, read_generated,
                           write_generated)
-from clid.report import combine, length_histograms, write_outputs
+from clid.report import FIGURES, combine, length_histograms, write_outputs
 from clid.text import LEVEL_SETS, get_levels, level_set_name, load_tokenizer
 
 
@@ -90,6 +91,9 @@ def parse_args(argv=None):
                    help="instead of evaluating: report several 07 output folders together (e.g. one per seed, each "
                         "on its own test images); a method's runs in all of them give its mean ± std")
     p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--force", action="store_true",
+                   help="write into an --out that holds files 07 did not write (they are never deleted or replaced; "
+                        "without it such an --out is refused)")
     args = p.parse_args(argv)
     if not args.refs and not args.combine:
         p.error("--refs is required (or --combine EVAL_DIR ...)")
@@ -241,12 +245,19 @@ def collect_captions(runs, ids, args, image_ids, out: Path):
 
 # ---------------------------------------------------------------------------------------------
 
+def eval_files(out: Path) -> set[str]:
+    """The names 07 writes into its output folder (the report's only where 07's metrics.json is there)."""
+    return {"generated", "metrics.json", "report.md", *FIGURES} if (out / "metrics.json").is_file() else {"generated"}
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     import matplotlib
 
     matplotlib.use("Agg")
     out = Path(args.out)
+    check_not_input(out, {"--combine": args.combine or []})
+    check_output_folder(out, eval_files(out), args.force, writes={"generated", "metrics.json", "report.md", *FIGURES})
     if args.combine:
         return combine(args.combine, out)
     runs = run_list(args)

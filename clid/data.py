@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cli import HelpFormatter
-from .files import DataError, id_problem, natural_key, read_json, read_jsonl, write_json
+from .files import DataError, check_not_input, id_problem, natural_key, read_json, read_jsonl, write_json
 from .text import preprocess
 
 # ---------------------------------------------------------------------------------------------
@@ -155,6 +155,9 @@ def report_wordless(path, places: list[str]) -> None:
 # Captions
 
 
+SPLITS = ("train", "restval", "val", "test")  # the Karpathy split's names
+
+
 def load_karpathy(path, data=None) -> list[ImageCaptions]:
     """Karpathy JSON: ``{"images": [{"cocoid"|"image_id", "filename", "split", "sentences"}]}``.
 
@@ -179,6 +182,9 @@ def load_karpathy(path, data=None) -> list[ImageCaptions]:
         _first_time(seen, image_id, path, where)
         where = f"images[{index}] (image {image_id})"
         split = _string(item, "split", path, where)
+        if split not in SPLITS:
+            raise DataError(path, where, f"unknown split {split!r} (expected one of {', '.join(SPLITS)}: "
+                                         "split names are lower case)")
         sentences = _list(item, "sentences", path, where)
         captions, raw = [], []
         for j, sentence in enumerate(sentences):
@@ -218,7 +224,10 @@ def karpathy_test_ids() -> list[str]:
 def read_id_list(path) -> list[str]:
     """Image ids from a JSON list, a JSON ``{"ids": [...]}`` or a text file of one id a line."""
     path = Path(path)
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise DataError(path, f"byte {err.start}", "not UTF-8 text (expected image ids, one a line, or a JSON list)") from None
     if text.lstrip().startswith(("[", "{")):
         data = read_json(path)
         if isinstance(data, dict):
@@ -340,7 +349,7 @@ def detect_format(path) -> tuple[str, object]:
     path = Path(path)
     if path.suffix == ".jsonl":
         return "jsonl", None
-    with open(path, errors="replace") as f:  # (only sniffed here; read_json names a non-UTF-8 file)
+    with open(path, encoding="utf-8-sig", errors="replace") as f:  # (only sniffed here; read_json names a non-UTF-8 file)
         first_line = f.readline()
     try:
         data = read_json(path)
@@ -775,7 +784,7 @@ def load_sgg(path, labelmap=None, min_object_conf: float = 0.2, min_relation_con
     if isinstance(labelmap, (str, Path)):
         labelmap = load_labelmap(labelmap)
     graphs, problems, dropped, seen = [], [], Counter(), set()
-    with open(path) as f:
+    with open(path, encoding="utf-8-sig") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -807,12 +816,12 @@ def load_sgg(path, labelmap=None, min_object_conf: float = 0.2, min_relation_con
 def load_sizes(path) -> dict[str, tuple[float, float]]:
     """Image id -> (width, height) from the benchmark's hw TSV (key, a tab, ``[{"height", "width"}]``)
     or from VG's ``image_data.json`` (keyed by VG image id)."""
-    with open(path) as f:
+    with open(path, encoding="utf-8-sig") as f:
         head = f.read(4096).lstrip()[:1]
     if head == "[":
         return {i: (info["width"], info["height"]) for i, info in load_image_data(path).items()}
     out = {}
-    with open(path) as f:
+    with open(path, encoding="utf-8-sig") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -856,7 +865,7 @@ def fill_sizes(graphs: list[SceneGraph], sizes: dict | None = None, images=None)
 
 def detect_graph_format(path) -> str:
     """"vg" (a JSON list of graphs) or "sgg" (a TSV: image key, a tab, a JSON object)."""
-    with open(path, errors="replace") as f:  # (a binary file is an unknown format, not a traceback)
+    with open(path, encoding="utf-8-sig", errors="replace") as f:  # (a binary file is an unknown format, not a traceback)
         head = f.read(65536).lstrip()
     if head.startswith("["):
         return "vg"
@@ -938,6 +947,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    check_not_input(args.out, {"--captions": args.captions, "--karpathy": args.karpathy})
     try:
         data, notes = convert_coco(args.captions, args.karpathy, args.val_size)
     except (DataError, FileNotFoundError) as err:

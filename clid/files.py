@@ -70,6 +70,45 @@ def atomic_path(path) -> Iterator[Path]:
             tmp.unlink()
 
 
+def foreign_entries(folder, own) -> list[str]:
+    """Names of the entries of an existing ``folder`` that are not in ``own`` (a stage's own file names)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(e.name + ("/" if e.is_dir() else "") for e in folder.iterdir() if e.name not in own)
+
+
+def check_output_folder(folder, own, force: bool, writes=(), flag: str = "--out") -> list[str]:
+    """Refuse an output folder that holds what the stage did not write, unless ``force``.
+
+    ``own``: the names the stage wrote there; ``writes``: the names it is about to write. Returns
+    the foreign entries. With ``force`` the stage writes its own files beside them, and refuses
+    when one of them has a name it would write: nothing of the user's is deleted or replaced.
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise SystemExit(f"error: {flag} {folder} is a file, not a folder")
+    foreign = foreign_entries(folder, own)
+    if clash := [name for name in foreign if name.rstrip("/") in writes]:
+        raise SystemExit(f"error: {flag} {folder} holds {clash[0]}, which this stage did not write and would "
+                         "replace: give another folder")
+    if foreign and not force:
+        shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+        raise SystemExit(f"error: {flag} {folder} holds files this stage did not write ({shown}): give a new "
+                         f"folder, or --force to write beside them (nothing of yours is deleted or replaced)")
+    return foreign
+
+
+def check_not_input(out, inputs: dict, flag: str = "--out") -> None:
+    """Refuse an output path that is one of the stage's inputs (``inputs``: flag -> path or list of paths)."""
+    target = Path(out).resolve()
+    for name, paths in inputs.items():
+        for path in paths if isinstance(paths, (list, tuple)) else [paths]:
+            if path is not None and Path(path).resolve() == target:
+                raise SystemExit(f"error: {flag} {out} is also the input {name}: "
+                                 "a stage never writes over its own input; give another path")
+
+
 def write_json(path, obj, indent: int | None = None) -> None:
     with atomic_path(path) as tmp, open(tmp, "w") as f:
         json.dump(obj, f, indent=indent)
@@ -78,7 +117,7 @@ def write_json(path, obj, indent: int | None = None) -> None:
 def read_json(path):
     """Parse a JSON file; a syntax error names the file, line and column."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             return json.load(f)
     except json.JSONDecodeError as err:
         raise DataError(path, f"line {err.lineno} column {err.colno}", f"not valid JSON ({err.msg})") from None
@@ -97,7 +136,7 @@ def read_jsonl(path, required: Iterable[str] = ()) -> Iterator[dict]:
     required = tuple(required)
     number = 0
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             for number, line in enumerate(f, 1):
                 if not line.strip():
                     continue

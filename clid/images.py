@@ -52,7 +52,7 @@ def list_items(images: Path, list_path: str | None) -> list[Item]:
         return by_stem.get(name, images / name)  # a missing one fails later, by path
 
     try:
-        text = list_path.read_text(encoding="utf-8")
+        text = list_path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise DataError(list_path, None, "not UTF-8 text (expected a JSON list or a text file of file names)") from None
     if not text.lstrip().startswith(("[", "{")):  # a text file: one file name (or id) a line

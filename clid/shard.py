@@ -147,9 +147,13 @@ def file_state(path) -> dict:
 
 def run_record(args, inputs: Sequence[str] = (), settings: Sequence[str] = ()) -> dict:
     """What determines a stage's output: the files named by the ``inputs`` flags and the values of
-    the ``settings`` flags (argparse dest names; a flag that names a file may be given as both)."""
+    the ``settings`` flags (argparse dest names; a flag that names a file may be given as both).
+    An ``--out`` that is one of the inputs is refused here, before any work."""
     def flag(name):
         return "--" + name.replace("_", "-")
+
+    if getattr(args, "out", None):
+        files.check_not_input(args.out, {flag(name): getattr(args, name) for name in inputs})
 
     out = {"inputs": {}, "settings": {}}
     for name in inputs:

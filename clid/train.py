@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from .data import add_split_args
 from .examples import Examples, RegionCache
-from .files import DataError, FeatureStore, add_bad_features_arg, read_json
+from .files import DataError, FeatureStore, add_bad_features_arg, check_not_input, check_output_folder, foreign_entries, read_json
 from .model import REGION_NORMS, Captioner, load_checkpoint, load_weights, save_model
 from .rng import item_rng, item_seed
 from .text import encode, eos_id
@@ -186,22 +186,64 @@ def read_train_state(folder) -> dict:
     return state
 
 
+# files a training stage writes into --out beside its checkpoint, and the checkpoint's own files
+STAGE_FILES = ("selection_log.jsonl",)
+CHECKPOINT_NAMES = ("model.safetensors", "config.json", "optimizer.pt", "train_state.json", "train_log.jsonl",
+                    "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def checkpoint_files(folder) -> set[str]:
+    """The names of the files a training stage wrote into ``folder``: the checkpoint's manifest (for a
+    checkpoint written before manifests, every file beside its train_state.json), and STAGE_FILES."""
+    folder = Path(folder)
+    own = set(STAGE_FILES)
+    state_path = folder / "train_state.json"
+    if state_path.is_file():
+        try:
+            files = json.loads(state_path.read_text(encoding="utf-8")).get("files")
+        except (ValueError, AttributeError):
+            files = None
+        if isinstance(files, list):
+            own.update(str(name) for name in files)
+        else:
+            own.update(item.name for item in folder.iterdir() if item.is_file())
+    return own
+
+
 def save_checkpoint(folder, model: Captioner, optimizer, state: dict, config_extra: dict, log_lines: list[str]):
-    """Write model + config + tokenizer + optimizer + state into a staging folder, then swap it in."""
+    """Write model + config + tokenizer + optimizer + state into a staging folder, then swap it in.
+
+    Only the stage's own files are ever replaced: when ``folder`` also holds files the stage did not
+    write (allowed by --force), the checkpoint's files are moved in one by one, the state last, and
+    nothing else in the folder is touched.
+    """
     folder = Path(folder)
     staging = folder.with_name(f".{folder.name}.staging")
     old = folder.with_name(f".{folder.name}.old")
     shutil.rmtree(staging, ignore_errors=True)
     save_model(model, staging, config_extra)
     torch.save(optimizer.state_dict(), staging / "optimizer.pt")
-    (staging / "train_state.json").write_text(json.dumps(state, indent=1))
     previous_log = folder / "train_log.jsonl"
     lines = (previous_log.read_text().splitlines() if previous_log.exists() else []) + log_lines
     (staging / "train_log.jsonl").write_text("".join(line + "\n" for line in lines))
+    own = checkpoint_files(folder)
+    keep = [item for item in folder.iterdir() if item.is_file() and item.name in own
+            and item.name != "train_state.json" and not (staging / item.name).exists()] if folder.is_dir() else []
+    files = sorted({item.name for item in staging.iterdir()} | {item.name for item in keep} | {"train_state.json"})
+    (staging / "train_state.json").write_text(json.dumps({**state, "files": files}, indent=1))
+    foreign = foreign_entries(folder, own)
+    if foreign:
+        if clash := sorted(set(os.listdir(staging)) & set(foreign)):
+            shutil.rmtree(staging, ignore_errors=True)
+            raise SystemExit(f"error: {folder / clash[0]} was not written by this stage and the checkpoint would "
+                             "replace it: give another --out")
+        for name in sorted(n for n in os.listdir(staging) if n != "train_state.json") + ["train_state.json"]:
+            os.replace(staging / name, folder / name)
+        staging.rmdir()
+        return
+    for item in keep:  # files the stage keeps there (e.g. selection_log.jsonl)
+        shutil.copy2(item, staging / item.name)
     if folder.exists():
-        for item in folder.iterdir():  # carry over files the stage keeps there (e.g. selection_log.jsonl)
-            if item.is_file() and not (staging / item.name).exists():
-                shutil.copy2(item, staging / item.name)
         shutil.rmtree(old, ignore_errors=True)
         folder.rename(old)
     staging.rename(folder)
@@ -336,6 +378,9 @@ def add_train_args(p) -> None:
     add_split_args(p)
     p.add_argument("--restart", action="store_true",
                    help="remove a checkpoint in --out and start over (a re-run resumes only the same flags and inputs)")
+    p.add_argument("--force", action="store_true",
+                   help="write the checkpoint into an --out that holds files this stage did not write (they are "
+                        "never deleted or replaced; without it such an --out is refused)")
 
 
 def settings_from_args(args) -> TrainSettings:
@@ -343,7 +388,7 @@ def settings_from_args(args) -> TrainSettings:
 
 
 # flags that do not change what a run computes (a resumed run may change them)
-NOT_RECORDED = ("out", "save_every", "eval_every", "eval_images", "log_every", "restart")
+NOT_RECORDED = ("out", "save_every", "eval_every", "eval_images", "log_every", "restart", "force")
 # flags naming input files: recorded by the files' size and modification time
 INPUT_FLAGS = ("captions", "selfgen", "quality", "features", "output_vocab", "init_from", "init", "bert", "test_ids")
 
@@ -366,15 +411,27 @@ def run_record(args) -> dict:
     return {"flags": flags, "inputs": inputs}
 
 
+def remove_checkpoint(folder) -> None:
+    """Delete the stage's own files in ``folder`` (and the folder, if nothing else is left in it)."""
+    folder = Path(folder)
+    for name in checkpoint_files(folder):
+        (folder / name).unlink(missing_ok=True)
+    if not any(folder.iterdir()):
+        folder.rmdir()
+
+
 def check_resume(args, rank: int, world: int) -> None:
     """Refuse to resume ``--out`` when it was trained with other flags or inputs (``--restart`` starts over)."""
     out = Path(args.out)
+    check_not_input(out, {"--" + name.replace("_", "-"): getattr(args, name)
+                          for name in (*INPUT_FLAGS, "continue_from") if getattr(args, name, None)})
+    check_output_folder(out, checkpoint_files(out), args.force, writes=CHECKPOINT_NAMES + STAGE_FILES)
     if not checkpoint_exists(out):
         return
     if args.restart:
         if rank == 0:
             print(f"--restart: removing the checkpoint in {out}")
-            shutil.rmtree(out)
+            remove_checkpoint(out)
         if world > 1:
             dist.barrier()
         return

@@ -31,7 +31,7 @@ from toyworld import make_toy_world
 
 SCRIPTS = {"01": "01_saliency.py", "02": "02_scenegraph_captions.py", "03": "03_paraphrase.py",
            "04": "04_train_base.py", "05": "05_score_quality.py", "06": "06_train_selection.py",
-           "07": "07_eval.py", "stats": "clid.stats"}
+           "07": "07_eval.py", "stats": "clid.stats", "data": "clid.data"}
 NEEDS = {"stages": "needs h-stages", "ops": "needs h-ops"}
 
 
@@ -55,8 +55,8 @@ def run_stage(stage: str, argv: list) -> Outcome:
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if stage == "stats":
-                runpy.run_module("clid.stats", run_name="__main__")
+            if SCRIPTS[stage].startswith("clid."):
+                runpy.run_module(SCRIPTS[stage], run_name="__main__")
             else:
                 runpy.run_path(str(ROOT / SCRIPTS[stage]), run_name="__main__")
     except SystemExit as exc:
@@ -810,6 +810,48 @@ row("07", "test-ids-missing", lambda w, d: w.eval_args(d / "out", "--test-ids", 
 row("07", "selfgen-missing", lambda w, d: w.eval_args(d / "out", "--selfgen", d / "nope.jsonl"), "no such file|not found")
 row("07", "selfgen-caption-int", lambda w, d: w.eval_args(d / "out", "--selfgen", jsonl_lines(w.selfgen, d, first(caption=4))), "'caption' must be a string")
 row("07", "selfgen-bad-line", lambda w, d: w.eval_args(d / "out", "--selfgen", jsonl_lines(w.selfgen, d, lambda r: r + ["{"])), "not valid json")
+
+
+# -- output folders and files: a stage never deletes or replaces what it did not write --------------------
+def user_folder(d: Path, w: World, name="data") -> Path:
+    """A folder of the user's: images, a captions file and another run's checkpoint."""
+    folder = d / name
+    shutil.copytree(w.images, folder / "images")
+    shutil.copy(w.captions, folder / "captions.json")
+    shutil.copytree(w.trusted, folder / "trusted")
+    return folder
+
+
+def user_file(folder: Path, name: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("the user's\n")
+    return folder
+
+
+row("04", "out-data-folder", lambda w, d: w.train_args(user_folder(d, w)), "did not write")
+row("04", "out-parent-of-runs", lambda w, d: w.train_args(checkpoint_copy(w.trusted, d, name="runs/trusted").parent), "did not write")
+row("04", "out-is-a-file", lambda w, d: w.train_args(write(d, "out", "x")), "is a file, not a folder")
+row("04", "out-force-would-replace-users-config", lambda w, d: w.train_args(user_file(d / "out", "config.json"), "--force"),
+    "would replace")
+row("04", "out-is-continue-from", lambda w, d: w.train_args((ck := checkpoint_copy(w.trusted, d)), "--continue-from", ck, "--max-steps", "4"),
+    "is also the input --continue-from")
+row("04", "out-is-init-from", lambda w, d: w.train_args((ck := checkpoint_copy(w.trusted, d)), "--init-from", ck),
+    "is also the input --init-from")
+row("04", "restart-in-data-folder", lambda w, d: w.train_args(user_folder(d, w), "--restart"), "did not write")
+row("06", "out-data-folder", lambda w, d: w.selection_args(user_folder(d, w)), "did not write")
+row("06", "out-parent-of-runs", lambda w, d: w.selection_args(checkpoint_copy(w.selection, d, name="runs/clid").parent), "did not write")
+row("06", "out-is-init", lambda w, d: w.selection_args((ck := checkpoint_copy(w.trusted, d)), "--init", ck), "is also the input --init")
+row("07", "out-data-folder", lambda w, d: w.eval_args(user_folder(d, w)), "did not write")
+row("07", "out-users-report", lambda w, d: w.eval_args(user_file(d / "out", "report.md"), "--force"), "would replace")
+row("07", "out-is-a-file", lambda w, d: w.eval_args(write(d, "out", "x")), "is a file, not a folder")
+row("05", "out-is-selfgen", lambda w, d: w.score_args((p := write(d, "s.jsonl", w.selfgen.read_text())), "--selfgen", p),
+    "is also the input --selfgen")
+row("data", "convert-coco-out-is-input", lambda w, d: ["convert-coco", "--captions", (p := coco_captions(w, d, "a dog")),
+                                                      "--out", p], "is also the input --captions")
+row("04", "split-capitalised", lambda w, d: w.train_args(d / "out", "--captions", karpathy(w, d, set_in(0, split="Train"))),
+    "unknown split 'train'")
+row("stats", "split-unknown", lambda w, d: [karpathy(w, d, set_in(0, split="validation"))], "unknown split 'validation'")
+row("04", "test-ids-binary", lambda w, d: w.train_args(d / "out", "--test-ids", write(d, "ids.txt", BINARY)), "utf-8")
 
 
 # ---------------------------------------------------------------------------------------------
