@@ -15,7 +15,7 @@ In: nothing but a seed. Out, in --out (the formats of docs/formats.md, read by t
   features.h5              one group per caption id: row 0 the whole image, then one row per true object
                            box (x1, y1, x2, y2 pixels); ImageNet EfficientNet-Lite0 features of the pixels,
                            then colour histograms of the box and of its figure (--colour-bins), made by
-                           clid.features, which serves any image folder with boxes
+                           clid.features.encoder, which serves any image folder with boxes
   long_refs.json           test images only: several true descriptions per level 3-6 (20-59 tokens),
                            each sentence with a "level" key; for evaluation only, never for training
   world.json               the arguments and counts; a re-run with the same arguments skips the work
@@ -48,9 +48,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clid.cli import HelpFormatter  # noqa: E402
-from clid.demo import (BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report,  # noqa: E402
-                       read_preview_records, write_preview)
-from clid.features import write_features  # noqa: E402
+from clid.demo import BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report, read_preview_records, write_preview  # noqa: E402
+from clid.features.store import write_features
 from clid.files import read_json, write_json  # noqa: E402
 from clid.text import caption_lengths, karpathy_tokens  # noqa: E402
 

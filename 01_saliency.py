@@ -22,7 +22,7 @@ Methods:
   (sigma 5 px) and normalised, as the official evaluation does. Module names follow the official
   checkpoints, so the released ``res_imagenet.pth``, ``res_places.pth`` and ``res_decoder.pth``
   load unchanged. Weights are never unpickled: ``.safetensors`` or a ``.pth`` of plain tensors; a
-  ``.pth`` holding a pickled module is refused (convert it once: ``python -m clid.emlnet convert
+  ``.pth`` holding a pickled module is refused (convert it once: ``python -m clid.saliency.emlnet convert
   --trust-pickle IN.pth --out OUT.safetensors``).
 
 A missing or unreadable image is reported by path and listed in ``OUT.failed.tsv``; the run goes
@@ -45,9 +45,9 @@ from tqdm import tqdm
 
 from clid import files, shard
 from clid.cli import HelpFormatter
-from clid.emlnet import EMLNET_SIZE, EMLNet, normalise01
 from clid.files import DataError
-from clid.images import Item, list_items, try_load, unique_items
+from clid.saliency.emlnet import EMLNET_SIZE, EMLNet, normalise01
+from clid.saliency.images import Item, list_items, try_load, unique_items
 
 SPECTRAL_SIZE = 64  # Hou & Zhang work on a 64 x 64 image
 
@@ -103,7 +103,7 @@ def spectral_residual(gray: torch.Tensor, sigma: float = 2.5, mirror: bool = Tru
 
 def preview_boxes(scene_graphs, image_data) -> dict[str, tuple[list, float | None, float | None]]:
     """image id -> (boxes, frame width, frame height) from a scene-graph file, by VG and COCO id."""
-    from clid.data import load_scene_graphs
+    from clid.data.scenegraphs import load_scene_graphs
 
     graphs, _ = load_scene_graphs(scene_graphs, image_data, strict=False)
     out = {}

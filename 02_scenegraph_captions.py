@@ -2,7 +2,7 @@
 
 In:  scene graphs: Visual Genome ``scene_graphs.json`` (+ ``image_data.json`` for sizes and the
      VG-to-COCO id map) and/or a scene-graph generator's predictions (the Scene Graph Benchmark's
-     TSV, see clid/data.py; ``--labelmap`` for label indices, sizes from ``--sizes``, else the
+     TSV, see clid/data/scenegraphs.py; ``--labelmap`` for label indices, sizes from ``--sizes``, else the
      ``--images``, else the boxes' extent), and the saliency HDF5 of stage 01 (or ``--saliency none``).
 Out: JSONL, one caption a line: ``id`` ("<image_id>_<n>"), ``image_id``, ``caption``, ``objects``
      (object ids in mention order), ``n_tokens``, ``level``, ``seed``; plus ``OUT.problems.tsv``
@@ -21,7 +21,7 @@ count of images per file is printed.
 The walk (one caption; randomness keyed by (seed, graph id, caption number)):
   1. object saliency = the saliency map summed inside the object's box, normalised over the
      image's objects (``--saliency none``: the same sum over a centre-bias prior map, see
-     ``prior_saliency`` in clid/scenegraph.py);
+     ``prior_saliency`` in clid/selfgen/graphs.py);
   2. the first object is drawn with probability proportional to saliency;
   3. at each newly visited object, up to ``--k`` of its children (objects it has a relationship to)
      are drawn without replacement by re-normalised saliency and visited depth first; a child
@@ -48,16 +48,15 @@ from pathlib import Path
 
 import numpy as np
 
-from clid import english as en
 from clid import files, shard
 from clid.cli import HelpFormatter
-from clid.data import load_graph_files, load_image_data
+from clid.data.scenegraphs import load_graph_files, load_image_data
 from clid.files import DataError
 from clid.rng import item_rng
-from clid.scenegraph import Prepared, SaliencySource, load_problem_kind, output_ids, prepare
+from clid.selfgen import english as en
+from clid.selfgen.graphs import Prepared, SaliencySource, load_problem_kind, output_ids, prepare
 from clid.stats import format_table, length_stats
 from clid.text import caption_lengths, length_to_level, load_tokenizer
-
 
 # ---------------------------------------------------------------------------------------------
 # The walk

@@ -30,12 +30,12 @@ import time
 from collections import Counter
 from typing import Callable
 
-from clid import english as en
 from clid import files, shard
 from clid.cli import HelpFormatter
-from clid.data import report_wordless
+from clid.data.records import report_wordless
 from clid.files import DataError
-from clid.paraphrase import head_nouns, lemma, rules_paraphrase, sentences_of
+from clid.selfgen import english as en
+from clid.selfgen.paraphrase import head_nouns, lemma, rules_paraphrase, sentences_of
 from clid.stats import format_table, length_stats
 from clid.text import caption_lengths, karpathy_tokens, length_to_level, load_tokenizer
 

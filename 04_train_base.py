@@ -41,12 +41,24 @@ from collections import Counter
 from pathlib import Path
 
 from clid.cli import HelpFormatter
-from clid.examples import RegionCache, make_examples, training_items
-from clid.files import DataError, FeatureStore, check_not_input, run_main
-from clid.model import count_parameters
-from clid.train import (Trainer, add_train_args, balanced_batches, check_same_levels, checkpoint_exists,
-                        epoch_batches, finish_distributed, load_init_weights, new_model, read_train_state, restore,
-                        run_record, settings_from_args, start_run, standardize_regions, validation_check)
+from clid.features.store import FeatureStore, RegionCache
+from clid.files import DataError, check_not_input, run_main
+from clid.model.captioner import count_parameters
+from clid.model.checkpoints import check_same_levels, checkpoint_exists, load_init_weights, read_train_state, restore
+from clid.model.inputs import make_examples, training_items
+from clid.model.train import (
+    Trainer,
+    add_train_args,
+    balanced_batches,
+    epoch_batches,
+    finish_distributed,
+    new_model,
+    settings_from_args,
+    standardize_regions,
+    start_run,
+    validation_check,
+)
+from clid.runs import run_record
 
 
 def parse_args(argv=None):

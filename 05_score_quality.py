@@ -14,7 +14,7 @@ Out: the quality HDF5: ``id``, ``logp_trusted``, ``logp_extended``, ``u`` (+ ``s
 
 ``--mode prefix`` (default, the authors' definition): all text masked, the true prefix revealed,
 position t read; one pass per position, made fast without changing the numbers (see
-clid/scoring.py). ``--mode pseudo`` and ``--mode onepass`` are documented approximations.
+clid/model/scoring.py). ``--mode pseudo`` and ``--mode onepass`` are documented approximations.
 Per-item stage: ``--shard-id/--num-shards`` (SLURM array defaults), chunked and resumable (a
 resume with other inputs or flags is refused unless ``--restart``). Captions not scored are
 counted by reason in ``OUT.skipped.tsv``.
@@ -31,12 +31,12 @@ import torch
 
 from clid import shard
 from clid.cli import HelpFormatter
-from clid.data import add_split_args
-from clid.examples import RegionCache, make_examples, training_items
-from clid.files import (DataError, FeatureStore, add_bad_features_arg, read_arrays, read_jsonl, run_main,
-                        write_quality)
-from clid.model import load_checkpoint
-from clid.scoring import MODES, caption_logprobs
+from clid.data.splits import add_split_args
+from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
+from clid.files import DataError, read_arrays, read_jsonl, run_main, write_quality
+from clid.model.checkpoints import load_checkpoint
+from clid.model.inputs import make_examples, training_items
+from clid.model.scoring import MODES, caption_logprobs
 
 
 def parse_args(argv=None):

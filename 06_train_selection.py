@@ -45,12 +45,23 @@ import torch
 
 from clid import ops
 from clid.cli import HelpFormatter
-from clid.examples import RegionCache, make_examples, training_items
+from clid.features.store import RegionCache
 from clid.files import DataError, atomic_path, read_quality, run_main
-from clid.model import count_parameters
-from clid.train import (Trainer, add_train_args, epoch_batches, finish_distributed, load_init_weights, new_model,
-                        run_record, settings_from_args, start_run, standardize_regions, validation_check)
-
+from clid.model.captioner import count_parameters
+from clid.model.checkpoints import load_init_weights
+from clid.model.inputs import make_examples, training_items
+from clid.model.train import (
+    Trainer,
+    add_train_args,
+    epoch_batches,
+    finish_distributed,
+    new_model,
+    settings_from_args,
+    standardize_regions,
+    start_run,
+    validation_check,
+)
+from clid.runs import run_record
 
 CAPTION_ETA, PARAGRAPH_ETA = 1200, 200
 

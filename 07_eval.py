@@ -1,6 +1,6 @@
 """Stage 07: evaluate length-controlled captions, per length level, for one or more methods.
 
-In:  --refs captions.json (any caption format clid.data reads; its test split is evaluated) and
+In:  --refs captions.json (any caption format clid.data.captions reads; its test split is evaluated) and
      runs to compare, each either
        --checkpoint [NAME=]CKPT (with --features features.h5): captions generated at every level, or
        --generated [NAME=]FILE: captions made elsewhere, JSONL lines {"image_id", "level", "caption"}
@@ -18,7 +18,7 @@ Out: --out DIR holding metrics.json (every number, per run and per method), repo
         --checkpoint CLID=runs/demo/seed1/clid --long-refs data/demo/long_refs.json --out runs/demo/eval
     python 07_eval.py --refs captions_val2014.json --generated mine.jsonl --out eval  # Karpathy 5k
 
-Per level and run (definitions in clid/metrics.py): control precision (share of ALL test images
+Per level and run (definitions in clid/eval/metrics.py): control precision (share of ALL test images
 whose caption length is inside the level; a missing caption is a miss), BLEU-1..4, METEOR,
 ROUGE-L, CIDEr and SPICE (pycocoevalcap, PTB tokenizer) on the in-range captions, length error
 and distinct-1/2. CIDEr's document frequencies come from the scored subset of each level. A method
@@ -32,17 +32,23 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
 from clid.cli import HelpFormatter
-from clid.files import (DataError, FeatureStore, add_bad_features_arg, check_not_input, check_output_folder, natural_key,
-                        read_json, run_main, write_json)
-from clid.metrics import (CocoScorer, counts_sentences, evaluate, load_refs, long_refs_for, read_generated,
-                          write_generated)
-from clid.report import FIGURES, combine, length_histograms, write_outputs
+from clid.eval.metrics import (
+    CocoScorer,
+    counts_sentences,
+    evaluate,
+    load_refs,
+    long_refs_for,
+    read_generated,
+    write_generated,
+)
+from clid.eval.report import FIGURES, combine, length_histograms, write_outputs
+from clid.features.store import FeatureStore, add_bad_features_arg
+from clid.files import DataError, check_not_input, check_output_folder, natural_key, read_json, run_main, write_json
 from clid.text import LEVEL_SETS, get_levels, level_set_name, load_tokenizer
 
 
@@ -186,8 +192,8 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
             print(f"{checkpoint}: reusing {cache} (checkpoint, features and decoding unchanged)")
             return (levels, *read_generated(cache, len(levels), with_filled=True), meta["no_features"])
 
-    from clid.decode import generate_captions
-    from clid.model import load_checkpoint
+    from clid.model.checkpoints import load_checkpoint
+    from clid.model.decode import generate_captions
 
     model = load_checkpoint(checkpoint, device=args.device)
     levels = check_levels(checkpoint, get_levels(model.levels), wanted_levels)

@@ -8,7 +8,7 @@ Out: a table on stdout, one row per (path, peer) with both times and their ratio
     python bench/bench_score.py --no-compile     # skip the torch.compile peer (its compile is slow)
     python bench/bench_score.py --no-e2e         # skip the 05 end-to-end row (it builds a small demo world)
 
-05 end to end: the `prefix` scoring of clid.scoring (batched by level and length, finished captions
+05 end to end: the `prefix` scoring of clid.model.scoring (batched by level and length, finished captions
 dropped, the head only at the scored position through token_logprob_hidden) against a faithful eager
 re-implementation of the authors' loop (random batches, a full-vocabulary softmax at every position of
 every pass, then gather), both on the `tiny` model (full vocabulary, random weights: the timing and the
@@ -174,11 +174,11 @@ def end_to_end(rows, device):
 
     import numpy as np
 
-    from clid.data import load_captions
-    from clid.files import FeatureStore
-    from clid.model import build_model, preset_config
-    from clid.scoring import caption_logprobs, caption_logprobs_eager
-    from clid.examples import RegionCache, make_examples
+    from clid.data.captions import load_captions
+    from clid.features.store import FeatureStore, RegionCache
+    from clid.model.captioner import build_model, preset_config
+    from clid.model.inputs import make_examples
+    from clid.model.scoring import caption_logprobs, caption_logprobs_eager
 
     with tempfile.TemporaryDirectory() as tmp:
         world = Path(tmp) / "demo"

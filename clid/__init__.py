@@ -1,8 +1,23 @@
 """CLID: Controlled-Length Image Descriptions with Limited Data.
 
-The shared pieces of the numbered stage scripts: tokenizer and length levels (``text``), file
-formats (``files``), dataset loaders (``data``), sharding (``shard``), keyed randomness (``rng``)
-and dataset statistics (``python -m clid.stats``); region features of any images with boxes
-(``features``, ``python -m clid.features``) and the demo world's simulator (``demo``).
+What the numbered stage scripts share, one home per idea:
+
+- ``data/``: every dataset loader, returning the same record types: ``records`` (the types and the
+  field checks), ``captions`` (Karpathy, COCO, paragraphs, JSONL), ``splits`` (test ids, the COCO
+  converter, the guard that never trains on a test image), ``scenegraphs`` (Visual Genome and the
+  Scene Graph Benchmark); ``python -m clid.data convert-coco``.
+- ``features/``: region features: ``store`` (the checked HDF5 reader, and the model's region inputs),
+  ``encoder`` (features of any images with boxes); ``python -m clid.features``.
+- ``model/``: the captioner: ``captioner`` (model and presets), ``checkpoints``, ``inputs`` (captions
+  as token ids and levels), ``decode`` (mask-predict decoding), ``scoring`` (Eq. 2), ``train``.
+- ``ops``: the C++/CUDA kernels' wrappers, each beside its plain PyTorch reference.
+- ``eval/``: ``metrics`` (control precision and the COCO metrics per level) and ``report`` (07's report).
+- ``selfgen/``: scene graphs prepared for 02's walk (``graphs``), English surface rules (``english``),
+  the offline paraphraser (``paraphrase``).
+- ``saliency/``: EML-Net (``emlnet``) and stage 01's images (``images``).
+- ``files`` (the files passed between stages, atomic writes, ``DataError``), ``runs`` (run records and
+  resume checks), ``shard`` (SLURM-array sharding), ``text`` (tokenizer, length and levels), ``rng``
+  (randomness keyed by item), ``cli`` (the help formatter), ``stats`` (``python -m clid.stats``);
+  ``demo/``: the demo world's simulator.
 """
 __version__ = "0.1.0"

@@ -10,15 +10,14 @@ is complete, so a crash never leaves a half-written file behind.
 - HDF5 of flat arrays with one row per caption: quality scores (``id``, ``logp_trusted``,
   ``logp_extended``, ``u``).
 """
+
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -215,6 +214,7 @@ def h5_number(path, record, group, name: str, positive: bool = False) -> float:
         raise DataError(path, record, f"attribute '{name}' must be a positive number, got {shown}")
     return number
 
+
 def write_h5_groups(path, groups: Iterable[tuple[str, dict, dict]], compression: str | None = None) -> int:
     """Write ``(image_id, datasets, attrs)`` triples atomically as one group per image id."""
     import h5py
@@ -235,195 +235,6 @@ def write_h5_groups(path, groups: Iterable[tuple[str, dict, dict]], compression:
 def h5_group_ids(path) -> list[str]:
     with open_h5(path) as f:
         return sorted(f.keys(), key=natural_key)
-
-
-@dataclass
-class Regions:
-    """Region features of one image. ``boxes`` are x1, y1, x2, y2 in pixels."""
-
-    features: np.ndarray  # [R, D] float
-    boxes: np.ndarray  # [R, 4] float
-    width: float
-    height: float
-    cls_prob: np.ndarray | None = None  # [R, C] or None
-
-
-BAD_FEATURES = ("error", "skip")
-
-
-def box_tolerance(side: float) -> float:
-    """How far (pixels) a box may reach past the image's edge: 1 pixel plus 1% of the side, for
-    detectors that round or clip boxes to ``side`` instead of ``side - 1``."""
-    return 1.0 + 0.01 * side
-
-
-def _first_nonfinite(values: np.ndarray) -> str | None:
-    """'NaN at region r (column c)' / 'inf at ...' for the first non-finite entry of an [R, .] array."""
-    bad = ~np.isfinite(values)
-    if not bad.any():
-        return None
-    r, c = (int(i) for i in np.argwhere(bad)[0])
-    return f"{'NaN' if np.isnan(values[r, c]) else 'inf'} at region {r} (column {c})"
-
-
-def region_problem(regions: Regions, dim: int | None = None, num_classes: int | None = None) -> str | None:
-    """What is wrong with one image's regions, or None. Checked: shapes ([R, D] features with R >= 1
-    and D = ``dim``, [R, 4] boxes, [R, C] cls_prob with C = ``num_classes``), every value finite, a
-    positive width and height, and every box inside the image (x1 <= x2, y1 <= y2, up to
-    :func:`box_tolerance` past an edge): a NaN, an inf or a zero width would poison a whole run."""
-    features, boxes, cls_prob = regions.features, regions.boxes, regions.cls_prob
-    for name, array in (("features", features), ("boxes", boxes), ("cls_prob", cls_prob)):
-        if array is not None and not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
-            return f"'{name}' holds {array.dtype}, not numbers"
-    if features.ndim != 2 or features.shape[0] < 1 or features.shape[1] < 1:
-        return f"features {features.shape} is not [R, D] with at least one region"
-    if dim is not None and features.shape[1] != dim:
-        return f"features {features.shape} have {features.shape[1]} columns, the file's other images {dim}"
-    if boxes.shape != (features.shape[0], 4):
-        return f"features {features.shape} and boxes {boxes.shape} do not match as [R, D], [R, 4]"
-    if cls_prob is not None:
-        if cls_prob.ndim != 2 or cls_prob.shape[0] != features.shape[0]:
-            return f"cls_prob {cls_prob.shape} does not match features {features.shape} as [R, C]"
-        if num_classes and cls_prob.shape[1] != num_classes:
-            return f"cls_prob {cls_prob.shape} has {cls_prob.shape[1]} classes, the file's other images {num_classes}"
-    for name, array in (("features", features), ("boxes", boxes), ("cls_prob", cls_prob)):
-        where = None if array is None else _first_nonfinite(np.asarray(array))
-        if where:
-            return f"{name}: {where}"
-    for name, side in (("width", regions.width), ("height", regions.height)):
-        if not (math.isfinite(side) and side > 0):
-            return f"{name} is {side}; it must be a positive number of pixels"
-    tx, ty = box_tolerance(regions.width), box_tolerance(regions.height)
-    x1, y1, x2, y2 = (boxes[:, k].astype(np.float64) for k in range(4))
-    outside = ((x1 < -tx) | (y1 < -ty) | (x2 > regions.width + tx) | (y2 > regions.height + ty)
-               | (x2 < x1 - tx) | (y2 < y1 - ty))
-    if outside.any():
-        r = int(np.argmax(outside))
-        box = ", ".join(f"{v:g}" for v in boxes[r])
-        return (f"box of region {r} (x1, y1, x2, y2 = {box}) is not inside the "
-                f"{regions.width:g} x {regions.height:g} image")
-    return None
-
-
-def add_bad_features_arg(parser) -> None:
-    """The ``--bad-features`` flag of the stages that read region features (04, 05, 06, 07)."""
-    parser.add_argument("--bad-features", choices=BAD_FEATURES, default="error",
-                        help="an image whose region features hold NaN/inf, a box outside the image, a width or "
-                             "height of 0 or mismatched shapes: error (stop, naming the file and the image) or "
-                             "skip (leave the image out, counted and reported)")
-
-
-class FeatureStore:
-    """Read-only access to the region-feature HDF5 (one group per image id).
-
-    Every image is checked the first time it is read, and the verdict kept (:func:`region_problem`:
-    shapes, finite values, a positive image size, boxes inside the image). ``bad="error"`` (the
-    default): reading a bad image raises a DataError naming the file and the image. ``bad="skip"``:
-    a bad image counts as absent (``image_id in store`` reads and checks it and is False) and is
-    recorded in :attr:`bad_images`, which :meth:`skip_report` sums up.
-    """
-
-    def __init__(self, path, bad: str = "error"):
-        if bad not in BAD_FEATURES:
-            raise ValueError(f"bad must be one of {BAD_FEATURES}, got {bad!r}")
-        self.path = str(path)
-        self.bad = bad
-        if not Path(self.path).exists():
-            raise FileNotFoundError(f"{self.path}: feature file not found")
-        self._file = open_h5(self.path, "feature file")
-        if not len(self._file):
-            raise DataError(self.path, None, "holds no image (expected one group per image id)")
-        self._verdicts: dict[str, str | None] = {}  # image id -> its problem (None: good)
-        self._shape: tuple[int, int] | None = None  # (D, C) of the file's first well-formed image
-
-    def __contains__(self, image_id) -> bool:
-        key = str(image_id)
-        if key not in self._file:
-            return False
-        return self.bad == "error" or self.problem(key) is None
-
-    def __len__(self) -> int:
-        return len(self._file)
-
-    def ids(self) -> list[str]:
-        return sorted(self._file.keys(), key=natural_key)
-
-    def _file_shape(self) -> tuple[int, int]:
-        """(D, C) of the first image whose features are [R, D] (C = 0 without cls_prob): what every
-        other image must match. Only shapes are read."""
-        if self._shape is None:
-            for key, group in self._file.items():
-                f = group.get("features")
-                if f is not None and len(f.shape) == 2 and f.shape[0] >= 1 and f.shape[1] >= 1:
-                    c = group.get("cls_prob")
-                    self._shape = (int(f.shape[1]), int(c.shape[1]) if c is not None and len(c.shape) == 2 else 0)
-                    break
-            else:
-                raise DataError(self.path, None, "no image group holds a [R, D] 'features' dataset")
-        return self._shape
-
-    def feature_dim(self) -> int:
-        return self._file_shape()[0]
-
-    def num_classes(self) -> int:
-        """Width of the per-region class probabilities ``cls_prob`` (0 when the file has none)."""
-        return self._file_shape()[1]
-
-    def _read(self, key: str) -> Regions:
-        """The stored arrays of one image; a missing dataset or attribute is a DataError."""
-        group = self._file[key]
-        for name in ("features", "boxes"):
-            if name not in group:
-                raise DataError(self.path, f"image {key}", f"missing dataset '{name}'")
-        sides = []
-        for name in ("width", "height"):
-            if name not in group.attrs:
-                raise DataError(self.path, f"image {key}", f"missing attribute '{name}'")
-            try:
-                sides.append(float(group.attrs[name]))
-            except (TypeError, ValueError):
-                raise DataError(self.path, f"image {key}", f"{name} {group.attrs[name]!r} is not a number") from None
-        cls_prob = group["cls_prob"][()] if "cls_prob" in group else None
-        return Regions(group["features"][()], group["boxes"][()], sides[0], sides[1], cls_prob)
-
-    def problem(self, image_id) -> str | None:
-        """What is wrong with this image's regions (None if nothing); checked once, then remembered."""
-        key = str(image_id)
-        if key not in self._verdicts:
-            try:
-                self._verdicts[key] = region_problem(self._read(key), *self._file_shape())
-            except DataError as err:
-                self._verdicts[key] = err.problem
-        return self._verdicts[key]
-
-    @property
-    def bad_images(self) -> dict[str, str]:
-        """The images found bad so far: image id -> what is wrong."""
-        return {key: problem for key, problem in self._verdicts.items() if problem is not None}
-
-    def skip_report(self) -> str | None:
-        """One line on the images skipped as bad (``bad="skip"``), or None if there were none."""
-        bad = self.bad_images
-        if self.bad != "skip" or not bad:
-            return None
-        first = min(bad, key=natural_key)
-        return (f"{self.path}: skipped {len(bad)} image(s) with bad region features (--bad-features skip); "
-                f"first: image {first}: {bad[first]}")
-
-    def get(self, image_id) -> Regions:
-        key = str(image_id)
-        if key not in self._file:
-            raise DataError(self.path, f"image {key}", "no region features for this image")
-        regions = self._read(key)
-        if key not in self._verdicts:
-            self._verdicts[key] = region_problem(regions, *self._file_shape())
-        if self._verdicts[key] is not None:
-            raise DataError(self.path, f"image {key}", self._verdicts[key])
-        regions.boxes = regions.boxes.astype(np.float32)
-        return regions
-
-    def close(self) -> None:
-        self._file.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,3 +293,4 @@ def read_arrays(path) -> dict[str, np.ndarray]:
             else:
                 out[name] = ds[()]
     return out
+

@@ -832,7 +832,7 @@ def _smoothstep_sample_path(u, threshold: float, s: float, k: int, seed: int, it
 def parse_args(argv=None):
     import argparse
 
-    from .cli import HelpFormatter
+    from clid.cli import HelpFormatter
 
     p = argparse.ArgumentParser(prog="python -m clid.ops", description="Build the clid_ops C++/CUDA extension once "
                                 "(make venv and the cluster recipe run this); later runs only import it.",

@@ -31,10 +31,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
-from . import files
-from .cli import HelpFormatter
+from clid import files
+from clid.cli import HelpFormatter
 
 
 def add_shard_args(parser: argparse.ArgumentParser, seed: int = 0) -> None:

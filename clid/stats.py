@@ -18,9 +18,9 @@ import json
 
 import numpy as np
 
-from .cli import HelpFormatter
-from .files import run_main
-from .text import caption_lengths, get_levels
+from clid.cli import HelpFormatter
+from clid.files import run_main
+from clid.text import caption_lengths, get_levels
 
 
 def length_stats(lengths, levels="caption") -> dict:
@@ -87,8 +87,9 @@ def format_table(stats: dict, title: str = "") -> str:
 def file_lengths(path, split: str | None = None, tokenizer=None) -> list[int]:
     """Lengths of every caption in a supported caption file (optionally of one split, "train" with
     the Karpathy split's "restval"). A file without splits, or no caption at all, raises :class:`DataError`."""
-    from .data import FORMAT_NAMES, PARAGRAPH_SPLIT_FIX, has_splits, load_any
-    from .files import DataError
+    from clid.data.captions import load_any
+    from clid.data.splits import FORMAT_NAMES, PARAGRAPH_SPLIT_FIX, has_splits
+    from clid.files import DataError
 
     kind, _, records = load_any(path)
     if split is not None:
@@ -116,7 +117,7 @@ def main(argv=None) -> None:
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder or hub name (default: offline bert-base-uncased)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
-    from .text import load_tokenizer
+    from clid.text import load_tokenizer
 
     lengths = file_lengths(args.path, args.split, load_tokenizer(args.tokenizer))
     stats = length_stats(lengths, args.levels)

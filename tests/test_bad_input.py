@@ -25,7 +25,6 @@ from typing import Callable
 
 import numpy as np
 import pytest
-
 from conftest import FIXTURES, ROOT
 from toyworld import make_toy_world
 
@@ -913,7 +912,7 @@ def test_07_cache_is_keyed_by_the_features_file(world: World, tmp_path, capsys):
     """Captions generated from one feature file are not reused after --features changes."""
     from conftest import import_script
 
-    from clid.files import FeatureStore
+    from clid.features.store import FeatureStore
 
     script = import_script("07_eval.py", "eval_cache_by_features")
     data = json.loads(world.captions.read_text())

@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 from conftest import ROOT, run_script
 
-from clid import demo, features
-from clid.data import load_captions, load_image_data, load_karpathy, load_scene_graphs, vg_to_coco_ids
-from clid.files import FeatureStore, read_json
+from clid import demo
+from clid.data.captions import load_captions, load_karpathy
+from clid.data.scenegraphs import load_image_data, load_scene_graphs, vg_to_coco_ids
+from clid.features.encoder import RegionEncoder, colour_histograms, crop_regions
+from clid.features.store import FeatureStore
+from clid.files import read_json
 from clid.text import caption_lengths, length_to_level, level_range
 
 SCRIPT = ROOT / "00_demo_data.py"
@@ -30,7 +33,7 @@ def worlds(tmp_path_factory):
 
 def category_lexicon() -> dict[str, str]:
     """Every noun a caption may use for an object -> the graph name it must match."""
-    from clid import english as en
+    from clid.selfgen import english as en
 
     lexicon = {}
     for category in list(demo.CATEGORIES) + ["shirt", "dress"] + list(demo.BACKGROUND_NAMES):
@@ -176,7 +179,7 @@ def test_long_references_are_true_and_at_their_levels(worlds):
 
 
 def test_paragraphs_are_true_multi_sentence_and_in_the_stanford_layout(worlds):
-    from clid.data import load_captions
+    from clid.data.captions import load_captions
     from clid.stats import paragraph_bands
 
     out = worlds["clean"]
@@ -203,14 +206,14 @@ def test_features_come_from_the_pixels():
     and a blue ball differs from a red one."""
     from PIL import Image
 
-    encoder = features.RegionEncoder()
+    encoder = RegionEncoder()
     background = Image.new("RGB", (160, 160), (80, 150, 60))
 
     def crop_of(category, colour, box):
         thing = demo.Thing(category, box, colour=colour, rgb=demo.COLOURS[colour], mode="ground")
         image = background.copy().convert("RGBA")
         image.alpha_composite(demo.paint_thing(thing), box[:2])
-        return features.crop_regions(image.convert("RGB"), [box], 64, 128)[1][0]
+        return crop_regions(image.convert("RGB"), [box], 64, 128)[1][0]
 
     balls = [crop_of("ball", "red", b) for b in ((20, 30, 50, 60), (90, 80, 130, 120), (60, 100, 84, 124))]
     cars = [crop_of("car", "red", b) for b in ((10, 40, 73, 70), (80, 100, 150, 133), (40, 20, 82, 40))]
@@ -234,10 +237,10 @@ def test_colour_histograms_count_the_boxes_pixels():
 
     image = Image.new("RGB", (40, 20), (40, 200, 40))  # green
     image.paste((230, 30, 30), (0, 0, 20, 20))  # the left half red
-    hist = features.colour_histograms(image, [(0, 0, 20, 20), (10, 5, 30, 15), (0, 0, 40, 20)], bins=4)[:, :64]
+    hist = colour_histograms(image, [(0, 0, 20, 20), (10, 5, 30, 15), (0, 0, 40, 20)], bins=4)[:, :64]
     assert hist.shape == (3, 64) and np.allclose(hist.sum(1), 1)
     assert hist[0, RED] == 1 and hist[1, RED] == hist[1, GREEN] == 0.5 and hist[2, RED] == 0.5
-    assert features.colour_histograms(image, [(0, 0, 20, 20)], bins=0).shape == (1, 0)
+    assert colour_histograms(image, [(0, 0, 20, 20)], bins=0).shape == (1, 0)
 
 
 def test_figure_histogram_is_what_the_box_adds_over_its_surroundings():
@@ -251,14 +254,14 @@ def test_figure_histogram_is_what_the_box_adds_over_its_surroundings():
         image.paste((230, 30, 30), part)
     image.paste((30, 30, 230), (50, 0, 60, 40))  # a blue strip at the right edge
     table, like_ring, whole = (20, 10, 40, 30), (2, 2, 12, 12), (0, 0, 60, 40)
-    box, figure = np.split(features.colour_histograms(image, [table, like_ring, whole], bins=4), 2, axis=1)
+    box, figure = np.split(colour_histograms(image, [table, like_ring, whole], bins=4), 2, axis=1)
     red_share = (20 * 4 + 2 * 3 * 16) / 400
     assert box[0, RED] == pytest.approx(red_share) and box[0, GREEN] == pytest.approx(1 - red_share)
     assert figure[0, RED] == pytest.approx(1) and figure[0].sum() == pytest.approx(1)
     assert not figure[1].any()  # grass on grass
     assert np.array_equal(figure[2], box[2]) and box[2, BLUE] == pytest.approx(1 / 6)
     # the ring is clipped to the image: a box at the right edge still sees the grass to its left
-    edge = features.colour_histograms(image, [(45, 10, 60, 20)], bins=4)[0, 64:]
+    edge = colour_histograms(image, [(45, 10, 60, 20)], bins=4)[0, 64:]
     assert edge[BLUE] == pytest.approx(1)
 
 

@@ -3,9 +3,9 @@ import json
 import os
 import subprocess
 
-from clid.files import read_jsonl, read_quality
-
 from conftest import ROOT
+
+from clid.files import read_jsonl, read_quality
 
 
 def test_demo_pipeline_small(tmp_path):

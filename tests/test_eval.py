@@ -1,19 +1,19 @@
-"""07_eval.py and clid.metrics on real COCO captions: the numbers equal pycocoevalcap's own, the
+"""07_eval.py and clid.eval.metrics on real COCO captions: the numbers equal pycocoevalcap's own, the
 control precision counts every test image, the checkpoint path generates, caches and reports."""
 import os
-import sys
 import time
-import types
 from collections import defaultdict
 
 import numpy as np
 import pytest
-
-from clid import metrics
-from clid.files import DataError, FeatureStore, read_json, write_h5_groups, write_json, write_jsonl
-from clid.text import LEVEL_SETS, caption_length, caption_lengths
-
 from conftest import ROOT, import_script, run_script
+
+from clid.eval import metrics
+from clid.features.store import FeatureStore
+from clid.files import DataError, read_json, write_h5_groups, write_json, write_jsonl
+from clid.model.captioner import CaptionerConfig, build_model
+from clid.model.checkpoints import load_checkpoint, save_model
+from clid.text import LEVEL_SETS, caption_length, caption_lengths
 
 QUALITY = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 
@@ -181,10 +181,6 @@ def demo_like_world(coco_annotations, tmp_path):
 
 
 def install_fake_captioner(monkeypatch, pool, calls):
-    model_module = types.ModuleType("clid.model")
-    decode_module = types.ModuleType("clid.decode")
-    model_module.load_checkpoint = lambda path, device="cpu": FakeCaptioner(path, pool)
-
     def generate_captions(model, features, image_ids, levels, batch_size=64, device="cpu", steps=None,
                           eos_decay=1.0, labert_average=True, progress=False, return_filled=False):
         assert isinstance(features, FeatureStore) and progress and return_filled
@@ -193,9 +189,8 @@ def install_fake_captioner(monkeypatch, pool, calls):
                     for level in levels}
         return captions, {level: set() for level in levels}
 
-    decode_module.generate_captions = generate_captions
-    monkeypatch.setitem(sys.modules, "clid.model", model_module)
-    monkeypatch.setitem(sys.modules, "clid.decode", decode_module)
+    monkeypatch.setattr("clid.model.checkpoints.load_checkpoint", lambda path, device="cpu": FakeCaptioner(path, pool))
+    monkeypatch.setattr("clid.model.decode.generate_captions", generate_captions)
 
 
 def test_checkpoint_runs_generate_cache_and_report(demo_like_world, monkeypatch):
@@ -401,20 +396,19 @@ def test_run_names(tmp_path):
 
 
 def test_a_caption_filling_its_level_without_a_period_counts_as_the_authors_count_it(demo_like_world, monkeypatch):
-    """A real (untrained) checkpoint decoded through clid.decode, whose mask-predict is replaced by a
+    """A real (untrained) checkpoint decoded through clid.model.decode, whose mask-predict is replaced by a
     fixed sequence: at level 2 it fills all 19 positions with words and no "."; elsewhere it says
     "a dog .". The authors' count makes the level-2 caption 19 tokens long (a hit); --length-count
     strict counts the final "." too (20: a miss); the generated JSONL records the counted length."""
-    import clid.decode as D
-    from clid import model as M
+    import clid.model.decode as D
 
     world, test_ids, _ = demo_like_world
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
-    config = M.CaptionerConfig(region_dim=8, levels=LEVEL_SETS["caption"], dropout=0.0, hidden_size=32,
+    config = CaptionerConfig(region_dim=8, levels=LEVEL_SETS["caption"], dropout=0.0, hidden_size=32,
                                num_layers=1, num_heads=2, intermediate_size=64, region_hidden=32)
-    M.save_model(M.build_model(config), world / "filling")
-    tokenizer = M.load_checkpoint(world / "filling").tokenizer
+    save_model(build_model(config), world / "filling")
+    tokenizer = load_checkpoint(world / "filling").tokenizer
     words = tokenizer("a man in a red shirt is riding a brown horse on a dirt road next to a fence",
                       add_special_tokens=False)["input_ids"]
     dot = tokenizer.convert_tokens_to_ids(".")
@@ -513,7 +507,7 @@ def test_two_runs_of_one_method_give_mean_and_std(demo_like_world):
     assert "| once |" in (world / "combined" / "report.md").read_text()
 
     # the per-level quality plot reads SPICE when SPICE ran (as the paper's Figure 5), CIDEr otherwise
-    from clid.report import quality_metric
+    from clid.eval.report import quality_metric
 
     assert quality_metric(result["methods"]) == "CIDEr"
     assert quality_metric({"m": {"levels": {1: {"SPICE": None}, 2: {"SPICE": 0.12}}}}) == "SPICE"

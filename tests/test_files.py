@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from clid import files
+from clid.features.store import FeatureStore
 
 
 def test_atomic_write_leaves_nothing_on_failure(tmp_path):
@@ -46,7 +47,7 @@ def test_h5_groups_and_feature_store(tmp_path):
                         "boxes": np.array([[0, 0, 10, 10]] * 3, np.float32)},
                {"width": 100, "height": 80}) for i in (2, 10, 1)]
     assert files.write_h5_groups(path, groups) == 3
-    store = files.FeatureStore(path)
+    store = FeatureStore(path)
     assert store.ids() == ["1", "2", "10"]
     regions = store.get(10)
     assert regions.features.shape == (3, 8) and regions.features[0, 0] == 10
@@ -58,7 +59,7 @@ def test_h5_groups_and_feature_store(tmp_path):
                                          "cls_prob": np.full((3, 5), 0.2, np.float32)}, {"width": 10, "height": 10}),
                                  ("2", {"features": np.zeros((3, 8), np.float32), "boxes": np.zeros((3, 4), np.float32),
                                         "cls_prob": np.full((2, 5), 0.2, np.float32)}, {"width": 10, "height": 10})])
-    store = files.FeatureStore(path)
+    store = FeatureStore(path)
     assert store.num_classes() == 5 and store.get("1").cls_prob.shape == (3, 5)
     with pytest.raises(files.DataError, match=r"image 2: cls_prob \(2, 5\) does not match features \(3, 8\)"):
         store.get("2")

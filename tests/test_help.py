@@ -11,7 +11,6 @@ import re
 import sys
 
 import pytest
-
 from conftest import ROOT, import_script
 
 SCRIPTS = sorted(p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("[0-9][0-9]_*.py"), *ROOT.glob("bench/*.py")])

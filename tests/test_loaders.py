@@ -2,48 +2,50 @@ import json
 
 import pytest
 
-from clid import data
+from clid.data.captions import detect_format, load_captions, load_coco_captions, load_karpathy, load_paragraphs
+from clid.data.scenegraphs import load_image_data, load_scene_graphs, vg_to_coco_ids
+from clid.data.splits import karpathy_test_ids
 from clid.files import DataError
 
 
 def test_karpathy_coco(fixtures):
-    records = data.load_karpathy(fixtures / "dataset_coco_sample.json")
+    records = load_karpathy(fixtures / "dataset_coco_sample.json")
     assert [r.image_id for r in records] == ["184613", "318219", "391895", "522418"]
     first = records[0]
     assert first.filename == "val2014/COCO_val2014_000000184613.jpg"
     assert first.split == "train" and len(first.captions) == 5
     assert first.captions[0] == "a child holding a flowered umbrella and petting a yak"
     assert {r.split for r in records} == {"train", "val", "test", "restval"}
-    train = data.load_captions(fixtures / "dataset_coco_sample.json", split_filter="train")
+    train = load_captions(fixtures / "dataset_coco_sample.json", split_filter="train")
     assert {r.split for r in train} == {"train", "restval"}
 
 
 def test_karpathy_flickr_uses_filename_stem(fixtures):
-    records = data.load_karpathy(fixtures / "dataset_flickr30k_sample.json")
+    records = load_karpathy(fixtures / "dataset_flickr30k_sample.json")
     assert [r.image_id for r in records] == ["1000092795", "10002456"]
     assert records[0].captions[1] == "two young white males are outside near many bushes"
 
 
 def test_official_coco_with_split_list(fixtures):
     path = fixtures / "captions_val2014_sample.json"
-    records = data.load_coco_captions(path, splits={"test": fixtures / "test_ids.txt"})
+    records = load_coco_captions(path, splits={"test": fixtures / "test_ids.txt"})
     by_id = {r.image_id: r for r in records}
     assert by_id["391895"].split == "test" and by_id["184613"].split == "train"
     assert by_id["391895"].filename == "COCO_val2014_000000391895.jpg"
     # same captions as the Karpathy file made from the same images
-    karpathy = {r.image_id: r for r in data.load_karpathy(fixtures / "dataset_coco_sample.json")}
+    karpathy = {r.image_id: r for r in load_karpathy(fixtures / "dataset_coco_sample.json")}
     assert by_id["391895"].captions == karpathy["391895"].captions
-    assert data.detect_format(path)[0] == "coco"
+    assert detect_format(path)[0] == "coco"
 
 
 def test_karpathy_test_ids_ship_offline():
-    ids = data.karpathy_test_ids()
+    ids = karpathy_test_ids()
     assert len(ids) == 5000 and len(set(ids)) == 5000
     assert "391895" in ids  # a well-known Karpathy test image
 
 
 def test_scene_graphs_with_image_data(fixtures):
-    graphs = data.load_scene_graphs(fixtures / "vg_scene_graphs_sample.json", fixtures / "vg_image_data_sample.json")
+    graphs = load_scene_graphs(fixtures / "vg_scene_graphs_sample.json", fixtures / "vg_image_data_sample.json")
     assert [g.image_id for g in graphs] == ["1", "107899"]
     g = graphs[0]
     assert (g.width, g.height) == (800.0, 600.0) and g.coco_id is None
@@ -52,23 +54,23 @@ def test_scene_graphs_with_image_data(fixtures):
     assert g.relations[0].predicate == "on"
     assert g.objects[4].name == "lamp post"
     assert graphs[1].coco_id == "318219"
-    assert data.vg_to_coco_ids(data.load_image_data(fixtures / "vg_image_data_sample.json")) == {"107899": "318219"}
+    assert vg_to_coco_ids(load_image_data(fixtures / "vg_image_data_sample.json")) == {"107899": "318219"}
 
 
 def test_paragraphs_with_splits(fixtures):
     splits = {s: fixtures / f"paragraphs_{s}_split.json" for s in ("train", "val", "test")}
-    records = data.load_paragraphs(fixtures / "paragraphs_v1_sample.json", splits)
+    records = load_paragraphs(fixtures / "paragraphs_v1_sample.json", splits)
     by_id = {r.image_id: r for r in records}
     assert by_id["2317429"].split == "test" and by_id["2356347"].split == "val"
     assert by_id["2388350"].captions[0].startswith("on a white plate is a salad . the salad")
     assert by_id["2388350"].filename == "2388350.jpg"
-    assert data.detect_format(fixtures / "paragraphs_v1_sample.json")[0] == "paragraphs"
+    assert detect_format(fixtures / "paragraphs_v1_sample.json")[0] == "paragraphs"
 
 
 def test_stanford_paragraphs_in_their_real_layout(fixtures, tmp_path, capsys):
     # paragraphs_v1.json with train_split.json, val_split.json and test_split.json beside it, as shipped
     folder = fixtures / "stanford_paragraphs"
-    records = data.load_captions(folder / "paragraphs_v1.json")
+    records = load_captions(folder / "paragraphs_v1.json")
     assert "left out 1 repeated image id(s) and 1 image(s) in no split file" in capsys.readouterr().err
     by_id = {r.image_id: r for r in records}
     assert sorted(by_id) == ["2317429", "2356347", "2365817", "2407999", "2414610"]   # 2384567: no split
@@ -78,17 +80,17 @@ def test_stanford_paragraphs_in_their_real_layout(fixtures, tmp_path, capsys):
     assert by_id["2365817"].captions[0].count(" . ") == 4
     assert by_id["2414610"].captions[0] == ("a woman is standing on a tennis court . she is holding a racket "
                                             "in her right hand . her shirt is white and her skirt is blue")
-    assert [r.image_id for r in data.load_captions(folder / "paragraphs_v1.json", "test")] == ["2407999"]
+    assert [r.image_id for r in load_captions(folder / "paragraphs_v1.json", "test")] == ["2407999"]
     # without the split files there is no split information: every split is None
     alone = tmp_path / "paragraphs_v1.json"
     alone.write_text((folder / "paragraphs_v1.json").read_text())
-    assert {r.split for r in data.load_captions(alone)} == {None}
+    assert {r.split for r in load_captions(alone)} == {None}
 
 
 def test_jsonl_captions(tmp_path):
     path = tmp_path / "selfgen.jsonl"
     path.write_text('{"id": "5_0", "image_id": 5, "caption": "A red ball."}\n{"id": "5_1", "image_id": 5, "caption": "a dog"}\n')
-    records = data.load_captions(path)
+    records = load_captions(path)
     assert len(records) == 1 and records[0].captions == ["a red ball", "a dog"]
 
 
@@ -103,19 +105,19 @@ def write(tmp_path, name, obj):
 def test_wrong_json_names_file_and_position(tmp_path):
     path = write(tmp_path, "bad.json", '{"images": [\n  {"filename": }\n]}')
     with pytest.raises(DataError, match=r"bad.json: line 2 column \d+: not valid JSON"):
-        data.load_karpathy(path)
+        load_karpathy(path)
 
 
 def test_missing_key_names_the_record(tmp_path):
     path = write(tmp_path, "k.json", {"images": [{"cocoid": 7, "filename": "a.jpg", "sentences": []}]})
     with pytest.raises(DataError, match=r"k.json: images\[0\] \(image 7\): missing key 'split'"):
-        data.load_karpathy(path)
+        load_karpathy(path)
     path = write(tmp_path, "c.json", {"images": [{"id": 1, "file_name": "x.jpg"}], "annotations": [{"image_id": 1}]})
     with pytest.raises(DataError, match=r"annotations\[0\]: missing key 'caption'"):
-        data.load_coco_captions(path)
+        load_coco_captions(path)
     path = write(tmp_path, "c2.json", {"images": [], "annotations": [{"image_id": 3, "caption": "x"}]})
     with pytest.raises(DataError, match="caption of image 3, which is not in 'images'"):
-        data.load_coco_captions(path)
+        load_coco_captions(path)
 
 
 def vg(objects, relationships, image_id=9):
@@ -129,25 +131,25 @@ OBJ = [{"object_id": 1, "x": 0, "y": 0, "w": 10, "h": 10, "names": ["dog"]},
 def test_relationship_to_missing_object(tmp_path):
     path = write(tmp_path, "sg.json", vg(OBJ, [{"subject_id": 1, "object_id": 77, "predicate": "chasing"}]))
     with pytest.raises(DataError, match=r"sg.json: \[0\] \(image 9\) relationships\[0\]: object 77 names an object that does not exist"):
-        data.load_scene_graphs(path)
+        load_scene_graphs(path)
 
 
 def test_box_outside_its_image(tmp_path):
     path = write(tmp_path, "sg.json", vg(OBJ, []))
     sizes = write(tmp_path, "image_data.json", [{"image_id": 9, "width": 12, "height": 40, "coco_id": None}])
     with pytest.raises(DataError, match=r"\(image 9\): object 2 box .* outside the 12x40 image"):
-        data.load_scene_graphs(path, sizes)
+        load_scene_graphs(path, sizes)
 
 
 def test_missing_object_key(tmp_path):
     path = write(tmp_path, "sg.json", vg([{"object_id": 1, "x": 0, "y": 0, "w": 10, "names": ["dog"]}], []))
     with pytest.raises(DataError, match=r"objects\[0\]: missing key 'h'"):
-        data.load_scene_graphs(path)
+        load_scene_graphs(path)
 
 
 def test_lenient_mode_collects_problems(tmp_path):
     graphs = vg(OBJ, []) + vg(OBJ, [{"subject_id": 1, "object_id": 5, "predicate": "on"}], image_id=10)
     path = write(tmp_path, "sg.json", graphs)
-    good, problems = data.load_scene_graphs(path, strict=False)
+    good, problems = load_scene_graphs(path, strict=False)
     assert [g.image_id for g in good] == ["9"]
     assert problems == [("10", "object 5 names an object that does not exist in this graph")]

@@ -6,24 +6,24 @@ import os
 import numpy as np
 import pytest
 import torch
-
-from clid import model as M
-from clid.decode import generate_captions, mask_predict
-from clid.examples import RegionCache, make_examples, pad_regions
-from clid.files import FeatureStore
-from clid.text import eos_id, get_levels, load_tokenizer
-from clid.train import balanced_batches, collate, epoch_batches, masked_lm_loss
-
 from conftest import kill_after_checkpoint, run_script
 from toyworld import make_toy_world
+
+from clid.features.store import FeatureStore, RegionCache, pad_regions
+from clid.model.captioner import Captioner, CaptionerConfig, build_model, minilm_path, preset_config
+from clid.model.checkpoints import load_checkpoint, save_model
+from clid.model.decode import generate_captions, mask_predict
+from clid.model.inputs import make_examples
+from clid.model.train import balanced_batches, collate, epoch_batches, masked_lm_loss
+from clid.text import eos_id, get_levels, load_tokenizer
 
 TINY = dict(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, region_hidden=64)
 
 
 def tiny_model(region_dim=32, levels="caption", dropout=0.0, seed=0):
     torch.manual_seed(seed)
-    config = M.CaptionerConfig(region_dim=region_dim, levels=get_levels(levels), dropout=dropout, **TINY)
-    return M.build_model(config)
+    config = CaptionerConfig(region_dim=region_dim, levels=get_levels(levels), dropout=dropout, **TINY)
+    return build_model(config)
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +222,7 @@ def test_decoding_averages_confidences_by_default_as_the_authors(world):
 
 def test_filled_captions_are_reported(world, monkeypatch):
     """A decoded sequence without "." is reported as filled; one with "." is cut there and is not."""
-    import clid.decode as D
+    import clid.model.decode as D
 
     model = tiny_model().eval()
     dot = model.tokenizer.convert_tokens_to_ids(".")
@@ -242,9 +242,9 @@ def test_filled_captions_are_reported(world, monkeypatch):
 
 def test_save_load_round_trip(tmp_path, world):
     model = tiny_model().eval()
-    M.save_model(model, tmp_path / "ck", {"note": "x"})
+    save_model(model, tmp_path / "ck", {"note": "x"})
     assert {p.name for p in (tmp_path / "ck").iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json"}
-    loaded = M.load_checkpoint(tmp_path / "ck")
+    loaded = load_checkpoint(tmp_path / "ck")
     assert loaded.config == model.config
     for (k, a), (k2, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
         assert k == k2 and torch.equal(a, b)
@@ -254,7 +254,7 @@ def test_save_load_round_trip(tmp_path, world):
     ids = torch.full((1, 9), 103)
     torch.testing.assert_close(model.encode(f, p, m, ids, torch.tensor([1])), loaded.encode(f, p, m, ids, torch.tensor([1])))
     with pytest.raises(SystemExit, match="is not a checkpoint"):
-        M.load_checkpoint(tmp_path)
+        load_checkpoint(tmp_path)
 
 
 def test_epoch_batches_cover_each_epoch():
@@ -327,7 +327,7 @@ def test_balanced_batches_give_every_level_an_equal_share():
 
 
 def test_region_standardization_uses_the_training_images_statistics(tmp_path, world):
-    from clid.data import load_captions
+    from clid.data.captions import load_captions
 
     run_script(*train_cmd(world, tmp_path / "std", "--max-steps", "2", "--region-norm", "standardize"))
     weights = read_weights(tmp_path / "std")
@@ -338,8 +338,8 @@ def test_region_standardization_uses_the_training_images_statistics(tmp_path, wo
     np.testing.assert_allclose(weights["embeddings.region_std"].numpy(), np.maximum(x.std(0), 0.01 * x.std(0).mean()),
                                rtol=1e-4, atol=1e-6)
     # the loaded model equals the same weights without standardization fed standardized features
-    model = M.load_checkpoint(tmp_path / "std")
-    raw = M.Captioner(M.CaptionerConfig.from_json(model.config.to_json() | {"region_norm": "none"})).eval()
+    model = load_checkpoint(tmp_path / "std")
+    raw = Captioner(CaptionerConfig.from_json(model.config.to_json() | {"region_norm": "none"})).eval()
     raw.load_state_dict({k: v for k, v in model.state_dict().items() if k not in ("embeddings.region_mean", "embeddings.region_std")})
     f, p, m = RegionCache(features).batch(["45", "3"])
     ids, lv = torch.full((2, 9), model.tokenizer.mask_token_id), torch.tensor([1, 1])
@@ -391,7 +391,7 @@ def test_a_table_of_the_shortlist_equals_the_full_table(world):
 
     def build(config):
         torch.manual_seed(1)  # the same random draws: the compact table starts as the full table's rows
-        model = M.Captioner(config)
+        model = Captioner(config)
         model.tokenizer = tok
         return model
 
@@ -430,17 +430,17 @@ def test_a_table_of_the_shortlist_equals_the_full_table(world):
 def test_minilm_preset_loads_offline_weights():
     from safetensors import safe_open
 
-    config = M.preset_config("minilm", region_dim=32)
+    config = preset_config("minilm", region_dim=32)
     assert (config.hidden_size, config.num_layers, config.num_heads) == (384, 6, 12)
-    model = M.build_model(config)
-    with safe_open(os.path.join(M.minilm_path(), "model.safetensors"), "pt") as f:
+    model = build_model(config)
+    with safe_open(os.path.join(minilm_path(), "model.safetensors"), "pt") as f:
         for key in ("embeddings.word_embeddings.weight", "encoder.layer.5.output.dense.weight"):
             assert torch.equal(model.state_dict()[key], f.get_tensor(key))
         type0 = f.get_tensor("embeddings.token_type_embeddings.weight")[0]
     assert torch.equal(model.embeddings.token_type_embeddings.weight[8], type0)  # the regions' new type
     # a shortlisted table takes BERT's rows of its tokens
     rows = [0, 103, 1012, 2158, 3899]
-    compact = M.build_model(M.preset_config("minilm", region_dim=32, output_vocab=rows[2:], input_vocab=rows))
+    compact = build_model(preset_config("minilm", region_dim=32, output_vocab=rows[2:], input_vocab=rows))
     torch.testing.assert_close(compact.embeddings.word_embeddings.weight, model.embeddings.word_embeddings.weight[rows])
     torch.testing.assert_close(compact.output_weight, model.embeddings.word_embeddings.weight[rows[2:]])
 
@@ -452,15 +452,15 @@ def test_labert_preset_from_a_local_bert_folder(tmp_path):
     bert = BertModel(BertConfig(hidden_size=48, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96))
     bert.save_pretrained(tmp_path / "bert")
     load_tokenizer().save_pretrained(str(tmp_path / "bert"))
-    config = M.preset_config("labert", region_dim=16, bert=str(tmp_path / "bert"))
+    config = preset_config("labert", region_dim=16, bert=str(tmp_path / "bert"))
     assert (config.hidden_size, config.num_layers, config.region_hidden, config.preset) == (48, 3, 2048, "labert")
-    model = M.build_model(config)
+    model = build_model(config)
     assert torch.equal(model.embeddings.word_embeddings.weight, bert.embeddings.word_embeddings.weight)
     assert torch.equal(model.encoder.layer[2].attention.self.query.weight, bert.encoder.layer[2].attention.self.query.weight)
-    M.save_model(model, tmp_path / "ck")
-    assert M.load_checkpoint(tmp_path / "ck").config.hidden_size == 48
+    save_model(model, tmp_path / "ck")
+    assert load_checkpoint(tmp_path / "ck").config.hidden_size == 48
     with pytest.raises(SystemExit, match="cannot load the BERT config"):
-        M.preset_config("labert", region_dim=16, bert=str(tmp_path / "nothing"))
+        preset_config("labert", region_dim=16, bert=str(tmp_path / "nothing"))
 
 
 def test_class_probabilities_reach_the_region_position_embedding(tmp_path):
@@ -473,7 +473,7 @@ def test_class_probabilities_reach_the_region_position_embedding(tmp_path):
     world = make_toy_world(tmp_path / "w", cls_prob=True)
     run_script(*train_cmd(world, tmp_path / "use", "--max-steps", "2"))
     run_script(*train_cmd(world, tmp_path / "ignore", "--max-steps", "2", "--cls-prob", "ignore"))
-    model, boxes_only = M.load_checkpoint(tmp_path / "use").eval(), M.load_checkpoint(tmp_path / "ignore")
+    model, boxes_only = load_checkpoint(tmp_path / "use").eval(), load_checkpoint(tmp_path / "ignore")
     assert model.config.num_classes == 6 and boxes_only.config.num_classes == 0
     assert model.embeddings.region_position_embed[0].weight.shape[1] == 6 + 6
 
@@ -496,13 +496,13 @@ def test_class_probabilities_reach_the_region_position_embedding(tmp_path):
 
 def test_output_shortlist_trains_and_decodes_only_its_tokens(tmp_path, world):
     """Also trains with --amp (bfloat16 autocast): the checkpoint is float32 and decodes as usual."""
-    from clid.train import corpus_vocab
+    from clid.model.train import corpus_vocab
 
     captions, features = world
     vocab = corpus_vocab([captions], load_tokenizer())
     assert 20 < len(vocab) < 60 and eos_id(load_tokenizer()) in vocab
     run_script(*train_cmd(world, tmp_path / "short", "--max-steps", "3", "--output-vocab", captions, "--amp"))
-    model = M.load_checkpoint(tmp_path / "short")
+    model = load_checkpoint(tmp_path / "short")
     assert model.config.output_vocab == vocab and model.head.bias.shape == (len(vocab),)
     assert model.head.bias.dtype == torch.float32
     assert json.loads((tmp_path / "short" / "config.json").read_text())["train"]["amp"] is True
@@ -549,15 +549,15 @@ def test_tiny_preset_learns_to_read_an_objects_colour_from_its_region():
     guessing a colour present in the image). The demo's tiny preset with 04's loss and schedule at
     lr 1e-3: the accuracy jumps from ~35% to 100% between steps 500 and 700 (two seeds measured).
     At lr 2e-3 the same run stays between 30% and 52% for 900 steps (docs/demo-notes.md, "The binding")."""
-    from clid.train import learning_rate
+    from clid.model.train import learning_rate
 
     lr = 1e-3
     torch.manual_seed(0)
     tok = load_tokenizer()
     vocab = sorted(set(tok.convert_tokens_to_ids(COLOURS + THINGS + ["a", "."])))
-    config = M.preset_config("tiny", region_dim=len(COLOURS) + len(THINGS))
+    config = preset_config("tiny", region_dim=len(COLOURS) + len(THINGS))
     config.dropout, config.output_vocab = 0.0, vocab
-    model = M.build_model(config)
+    model = build_model(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     rng = np.random.default_rng(0)
     masked = torch.zeros(64, 9, dtype=torch.bool)
@@ -593,7 +593,7 @@ def test_tiny_preset_learns_to_read_an_objects_colour_from_its_region():
 def test_training_flags_default_to_the_train_settings():
     import argparse
 
-    from clid.train import TrainSettings, add_train_args, settings_from_args
+    from clid.model.train import TrainSettings, add_train_args, settings_from_args
 
     parser = argparse.ArgumentParser()
     add_train_args(parser)

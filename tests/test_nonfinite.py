@@ -8,12 +8,12 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
-from clid import files
-from clid.files import DataError, FeatureStore, write_quality
-
 from conftest import import_script, run_script
 from toyworld import make_toy_world
+
+from clid import files
+from clid.features.store import FeatureStore, region_problem
+from clid.files import DataError, write_quality
 
 # one image's region features, damaged in the ways that used to turn every weight into NaN
 DAMAGE = {
@@ -61,7 +61,7 @@ def test_a_bad_image_is_an_error_naming_it_or_a_counted_skip(world, kind, monkey
                                            f"first: image 3: {skipping.bad_images['3']}")
 
 
-real_check = files.region_problem
+real_check = region_problem
 
 
 def test_shapes_are_checked(tmp_path):

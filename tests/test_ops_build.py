@@ -16,8 +16,8 @@ import threading
 import time
 
 import pytest
-
 from conftest import ROOT, run_script
+
 import clid.ops as ops
 
 TINY_SOURCE = r"""

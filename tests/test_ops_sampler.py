@@ -11,9 +11,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from scipy import stats
-
 from conftest import ROOT
+from scipy import stats
 
 from clid import ops
 

@@ -22,7 +22,6 @@ import math
 
 import pytest
 import torch
-
 from conftest import run_script
 
 import clid.ops as ops

@@ -69,7 +69,7 @@ def test_07_refuses_a_users_folder_and_with_force_writes_beside_it(world: World,
 
 
 def test_a_test_id_list_saved_with_a_bom_keeps_its_first_id(tmp_path):
-    from clid.data import read_id_list
+    from clid.data.captions import read_id_list
 
     path = tmp_path / "test_ids.txt"
     path.write_bytes("\ufeff391895\n522418\n".encode("utf-8"))

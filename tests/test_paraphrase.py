@@ -5,13 +5,10 @@ import time
 
 import numpy as np
 import pytest
+from conftest import import_script, run_one_thread
 
 from clid import files
 from clid.text import caption_lengths, length_to_level
-
-from conftest import import_script, run_one_thread
-
-
 
 stage03 = import_script("03_paraphrase.py", "stage03")
 

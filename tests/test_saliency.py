@@ -6,13 +6,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import import_script, run_one_thread
 from PIL import Image
 
-from clid import emlnet, files, images, shard
-
-from conftest import import_script, run_one_thread
-
-
+from clid import files, shard
+from clid.saliency import emlnet, images
 
 stage01 = import_script("01_saliency.py", "stage01")
 

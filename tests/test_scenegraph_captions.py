@@ -6,13 +6,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
-from clid import files, scenegraph
-from clid.data import load_scene_graphs
-from clid.text import caption_lengths, length_to_level
-
 from conftest import import_script, run_one_thread
 
+from clid import files
+from clid.data.scenegraphs import load_scene_graphs
+from clid.selfgen import graphs as scenegraph
+from clid.text import caption_lengths, length_to_level
 
 stage02 = import_script("02_scenegraph_captions.py", "stage02")
 

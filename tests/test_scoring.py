@@ -1,19 +1,20 @@
-"""Eq. 2 scoring (clid.scoring) and 05_score_quality.py."""
+"""Eq. 2 scoring (clid.model.scoring) and 05_score_quality.py."""
 import json
 import re
 
 import numpy as np
 import pytest
 import torch
-
-from clid import model as M
-from clid.files import FeatureStore, read_quality
-from clid.scoring import caption_logprobs, caption_logprobs_eager
-from clid.text import eos_id, get_levels
-from clid.examples import RegionCache, make_examples
-
 from conftest import import_script, run_script
 from toyworld import make_toy_world
+
+from clid.features.store import FeatureStore, RegionCache
+from clid.files import read_quality
+from clid.model.captioner import Captioner, CaptionerConfig, build_model
+from clid.model.checkpoints import save_model
+from clid.model.inputs import make_examples
+from clid.model.scoring import caption_logprobs, caption_logprobs_eager
+from clid.text import eos_id, get_levels
 
 TINY = dict(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, region_hidden=64)
 CAPTIONS = ["a red dog", "a blue ball and a green tree", "a dog",
@@ -26,7 +27,7 @@ def setup(tmp_path_factory):
     folder = tmp_path_factory.mktemp("score")
     captions, features = make_toy_world(folder, n_train=12, n_val=2, n_test=2)
     torch.manual_seed(0)
-    model = M.build_model(M.CaptionerConfig(region_dim=32, levels=get_levels("caption"), dropout=0.0, **TINY)).eval()
+    model = build_model(CaptionerConfig(region_dim=32, levels=get_levels("caption"), dropout=0.0, **TINY)).eval()
     store = FeatureStore(features)
     items = [(f"{i}_{n}", str(i), text) for i in range(1, 13) for n, text in enumerate(CAPTIONS) if (i + n) % 2 == 0]
     examples, skipped = make_examples(items, model.tokenizer, model.levels, "selfgen", store)
@@ -56,7 +57,7 @@ def brute_force_prefix(model, examples, regions, i, count_padding=False):
 def test_prefix_scores_equal_the_definition(setup, count_padding):
     _, _, _, model, examples, regions = setup
     fast = caption_logprobs(model, examples, regions, "prefix", batch_size=5, count_padding=count_padding)
-    reference_model = M.Captioner(model.config).double().eval()
+    reference_model = Captioner(model.config).double().eval()
     reference_model.load_state_dict(model.state_dict())
     reference_model.tokenizer = model.tokenizer
     for i in range(0, len(examples), 3):
@@ -99,7 +100,7 @@ def test_approximate_modes(setup):
 def test_score_stage_end_to_end(setup, tmp_path):
     folder, captions, features, model, _, _ = setup
     for name in ("trusted", "extended"):
-        M.save_model(model, tmp_path / name)
+        save_model(model, tmp_path / name)
     selfgen = tmp_path / "selfgen.jsonl"
     with open(selfgen, "w") as f:
         for i in range(1, 17):  # images 13-16 are val/test images
@@ -126,8 +127,8 @@ def test_score_stage_end_to_end(setup, tmp_path):
     np.testing.assert_allclose(q2["logp_trusted"], q["logp_trusted"][selfgen_rows], atol=1e-5)
     # a trusted model that reads class probabilities and an extended one that does not: one clear error
     torch.manual_seed(0)
-    reads_classes = M.build_model(M.CaptionerConfig(region_dim=32, levels=get_levels("caption"), num_classes=6, **TINY))
-    M.save_model(reads_classes, tmp_path / "trusted_cls")
+    reads_classes = build_model(CaptionerConfig(region_dim=32, levels=get_levels("caption"), num_classes=6, **TINY))
+    save_model(reads_classes, tmp_path / "trusted_cls")
     proc = run_script("05_score_quality.py", "--trusted", tmp_path / "trusted_cls", "--extended", tmp_path / "extended",
                       "--selfgen", selfgen, "--features", features, "--out", tmp_path / "q3.h5", "--captions", captions,
                       check=False)
@@ -138,7 +139,7 @@ def test_score_stage_end_to_end(setup, tmp_path):
 def test_a_resumed_score_stage_keeps_the_skip_counts_of_earlier_chunks(setup, tmp_path, monkeypatch, capsys):
     _, captions, features, model, _, _ = setup
     for name in ("trusted", "extended"):
-        M.save_model(model, tmp_path / name)
+        save_model(model, tmp_path / name)
     too_long = " ".join(["a red dog next to a blue ball"] * 12)  # beyond the last level: not scored
     selfgen = tmp_path / "selfgen.jsonl"
     with open(selfgen, "w") as f:

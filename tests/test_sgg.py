@@ -3,11 +3,12 @@ together with Visual Genome graphs."""
 import json
 
 import pytest
-
-from clid import data, files
-from clid.files import DataError
-
 from conftest import run_one_thread
+
+from clid import files
+from clid.data.captions import load_karpathy
+from clid.data.scenegraphs import detect_graph_format, fill_sizes, load_labelmap, load_sgg, load_sizes
+from clid.files import DataError
 
 
 def by_image(graphs):
@@ -15,7 +16,7 @@ def by_image(graphs):
 
 
 def test_loader_on_the_fixture(fixtures):
-    graphs, problems, dropped = data.load_sgg(fixtures / "sgg_predictions.tsv", fixtures / "sgg_labelmap.json",
+    graphs, problems, dropped = load_sgg(fixtures / "sgg_predictions.tsv", fixtures / "sgg_labelmap.json",
                                               min_object_conf=0.2, min_relation_conf=0.1)
     assert problems == []
     g = by_image(graphs)
@@ -37,7 +38,7 @@ def test_loader_on_the_fixture(fixtures):
     assert dropped == {"objects below --min-object-conf": 2, "relations below --min-relation-conf": 4,
                        "relations to a removed object": 2}
     # the thresholds are the flags': objects at 0.35 lose the second cake and its relation too
-    strict = by_image(data.load_sgg(fixtures / "sgg_predictions.tsv", fixtures / "sgg_labelmap.json", 0.35, 0.1)[0])
+    strict = by_image(load_sgg(fixtures / "sgg_predictions.tsv", fixtures / "sgg_labelmap.json", 0.35, 0.1)[0])
     assert [o.object_id for o in strict["522418"].objects] == [0, 1, 2, 3]
     assert [(r.subject_id, r.object_id) for r in strict["522418"].relations] == [(0, 2), (1, 3)]
 
@@ -45,8 +46,8 @@ def test_loader_on_the_fixture(fixtures):
 def test_sizes_from_the_hw_file_the_images_or_the_boxes(fixtures, tmp_path):
     from PIL import Image
 
-    graphs, _, _ = data.load_sgg(fixtures / "sgg_predictions.tsv", fixtures / "sgg_labelmap.json")
-    used = data.fill_sizes(graphs, data.load_sizes(fixtures / "sgg_hw.tsv"))
+    graphs, _, _ = load_sgg(fixtures / "sgg_predictions.tsv", fixtures / "sgg_labelmap.json")
+    used = fill_sizes(graphs, load_sizes(fixtures / "sgg_hw.tsv"))
     assert used == {"the sizes file": 3, "the boxes' extent": 1}
     g = by_image(graphs)
     assert (g["391895"].width, g["391895"].height) == (640, 360)
@@ -54,16 +55,16 @@ def test_sizes_from_the_hw_file_the_images_or_the_boxes(fixtures, tmp_path):
     images = tmp_path / "val2014"
     images.mkdir()
     Image.new("RGB", (500, 336)).save(images / "COCO_val2014_000000184613.jpg")
-    used = data.fill_sizes(graphs, data.load_sizes(fixtures / "sgg_hw.tsv"), tmp_path)
+    used = fill_sizes(graphs, load_sizes(fixtures / "sgg_hw.tsv"), tmp_path)
     assert used == {"the sizes file": 3, "the images": 1} and (g["184613"].width, g["184613"].height) == (500, 336)
     # VG's image_data.json is a sizes file too (keyed by VG id)
-    assert data.load_sizes(fixtures / "vg_image_data_sample.json")["107899"] == (500.0, 375.0)
+    assert load_sizes(fixtures / "vg_image_data_sample.json")["107899"] == (500.0, 375.0)
 
 
 def test_label_indices_need_the_labelmap(fixtures):
     with pytest.raises(DataError, match=r"sgg_predictions.tsv: line 2 \(image 000000522418\) objects\[0\]: object "
                                         r"class 5 is a label index: give --labelmap"):
-        data.load_sgg(fixtures / "sgg_predictions.tsv")
+        load_sgg(fixtures / "sgg_predictions.tsv")
 
 
 def write_tsv(tmp_path, lines):
@@ -83,7 +84,7 @@ def test_bad_lines_are_named_and_left_out(tmp_path):
         ("000000000005", {"objects": [obj]}),
         ("000000000005", {"objects": [obj]}),
     ])
-    graphs, problems, _ = data.load_sgg(path, strict=False)
+    graphs, problems, _ = load_sgg(path, strict=False)
     assert [g.image_id for g in graphs] == ["5"]
     assert problems == [("1", "obj_id 3 is not an index into the 1 objects"),
                         ("2", "'rect' must be four numbers [x1, y1, x2, y2], got [0, 0, 'x', 10]"),
@@ -91,16 +92,16 @@ def test_bad_lines_are_named_and_left_out(tmp_path):
                         ("4", "'conf' must be a number, got 'high'"),
                         ("5", "image 5 is listed twice")]
     with pytest.raises(DataError, match=r"predictions.tsv: line 1 \(image 000000000001\) relations\[0\]: obj_id 3"):
-        data.load_sgg(path)
+        load_sgg(path)
 
 
 def test_format_detection(fixtures, tmp_path):
-    assert data.detect_graph_format(fixtures / "vg_scene_graphs_sample.json") == "vg"
-    assert data.detect_graph_format(fixtures / "sgg_predictions.tsv") == "sgg"
+    assert detect_graph_format(fixtures / "vg_scene_graphs_sample.json") == "vg"
+    assert detect_graph_format(fixtures / "sgg_predictions.tsv") == "sgg"
     other = tmp_path / "graphs.txt"
     other.write_text("dog on grass\n")
     with pytest.raises(DataError, match="unknown scene-graph format .* give --graph-format"):
-        data.detect_graph_format(other)
+        detect_graph_format(other)
 
 
 def test_02_on_vg_and_generated_graphs_together(fixtures, tmp_path):
@@ -154,10 +155,10 @@ def test_02_with_a_forced_wrong_format_is_one_clear_line(fixtures, tmp_path):
 def test_flickr30k_with_generated_graphs_only(fixtures, tmp_path):
     """The Flickr30k recipe: the Karpathy split file dataset_flickr30k.json (ids are file-name stems) and generated
     graphs keyed by file name; the self-generated captions reach training for the train images only."""
-    from clid.examples import training_items
+    from clid.model.inputs import training_items
 
     karpathy = fixtures / "dataset_flickr30k_sample.json"
-    splits = {r.image_id: r.split for r in data.load_karpathy(karpathy)}
+    splits = {r.image_id: r.split for r in load_karpathy(karpathy)}
     assert splits == {"1000092795": "train", "10002456": "test"}
     man = {"rect": [120.5, 40.2, 260.8, 330.0], "class": "man", "conf": 0.91, "attr": ["young"]}
     bush = {"rect": [0.0, 150.3, 500.0, 333.0], "class": "bush", "conf": 0.64, "attr": ["green"]}
@@ -180,14 +181,14 @@ def test_bad_labelmap_and_sizes_files(fixtures, tmp_path):
     bad = tmp_path / "labelmap.json"
     bad.write_text(json.dumps({"labels": ["woman", "cake"]}))
     with pytest.raises(DataError, match=r"labelmap.json: top level: expected 'label_to_idx' or 'idx_to_label'"):
-        data.load_labelmap(bad)
+        load_labelmap(bad)
     small = tmp_path / "small.json"
     small.write_text(json.dumps({"label_to_idx": {"woman": 5}, "attribute_to_idx": {"smiling": 2}}))
-    graphs, problems, _ = data.load_sgg(fixtures / "sgg_predictions.tsv", small, strict=False)
+    graphs, problems, _ = load_sgg(fixtures / "sgg_predictions.tsv", small, strict=False)
     assert problems == [("522418", "object index 1 is not in the labelmap")]
     assert [g.image_id for g in graphs] == ["391895", "318219", "184613"]  # the lines with names still load
     hw = tmp_path / "hw.tsv"
     hw.write_text('000000391895\t[{"height": 360, "width": 640}]\n000000000001\t[{"height": 10}]\n')
     with pytest.raises(DataError, match=r'hw.tsv: line 2 \(image 000000000001\): expected an image key, a tab, '
                                         r'then \[\{"height": H, "width": W\}\]'):
-        data.load_sizes(hw)
+        load_sizes(hw)

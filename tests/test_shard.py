@@ -1,10 +1,9 @@
 import numpy as np
 import pytest
+from conftest import run_script
 
 from clid import files, shard
 from clid.rng import item_rng, item_seed
-
-from conftest import run_script
 
 
 def run(items, out, spec, chunk_size, process, record=None, restart=False):

@@ -6,10 +6,9 @@ import subprocess
 import sys
 
 import pytest
-
-from clid import data
-
 from conftest import ROOT, import_script
+
+from clid.data.__main__ import parse_args
 
 RECORD = "import json, os, sys\nwith open(os.environ['CALLS'], 'a') as f:\n    f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
 TORCHRUN = 'torchrun() { while [ "${1%.py}" = "$1" ]; do shift; done; $PY "$@"; }; export -f torchrun; '
@@ -39,7 +38,7 @@ def test_sbatch_commands_parse(tmp_path, script, args):
         assert ops.parse_args(call[2:]).command == "build"
         return
     if call[:2] == ["-m", "clid.data"]:
-        parsed = data.parse_args(call[2:])
+        parsed = parse_args(call[2:])
         assert parsed.command == "convert-coco" and parsed.out == "/data/coco/karpathy.json"
         assert parsed.captions == ["/data/coco/annotations/captions_train2014.json",
                                    "/data/coco/annotations/captions_val2014.json"]

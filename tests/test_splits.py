@@ -3,14 +3,14 @@ and 07's coverage lines, on the real COCO 2014 caption files where it matters.""
 import json
 
 import pytest
-
-from clid import data
-from clid.examples import training_items
-from clid.files import DataError
-from clid.text import karpathy_tokens
-
 from conftest import ROOT, run_script
 from toyworld import make_toy_world
+
+from clid.data.captions import load_karpathy
+from clid.data.splits import SPLIT_FIX, convert_coco, karpathy_test_ids, training_records, val_rank
+from clid.files import DataError
+from clid.model.inputs import training_items
+from clid.text import karpathy_tokens
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +25,12 @@ def converted(coco_annotations, tmp_path_factory):
 def test_converter_on_the_real_coco_files_gives_karpathy_splits(converted):
     out, stdout = converted
     assert "splits: train 113,287 / val 5,000 / test 5,000 images" in stdout
-    records = data.load_karpathy(out)
+    records = load_karpathy(out)
     by_split = {}
     for r in records:
         by_split.setdefault(r.split, set()).add(r.image_id)
     assert {k: len(v) for k, v in by_split.items()} == {"train": 113287, "val": 5000, "test": 5000}
-    assert by_split["test"] == set(data.karpathy_test_ids())
+    assert by_split["test"] == set(karpathy_test_ids())
     assert not by_split["test"] & (by_split["train"] | by_split["val"])
     # val is drawn from val2014 only; train holds all of train2014 and the rest of val2014
     folders = {r.image_id: r.filename.split("/")[0] for r in records}
@@ -38,7 +38,7 @@ def test_converter_on_the_real_coco_files_gives_karpathy_splits(converted):
     assert sum(folders[i] == "train2014" for i in by_split["train"]) == 82783
     # the documented rule: the 5,000 non-test val2014 images with the smallest SHA-1 of their id
     candidates = sorted((i for i, f in folders.items() if f == "val2014" and i not in by_split["test"]),
-                        key=data.val_rank)
+                        key=val_rank)
     assert set(candidates[:5000]) == by_split["val"]
     # Karpathy fields, and captions equal to those of the official file
     with open(out) as f:
@@ -57,8 +57,8 @@ def test_converter_takes_val_and_restval_from_a_karpathy_file(fixtures, tmp_path
     out = tmp_path / "k.json"
     proc = run_script("-m", "clid.data", "convert-coco", "--captions", fixtures / "captions_val2014_sample.json",
                       "--karpathy", fixtures / "dataset_coco_sample.json", "--out", out)
-    given = {r.image_id: r.split for r in data.load_karpathy(fixtures / "dataset_coco_sample.json")}
-    converted = {r.image_id: r for r in data.load_karpathy(out)}
+    given = {r.image_id: r.split for r in load_karpathy(fixtures / "dataset_coco_sample.json")}
+    converted = {r.image_id: r for r in load_karpathy(out)}
     assert {i: r.split for i, r in converted.items()} == given  # train, val, test and restval as in the Karpathy split file
     assert converted["391895"].filename == "val2014/COCO_val2014_000000391895.jpg"
     assert "warning: 4999 of the 5000 Karpathy test images are not in the captions files" in proc.stdout
@@ -73,11 +73,11 @@ def test_converter_val_draw_does_not_depend_on_file_order(fixtures, tmp_path):
         part = dict(sample, images=images, annotations=[a for a in sample["annotations"] if a["image_id"] in ids])
         halves.append(tmp_path / f"part{k}.json")
         halves[-1].write_text(json.dumps(part))
-    one, _ = data.convert_coco(halves, val_size=1)
-    two, notes = data.convert_coco(halves[::-1], val_size=1)
+    one, _ = convert_coco(halves, val_size=1)
+    two, notes = convert_coco(halves[::-1], val_size=1)
     assert one == two
     splits = {im["cocoid"]: im["split"] for im in one["images"]}
-    non_test = sorted((str(i) for i, s in splits.items() if s != "test"), key=data.val_rank)
+    non_test = sorted((str(i) for i, s in splits.items() if s != "test"), key=val_rank)
     assert splits[391895] == "test" and [i for i, s in splits.items() if s == "val"] == [int(non_test[0])]
     assert any(line.startswith("splits: train 2 / val 1 / test 1") for line in notes)
 
@@ -111,7 +111,7 @@ def test_04_refuses_the_official_val2014_file(coco_annotations, tmp_path):
 def test_test_ids_hold_the_karpathy_test_images_out(coco_annotations):
     items = training_items(coco_annotations / "captions_val2014.json", test_ids="karpathy")
     trained = {i for _, i, _ in items.trusted}
-    assert len(trained) == 40504 - 5000 and not trained & set(data.karpathy_test_ids())
+    assert len(trained) == 40504 - 5000 and not trained & set(karpathy_test_ids())
     assert items.notes == ["held out of training and validation: 5000 images of --test-ids karpathy"]
     everything = training_items(coco_annotations / "captions_val2014.json", split_check=False)
     assert len({i for _, i, _ in everything.trusted}) == 40504
@@ -163,7 +163,7 @@ def test_06_refuses_a_leaky_file_with_one_line(fixtures, tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"error: {tmp_path / 'leaky.json'}: 1 training images are Karpathy test images (first: 391895); "
-        + data.SPLIT_FIX]
+        + SPLIT_FIX]
 
 
 # ---- clid.stats --split ---------------------------------------------------------------------
@@ -232,11 +232,11 @@ def test_paragraphs_train_on_their_split_files_only(fixtures, tmp_path):
     import shutil
 
     folder = fixtures / "stanford_paragraphs"
-    train, val, _ = data.training_records(folder / "paragraphs_v1.json")
+    train, val, _ = training_records(folder / "paragraphs_v1.json")
     expected = {str(i) for i in json.loads((folder / "train_split.json").read_text())}
     assert {r.image_id for r in train} == expected and {r.split for r in train} == {"train"}
     test = {str(i) for i in json.loads((folder / "test_split.json").read_text())}
     assert not test & ({r.image_id for r in train} | {r.image_id for r in val})
     shutil.copy(folder / "paragraphs_v1.json", tmp_path / "paragraphs_v1.json")
     with pytest.raises(DataError, match="no train/val/test split.*train_split.json"):
-        data.training_records(tmp_path / "paragraphs_v1.json")
+        training_records(tmp_path / "paragraphs_v1.json")

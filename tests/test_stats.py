@@ -1,10 +1,9 @@
 import json
 
 import pytest
+from conftest import run_script
 
 from clid.stats import length_stats
-
-from conftest import run_script
 
 
 def test_length_stats_levels():
@@ -32,7 +31,7 @@ def test_stats_on_paragraph_levels(fixtures):
 
 
 def test_paragraph_bands_beside_the_papers_shares(fixtures, capsys):
-    from clid.data import load_captions
+    from clid.data.captions import load_captions
     from clid.stats import main
     from clid.text import caption_lengths
 
@@ -74,7 +73,7 @@ def test_split_of_a_paragraph_file_comes_from_its_split_files(fixtures, tmp_path
     """--split on paragraphs_v1.json reads the split files beside it; without them it is one clear error."""
     import shutil
 
-    from clid.data import load_captions
+    from clid.data.captions import load_captions
     from clid.files import DataError
     from clid.stats import file_lengths
     from clid.text import caption_lengths

@@ -24,7 +24,7 @@ def test_length_counts_wordpieces_plus_final_period():
 
 
 def test_encode_matches_the_tokenizer_on_real_captions(fixtures):
-    from clid.data import load_karpathy
+    from clid.data.captions import load_karpathy
 
     tok = text.load_tokenizer()
     captions = [c for r in load_karpathy(fixtures / "dataset_coco_sample.json") for c in r.captions]

@@ -5,14 +5,14 @@
 ``scenes`` (placing objects, occlusion, salience), ``relations`` (read off the drawn geometry),
 ``graphs`` (Visual Genome graphs and a scene-graph generator's noise), ``captions`` (trusted captions),
 ``references`` (long references), ``worker`` (one image start to finish, in worker processes) and
-``preview`` (the contact sheet). Region features come from :mod:`clid.features`.
+``preview`` (the contact sheet). Region features come from :mod:`clid.features.encoder`.
 """
-from .captions import NOUNS, YOUNG
-from .drawing import paint_thing
-from .graphs import VG_ID_OFFSET, noise_report
-from .preview import read_preview_records, write_preview
-from .worker import make_images
-from .world import ALL_COLOURS, BACKGROUND_NAMES, CATEGORIES, COLOURS, Thing
+from clid.demo.captions import NOUNS, YOUNG
+from clid.demo.drawing import paint_thing
+from clid.demo.graphs import VG_ID_OFFSET, noise_report
+from clid.demo.preview import read_preview_records, write_preview
+from clid.demo.worker import make_images
+from clid.demo.world import ALL_COLOURS, BACKGROUND_NAMES, CATEGORIES, COLOURS, Thing
 
 __all__ = ["ALL_COLOURS", "BACKGROUND_NAMES", "CATEGORIES", "COLOURS", "NOUNS", "VG_ID_OFFSET", "YOUNG", "Thing",
            "make_images", "noise_report", "paint_thing", "read_preview_records", "write_preview"]

@@ -8,13 +8,12 @@ import math
 
 import numpy as np
 
-from .. import english as en
-from ..rng import item_rng
-from ..text import caption_lengths
-from .relations import attributes_of, forward, region_of
-from .scenes import pick, pick_many
-from .world import PATTERNS, PEOPLE, Scene, Thing
-
+from clid.demo.relations import attributes_of, forward, region_of
+from clid.demo.scenes import pick, pick_many
+from clid.demo.world import PATTERNS, PEOPLE, Scene, Thing
+from clid.rng import item_rng
+from clid.selfgen import english as en
+from clid.text import caption_lengths
 
 # =============================================================================================
 # Words: nouns, verbs, relations and places, as people write them

@@ -8,7 +8,7 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw, ImageOps
 
-from .world import PEOPLE, Scene, Thing
+from clid.demo.world import PEOPLE, Scene, Thing
 
 SUPERSAMPLE = 2  # objects are drawn at 2x and box-filtered down (anti-aliasing)
 

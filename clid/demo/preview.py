@@ -6,8 +6,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
-from ..files import atomic_path, read_json
-from .world import BACKGROUND_NAMES
+from clid.demo.world import BACKGROUND_NAMES
+from clid.files import atomic_path, read_json
 
 
 def write_preview(path: Path, out: Path, records: list, n: int) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from .world import PEOPLE, SCENES, Scene, Thing
+from clid.demo.world import PEOPLE, SCENES, Scene, Thing
 
 INVERSE = {"held by": "holding", "supporting": "on", "over": "under"}  # b <pred> a reads better
 

@@ -6,10 +6,26 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..rng import item_rng
-from .drawing import paint_background, paint_thing
-from .world import (ALL_COLOURS, CARRIES, CATEGORIES, CLOTHES, COLOURS, COVERS, GROUND, HAIR, PATTERNS, PEOPLE,
-                    SCENES, SKIN, SKY_COLOURS, WALL_COLOURS, Scene, Thing)
+from clid.demo.drawing import paint_background, paint_thing
+from clid.demo.world import (
+    ALL_COLOURS,
+    CARRIES,
+    CATEGORIES,
+    CLOTHES,
+    COLOURS,
+    COVERS,
+    GROUND,
+    HAIR,
+    PATTERNS,
+    PEOPLE,
+    SCENES,
+    SKIN,
+    SKY_COLOURS,
+    WALL_COLOURS,
+    Scene,
+    Thing,
+)
+from clid.rng import item_rng
 
 
 def pick(rng, options, weights=None):

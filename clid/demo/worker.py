@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..features import RegionFeatures
-from ..files import atomic_path
-from ..text import load_tokenizer
-from .captions import trusted_captions
-from .graphs import scene_graphs
-from .references import long_references, paragraph
-from .scenes import build_scene
-from .world import Scene
+from clid.demo.captions import trusted_captions
+from clid.demo.graphs import scene_graphs
+from clid.demo.references import long_references, paragraph
+from clid.demo.scenes import build_scene
+from clid.demo.world import Scene
+from clid.features.encoder import RegionFeatures
+from clid.files import atomic_path
+from clid.text import load_tokenizer
 
 
 def region_boxes(scene: Scene) -> list[tuple]:

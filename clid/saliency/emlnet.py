@@ -7,7 +7,7 @@ ImageNet and a Places encoder. Module names follow the official checkpoints, so 
 Checkpoints are read without unpickling (safetensors, or ``torch.load(weights_only=True)``). A
 ``.pth`` that holds a whole pickled module is refused; convert it once, if you trust it::
 
-    python -m clid.emlnet convert --trust-pickle res_imagenet.pth --out res_imagenet.safetensors
+    python -m clid.saliency.emlnet convert --trust-pickle res_imagenet.pth --out res_imagenet.safetensors
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .cli import HelpFormatter
+from clid.cli import HelpFormatter
 
 EMLNET_SIZE = (480, 640)  # (height, width) of the SALICON images EML-Net was trained on
 EMLNET_BLUR = 5.0  # sigma of the official post-processing blur, in pixels at EMLNET_SIZE
@@ -150,7 +150,7 @@ def read_state_dict(path) -> dict[str, torch.Tensor]:
     Reads ``.safetensors``, or a ``.pth`` with ``torch.load(weights_only=True)``, which refuses
     anything but tensors and plain containers: a file is never unpickled, so it cannot run code.
     A ``.pth`` that holds more (a whole pickled module) is refused with the one-time conversion
-    command, ``python -m clid.emlnet convert --trust-pickle``.
+    command, ``python -m clid.saliency.emlnet convert --trust-pickle``.
     """
     path = Path(path)
     if not path.exists():
@@ -167,7 +167,7 @@ def read_state_dict(path) -> dict[str, torch.Tensor]:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError:
             raise SystemExit(f"error: {path}: holds more than tensors, and loading it would run code stored in the "
-                             f"file; it is not loaded. If you trust the file, convert it once: python -m clid.emlnet "
+                             f"file; it is not loaded. If you trust the file, convert it once: python -m clid.saliency.emlnet "
                              f"convert --trust-pickle {path} --out {path.with_suffix('.safetensors')}") from None
         except Exception as err:  # not a zip or legacy torch file, truncated, ...
             raise SystemExit(f"error: {path}: cannot read this file as a PyTorch checkpoint ({err})") from None
@@ -225,14 +225,14 @@ class EMLNet:
 
 
 # ---------------------------------------------------------------------------------------------
-# python -m clid.emlnet convert --trust-pickle IN.pth --out OUT.safetensors
+# python -m clid.saliency.emlnet convert --trust-pickle IN.pth --out OUT.safetensors
 
 def convert(source, out, trust_pickle: bool) -> int:
     """Write the tensors of a checkpoint as safetensors; returns their count. Unpickles the source
     (which can run code stored in it) only when ``trust_pickle`` is set."""
     from safetensors.torch import save_file
 
-    from .files import atomic_path
+    from clid.files import atomic_path
 
     source = Path(source)
     if not source.exists():
@@ -254,7 +254,7 @@ def convert(source, out, trust_pickle: bool) -> int:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m clid.emlnet", formatter_class=HelpFormatter,
+    parser = argparse.ArgumentParser(prog="python -m clid.saliency.emlnet", formatter_class=HelpFormatter,
                                      description="Convert an EML-Net checkpoint to safetensors, once.")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("convert", help="write a .pth checkpoint's tensors as .safetensors", formatter_class=HelpFormatter)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import SceneGraph, check_box
-from .files import DataError, h5_number, open_h5
+from clid.data.records import SceneGraph
+from clid.data.scenegraphs import check_box
+from clid.files import DataError, h5_number, open_h5
 
 # centre-bias prior: an isotropic Gaussian at the image centre, sigma = PRIOR_SIGMA * image side
 PRIOR_SIGMA = 0.25
@@ -239,7 +240,7 @@ def output_ids(graphs: list[SceneGraph], image_data, several_files: bool) -> lis
 
 
 def load_problem_kind(reason: str) -> str:
-    """The kind of a graph the loader rejected (clid.data.load_scene_graphs reasons)."""
+    """The kind of a graph the loader rejected (clid.data.scenegraphs.load_scene_graphs reasons)."""
     if "does not exist" in reason:
         return "relationship names a missing object"
     if "outside" in reason:

@@ -21,15 +21,13 @@ tokenizer files, so the folder alone rebuilds the model; loading never unpickles
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .text import default_tokenizer_path, get_levels, load_tokenizer
+from clid.text import default_tokenizer_path, get_levels, load_tokenizer
 
 # ---------------------------------------------------------------------------------------------
 # Configuration and presets
@@ -86,6 +84,7 @@ class CaptionerConfig:
 
 
 REGION_NORMS = ("none", "standardize")
+
 
 PRESETS = {
     # random init; small enough to train on a laptop CPU in minutes
@@ -275,7 +274,7 @@ class Embeddings(nn.Module):
         self.region_position_embed = nn.Sequential(nn.Linear(6 + c.num_classes, c.hidden_size), nn.ReLU())
         self.region_type = c.region_type
         self.standardize = c.region_norm == "standardize"
-        if self.standardize:  # set from the training features by clid.train.standardize_regions
+        if self.standardize:  # set from the training features by clid.model.train.standardize_regions
             self.register_buffer("region_mean", torch.zeros(c.region_dim))
             self.register_buffer("region_std", torch.ones(c.region_dim))
 
@@ -483,53 +482,6 @@ def load_bert_weights(model: Captioner, name_or_path: str) -> None:
     expected = sum(1 for k in source if not k.startswith("pooler") and "position_ids" not in k)
     if copied < expected:
         raise SystemExit(f"error: only {copied} of {expected} BERT tensors of {name_or_path!r} fit the captioner")
-
-
-# ---------------------------------------------------------------------------------------------
-# Checkpoints: model.safetensors + config.json + tokenizer files (+ training state, see clid.train)
-
-
-def save_model(model: Captioner, folder, extra_config: dict | None = None) -> None:
-    """Write the model, its config and its tokenizer into ``folder`` (which must be new or a staging dir)."""
-    from safetensors.torch import save_model as save_safetensors
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_safetensors(model, str(folder / "model.safetensors"))
-    config = {"model": model.config.to_json(), **(extra_config or {})}
-    (folder / "config.json").write_text(json.dumps(config, indent=1))
-    model.tokenizer.save_pretrained(str(folder))
-
-
-def load_weights(model: nn.Module, path, device="cpu") -> None:
-    """Load a ``model.safetensors`` into ``model``; a damaged file or one of another model is one DataError."""
-    from safetensors.torch import load_model as load_safetensors
-
-    from .files import DataError
-
-    try:
-        load_safetensors(model, str(path), device=str(device))
-    except Exception as err:  # safetensors raises its own error types, torch a RuntimeError on shapes
-        message = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
-        raise DataError(path, None, f"cannot load these weights into the model of config.json ({message})") from None
-
-
-def load_checkpoint(folder, device="cpu") -> Captioner:
-    """Rebuild the model and its tokenizer from a checkpoint folder (no pickle involved)."""
-    from .files import DataError, read_json
-
-    folder = Path(folder)
-    if not (folder / "config.json").exists() or not (folder / "model.safetensors").exists():
-        raise SystemExit(f"error: {folder} is not a checkpoint (needs config.json and model.safetensors)")
-    saved = read_json(folder / "config.json")
-    try:
-        config = CaptionerConfig.from_json(saved["model"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise DataError(folder / "config.json", None, f"not a model config ({type(err).__name__}: {err})") from None
-    model = Captioner(config)
-    load_weights(model, folder / "model.safetensors", device)
-    model.tokenizer = load_tokenizer(str(folder))
-    return model.to(device).eval()
 
 
 def count_parameters(model: nn.Module) -> int:

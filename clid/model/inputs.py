@@ -11,11 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-import torch
-
-from .files import DataError, FeatureStore
-from .model import region_inputs
-from .text import encode, get_levels, length_to_level
+from clid.features.store import FeatureStore
+from clid.text import encode, get_levels, length_to_level
 
 
 @dataclass
@@ -87,10 +84,11 @@ class CaptionItems:
 def training_items(captions_path, selfgen_path=None, test_ids=None, split_check: bool = True) -> CaptionItems:
     """Trusted captions of the train split (Karpathy "restval" included) and the self-generated
     captions of train-split images; self-generated captions of other images are counted, not used.
-    The split guard (:func:`clid.data.training_records`) refuses files that would train on test images."""
-    from .data import report_wordless, training_records
-    from .files import read_jsonl
-    from .text import preprocess
+    The split guard (:func:`clid.data.splits.training_records`) refuses files that would train on test images."""
+    from clid.data.records import report_wordless
+    from clid.data.splits import training_records
+    from clid.files import read_jsonl
+    from clid.text import preprocess
 
     train, val, notes = training_records(captions_path, test_ids, split_check)
     trusted = [(f"{r.image_id}#{j}", r.image_id, text) for r in train for j, text in enumerate(r.captions)]
@@ -107,48 +105,3 @@ def training_items(captions_path, selfgen_path=None, test_ids=None, split_check:
                 skipped["selfgen: image not in the training split"] += 1
         report_wordless(selfgen_path, wordless)
     return CaptionItems(trusted, selfgen, [r.image_id for r in val], skipped, notes)
-
-
-def pad_regions(items: list[tuple[torch.Tensor, torch.Tensor]], dtype=torch.float32):
-    """Stack per-image (features [R, D], box inputs [R, 6+C]) into padded [B, Rmax, .] + mask [B, Rmax]."""
-    R = max(f.shape[0] for f, _ in items)
-    B = len(items)
-    feats = torch.zeros(B, R, items[0][0].shape[1], dtype=dtype)
-    pos = torch.zeros(B, R, items[0][1].shape[1], dtype=dtype)
-    mask = torch.zeros(B, R, dtype=torch.bool)
-    for i, (f, p) in enumerate(items):
-        feats[i, : f.shape[0]] = f
-        pos[i, : p.shape[0]] = p
-        mask[i, : f.shape[0]] = True
-    return feats, pos, mask
-
-
-def load_regions(features: FeatureStore, image_id, num_classes: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(features [R, D], region position inputs [R, 6 + num_classes]) of one image; ``num_classes`` > 0
-    appends the file's ``cls_prob``, which must be that wide."""
-    r = features.get(image_id)
-    if num_classes and (r.cls_prob is None or r.cls_prob.shape[1] != num_classes):
-        found = "no cls_prob" if r.cls_prob is None else f"cls_prob of {r.cls_prob.shape[1]} classes"
-        raise DataError(features.path, f"image {image_id}",
-                        f"{found}, but the model reads {num_classes} class probabilities per region")
-    pos = region_inputs(r.boxes, r.width, r.height, r.cls_prob if num_classes else None)
-    return torch.as_tensor(r.features, dtype=torch.float32), pos
-
-
-class RegionCache:
-    """Region inputs (features, 6-d boxes plus ``num_classes`` class probabilities) per image id, read
-    from the HDF5 once and kept in memory."""
-
-    def __init__(self, features: FeatureStore, num_classes: int = 0):
-        self.features = features
-        self.num_classes = num_classes
-        self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def get(self, image_id: str):
-        item = self._cache.get(image_id)
-        if item is None:
-            item = self._cache[image_id] = load_regions(self.features, image_id, self.num_classes)
-        return item
-
-    def batch(self, image_ids: list[str]):
-        return pad_regions([self.get(i) for i in image_ids])

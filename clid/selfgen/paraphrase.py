@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from . import english as en
-from .text import karpathy_tokens
+from clid.selfgen import english as en
+from clid.text import karpathy_tokens
 
 # ---------------------------------------------------------------------------------------------
 # Noun phrases, as far as rules can find them

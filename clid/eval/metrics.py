@@ -39,10 +39,17 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data import (detect_format, karpathy_test_ids, load_coco_captions, load_jsonl_captions, load_karpathy,
-                   load_paragraphs, read_id_list)
-from .files import DataError, natural_key, read_json, read_jsonl, write_jsonl
-from .text import LEVEL_SETS, caption_lengths, get_levels, karpathy_tokens
+from clid.data.captions import (
+    detect_format,
+    load_coco_captions,
+    load_jsonl_captions,
+    load_karpathy,
+    load_paragraphs,
+    read_id_list,
+)
+from clid.data.splits import karpathy_test_ids
+from clid.files import DataError, natural_key, read_json, read_jsonl, write_jsonl
+from clid.text import LEVEL_SETS, caption_lengths, get_levels, karpathy_tokens
 
 BLEU = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4")
 QUALITY_METRICS = BLEU + ("METEOR", "ROUGE_L", "CIDEr", "SPICE")

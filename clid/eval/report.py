@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import statistics
 
-from .files import atomic_path, natural_key, write_json
-from .metrics import QUALITY_METRICS
-from .text import caption_lengths
+from clid.eval.metrics import QUALITY_METRICS
+from clid.files import atomic_path, natural_key, write_json
+from clid.text import caption_lengths
 
 # The paper's Table 1: control precision (%) at the 7 caption levels, and their average
 PAPER_TABLE1 = {"LaBERT (paper, Table 1)": (100, 98.03, 93.75, 83.78, 49.92, 51.19, 0, 68.10),
@@ -323,7 +323,7 @@ def plot_length_histograms(path, sources: dict[str, list[int] | dict[int, list[i
 
 def length_histograms(trusted, selfgen, tokenizer, keep_sentences) -> dict:
     """Lengths of the trusted training captions and of the self-generated ones (``selfgen`` JSONL)."""
-    from .files import read_jsonl
+    from clid.files import read_jsonl
 
     histograms = {}
     trusted_texts = [c for r in trusted for c in r.captions]
@@ -338,7 +338,7 @@ def length_histograms(trusted, selfgen, tokenizer, keep_sentences) -> dict:
 def write_outputs(out, meta, methods, results, generated, refs, long_refs, levels, histograms, examples) -> None:
     """metrics.json (per run and per method), report.md, the plots, and a summary on the terminal.
 
-    ``methods``: method -> its run ids; ``results``: run -> :func:`clid.metrics.evaluate`'s result
+    ``methods``: method -> its run ids; ``results``: run -> :func:`clid.eval.metrics.evaluate`'s result
     (with its counted ``lengths``); ``generated``: run -> ``{level: {image_id: caption}}``.
     """
     summary = method_results(methods, results)
@@ -388,7 +388,7 @@ def combine(eval_dirs, out) -> None:
     reported together: every run of a method in any folder is one of its runs (mean ± std)."""
     from pathlib import Path
 
-    from .files import DataError, read_json
+    from clid.files import DataError, read_json
 
     out = Path(out)
     results, methods, meta = {}, {}, None

@@ -22,10 +22,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import ops
-from .model import Captioner
-from .text import eos_id
-from .examples import Examples, RegionCache
+from clid import ops
+from clid.features.store import RegionCache
+from clid.model.captioner import Captioner
+from clid.model.inputs import Examples
+from clid.text import eos_id
 
 MODES = ("prefix", "pseudo", "onepass")
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,17 +23,19 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .data import add_split_args
-from .examples import Examples, RegionCache
-from .files import DataError, FeatureStore, add_bad_features_arg, check_not_input, check_output_folder, foreign_entries, read_json
-from .model import REGION_NORMS, Captioner, load_checkpoint, load_weights, save_model
-from .rng import item_rng, item_seed
-from .text import encode, eos_id
+from clid.data.splits import add_split_args
+from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
+from clid.model.captioner import REGION_NORMS, Captioner
+from clid.model.checkpoints import checkpoint_exists, restore, save_checkpoint
+from clid.model.inputs import Examples
+from clid.rng import item_rng, item_seed
+from clid.runs import already_trained, check_resume
+from clid.text import encode, eos_id
 
 
 def corpus_vocab(paths, tokenizer) -> list[int]:
     """Sorted token ids used by the captions of these files, plus "." and [UNK] (an output shortlist)."""
-    from .data import load_captions
+    from clid.data.captions import load_captions
 
     ids = {eos_id(tokenizer), tokenizer.unk_token_id}
     for path in paths:
@@ -88,8 +89,8 @@ def masked_lm_loss(logits, targets, eos: int, eos_weight: float = 0.5, smoothing
 
 def quick_control_precision(model: Captioner, features: FeatureStore, image_ids: list[str], device) -> dict:
     """Share of ``image_ids`` whose caption decoded at each level has a length inside that level."""
-    from .decode import generate_captions
-    from .metrics import control_precision
+    from clid.eval.metrics import control_precision
+    from clid.model.decode import generate_captions
 
     levels = list(range(1, model.config.num_levels + 1))
     captions = generate_captions(model, features, image_ids, levels, device=device)
@@ -165,107 +166,6 @@ def finish_distributed(out, rank: int, world: int) -> None:
         dist.destroy_process_group()
 
 
-# ---------------------------------------------------------------------------------------------
-# Checkpoints with training state (a folder swapped in atomically)
-
-
-def checkpoint_exists(folder) -> bool:
-    folder = Path(folder)
-    old = folder.with_name(f".{folder.name}.old")
-    if not folder.exists() and old.exists():  # a crash between the two renames of a save
-        old.rename(folder)
-    return (folder / "train_state.json").exists()
-
-
-def read_train_state(folder) -> dict:
-    """The checkpoint's training state; a damaged file is one DataError naming it."""
-    path = Path(folder) / "train_state.json"
-    state = read_json(path)
-    if not isinstance(state, dict) or isinstance(state.get("step"), bool) or not isinstance(state.get("step"), int):
-        raise DataError(path, None, "no integer 'step': a damaged checkpoint (remove it, or give --restart)")
-    return state
-
-
-# files a training stage writes into --out beside its checkpoint, and the checkpoint's own files
-STAGE_FILES = ("selection_log.jsonl",)
-CHECKPOINT_NAMES = ("model.safetensors", "config.json", "optimizer.pt", "train_state.json", "train_log.jsonl",
-                    "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-
-
-def checkpoint_files(folder) -> set[str]:
-    """The names of the files a training stage wrote into ``folder``: the checkpoint's manifest (for a
-    checkpoint written before manifests, every file beside its train_state.json), and STAGE_FILES."""
-    folder = Path(folder)
-    own = set(STAGE_FILES)
-    state_path = folder / "train_state.json"
-    if state_path.is_file():
-        try:
-            files = json.loads(state_path.read_text(encoding="utf-8")).get("files")
-        except (ValueError, AttributeError):
-            files = None
-        if isinstance(files, list):
-            own.update(str(name) for name in files)
-        else:
-            own.update(item.name for item in folder.iterdir() if item.is_file())
-    return own
-
-
-def save_checkpoint(folder, model: Captioner, optimizer, state: dict, config_extra: dict, log_lines: list[str]):
-    """Write model + config + tokenizer + optimizer + state into a staging folder, then swap it in.
-
-    Only the stage's own files are ever replaced: when ``folder`` also holds files the stage did not
-    write (allowed by --force), the checkpoint's files are moved in one by one, the state last, and
-    nothing else in the folder is touched.
-    """
-    folder = Path(folder)
-    staging = folder.with_name(f".{folder.name}.staging")
-    old = folder.with_name(f".{folder.name}.old")
-    shutil.rmtree(staging, ignore_errors=True)
-    save_model(model, staging, config_extra)
-    torch.save(optimizer.state_dict(), staging / "optimizer.pt")
-    previous_log = folder / "train_log.jsonl"
-    lines = (previous_log.read_text().splitlines() if previous_log.exists() else []) + log_lines
-    (staging / "train_log.jsonl").write_text("".join(line + "\n" for line in lines))
-    own = checkpoint_files(folder)
-    keep = [item for item in folder.iterdir() if item.is_file() and item.name in own
-            and item.name != "train_state.json" and not (staging / item.name).exists()] if folder.is_dir() else []
-    files = sorted({item.name for item in staging.iterdir()} | {item.name for item in keep} | {"train_state.json"})
-    (staging / "train_state.json").write_text(json.dumps({**state, "files": files}, indent=1))
-    foreign = foreign_entries(folder, own)
-    if foreign:
-        if clash := sorted(set(os.listdir(staging)) & set(foreign)):
-            shutil.rmtree(staging, ignore_errors=True)
-            raise SystemExit(f"error: {folder / clash[0]} was not written by this stage and the checkpoint would "
-                             "replace it: give another --out")
-        for name in sorted(n for n in os.listdir(staging) if n != "train_state.json") + ["train_state.json"]:
-            os.replace(staging / name, folder / name)
-        staging.rmdir()
-        return
-    for item in keep:  # files the stage keeps there (e.g. selection_log.jsonl)
-        shutil.copy2(item, staging / item.name)
-    if folder.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        folder.rename(old)
-    staging.rename(folder)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def restore(folder, model: Captioner, optimizer) -> dict:
-    """Load weights and optimizer state of a checkpoint into existing objects; return its state."""
-    from safetensors.torch import load_model as load_safetensors
-
-    folder = Path(folder)
-    state = read_train_state(folder)
-    load_weights(model, folder / "model.safetensors", str(next(model.parameters()).device))
-    try:
-        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
-    except Exception as err:  # torch raises many kinds for a damaged file
-        raise DataError(folder / "optimizer.pt", None, f"cannot load the optimizer state ({type(err).__name__}: "
-                                                        f"{str(err).splitlines()[0][:200]}); remove the checkpoint "
-                                                        "or give --restart") from None
-    return state
-
-
 def standardize_regions(model: Captioner, features: FeatureStore, image_ids, max_images: int = 5000,
                         seed: int = 0) -> None:
     """Set the model's region-feature mean and standard deviation (``--region-norm standardize``).
@@ -290,24 +190,6 @@ def standardize_regions(model: Captioner, features: FeatureStore, image_ids, max
     std = np.maximum(std, 0.01 * std.mean())
     embeddings.region_mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
     embeddings.region_std.copy_(torch.as_tensor(std, dtype=torch.float32))
-
-
-def check_same_levels(flag: str, folder, theirs, ours) -> None:
-    """One clear error when a checkpoint we start from was trained on other length levels."""
-    from .text import get_levels, level_set_name
-
-    if get_levels(theirs) != get_levels(ours):
-        raise SystemExit(f"error: {flag} {folder} was trained with levels {level_set_name(theirs)}, "
-                         f"not this run's --levels {level_set_name(ours)}")
-
-
-def load_init_weights(model: Captioner, folder, flag: str = "--init-from") -> None:
-    """Copy the weights of another checkpoint (``--init-from``, ``--continue-from``); configs must match."""
-    source = load_checkpoint(folder)
-    check_same_levels(flag, folder, source.config.levels, model.config.levels)
-    if source.config.to_json() | {"init_from": None, "preset": None} != model.config.to_json() | {"init_from": None, "preset": None}:
-        raise SystemExit(f"error: {flag} {folder}: its model config differs from this run's")
-    model.load_state_dict(source.state_dict())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,83 +269,6 @@ def settings_from_args(args) -> TrainSettings:
     return TrainSettings(**{name: getattr(args, name) for name in TrainSettings.__dataclass_fields__})
 
 
-# flags that do not change what a run computes (a resumed run may change them)
-NOT_RECORDED = ("out", "save_every", "eval_every", "eval_images", "log_every", "restart", "force")
-# flags naming input files: recorded by the files' size and modification time
-INPUT_FLAGS = ("captions", "selfgen", "quality", "features", "output_vocab", "init_from", "init", "bert", "test_ids")
-
-
-def file_stamp(value):
-    """Size and modification time of each input file (or of a checkpoint folder's files); other values as given."""
-    if isinstance(value, list):
-        return [file_stamp(v) for v in value]
-    path = Path(str(value)) if value is not None else None
-    if path is None or not path.exists():
-        return value
-    files = sorted(f for f in path.iterdir() if f.suffix in (".json", ".safetensors")) if path.is_dir() else [path]
-    return {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files}
-
-
-def run_record(args) -> dict:
-    """What determines a training run's output: its flags, and its input files' sizes and modification times."""
-    flags = {k: v for k, v in vars(args).items() if k not in NOT_RECORDED and k not in INPUT_FLAGS}
-    inputs = {k: file_stamp(v) for k, v in vars(args).items() if k in INPUT_FLAGS}
-    return {"flags": flags, "inputs": inputs}
-
-
-def remove_checkpoint(folder) -> None:
-    """Delete the stage's own files in ``folder`` (and the folder, if nothing else is left in it)."""
-    folder = Path(folder)
-    for name in checkpoint_files(folder):
-        (folder / name).unlink(missing_ok=True)
-    if not any(folder.iterdir()):
-        folder.rmdir()
-
-
-def check_resume(args, rank: int, world: int) -> None:
-    """Refuse to resume ``--out`` when it was trained with other flags or inputs (``--restart`` starts over)."""
-    out = Path(args.out)
-    check_not_input(out, {"--" + name.replace("_", "-"): getattr(args, name)
-                          for name in (*INPUT_FLAGS, "continue_from") if getattr(args, name, None)})
-    check_output_folder(out, checkpoint_files(out), args.force, writes=CHECKPOINT_NAMES + STAGE_FILES)
-    if not checkpoint_exists(out):
-        return
-    if args.restart:
-        if rank == 0:
-            print(f"--restart: removing the checkpoint in {out}")
-            remove_checkpoint(out)
-        if world > 1:
-            dist.barrier()
-        return
-    config = read_json(out / "config.json")
-    if not isinstance(config, dict) or not isinstance(config.get("run", config.get("train")), dict):
-        raise DataError(out / "config.json", None, "no run record: a damaged checkpoint (give --restart)")
-    # (a checkpoint written before input files were recorded has its flags under "train")
-    old = config.get("run") or {"flags": {k: v for k, v in config["train"].items()
-                                          if k not in NOT_RECORDED and k not in INPUT_FLAGS}}
-    new = run_record(args)
-    differences = []
-    for kind in ("flags", "inputs"):
-        for name in sorted(old.get(kind, {})):  # (a flag added to the code since is not a difference)
-            before, now = old[kind][name], new[kind].get(name)
-            if json.loads(json.dumps(before)) != json.loads(json.dumps(now)):
-                flag = "--" + name.replace("_", "-")
-                differences.append(f"{flag} {before!r} -> {now!r}" if kind == "flags"
-                                   else f"{flag} (the file changed: size or modification time)")
-    if differences:
-        raise SystemExit(f"error: {out} holds a run with other settings: {'; '.join(differences)}. "
-                         "Give --restart to start it over, or another --out")
-
-
-def already_trained(args, rank: int) -> bool:
-    """True (and says so) when ``args.out`` holds a checkpoint trained to ``--max-steps``."""
-    if checkpoint_exists(args.out) and read_train_state(args.out)["step"] >= args.max_steps:
-        if rank == 0:
-            print(f"{args.out} is already trained to {args.max_steps} steps; nothing to do")
-        return True
-    return False
-
-
 def start_run(args):
     """(rank, world, device, features) for a training stage; None when ``--out`` is already trained."""
     rank, world, device = init_distributed()
@@ -482,8 +287,8 @@ def new_model(args, features: FeatureStore, device, pretrained: bool = True) -> 
 
     ``pretrained=False`` leaves out the preset's BERT weights (a random initialisation).
     """
-    from .model import build_model, preset_config
-    from .text import load_tokenizer
+    from clid.model.captioner import build_model, preset_config
+    from clid.text import load_tokenizer
 
     output_vocab = input_vocab = None
     if args.output_vocab:  # a shortlist: the head predicts its tokens, the table holds them and [PAD], [MASK]

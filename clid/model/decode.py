@@ -16,17 +16,16 @@ the probability of "." at positions ``low-1 .. high-1`` is multiplied by ``decay
 position)``; 1.0 = off, the default). Repeated words ("a a dog") are collapsed as LaBERT's
 inference does (``dedupe``). A caption that fills every position of its level without a "." is
 reported as *filled* (``return_filled``): the authors' count of its length has no final "."
-(:func:`clid.metrics.length_control`).
+(:func:`clid.eval.metrics.length_control`).
 """
 from __future__ import annotations
 
 import torch
 
-from .english import remove_doubled_words
-from .examples import load_regions, pad_regions
-from .files import FeatureStore
-from .model import Captioner
-from .text import content_end, decode, eos_id, get_levels, keeps_sentences
+from clid.features.store import FeatureStore, load_regions, pad_regions
+from clid.model.captioner import Captioner
+from clid.selfgen.english import remove_doubled_words
+from clid.text import content_end, decode, eos_id, get_levels, keeps_sentences
 
 # steps per level (the issue's defaults for the 7 caption levels, +5 per further level)
 DEFAULT_STEPS = (10, 15, 20, 25, 30, 35, 40)

@@ -1,0 +1,1 @@
+"""Region features: one home for reading, writing, extracting and converting them."""

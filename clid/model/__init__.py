@@ -1,0 +1,1 @@
+"""The captioner: model, checkpoints, model inputs, decoding, scoring and training."""
