@@ -12,6 +12,7 @@ from conftest import import_script, run_script
 from toyworld import make_toy_world
 
 from clid import files
+from clid.features import store as feature_store
 from clid.features.store import FeatureStore, region_problem
 from clid.files import DataError, write_quality
 
@@ -44,7 +45,7 @@ def test_a_bad_image_is_an_error_naming_it_or_a_counted_skip(world, kind, monkey
     _, features = world
     message = damage(features, "3", kind)
     checks = []
-    monkeypatch.setattr(files, "region_problem", lambda *a: checks.append(a) or real_check(*a))
+    monkeypatch.setattr(feature_store, "region_problem", lambda *a: checks.append(a) or real_check(*a))
     store = FeatureStore(features)
     assert "3" in store  # present; the check runs when it is read
     for _ in range(2):
