@@ -40,18 +40,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clid.cli import HelpFormatter  # noqa: E402
-from clid.demo import BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report, read_preview_records, write_preview  # noqa: E402
+from clid.cli import HelpFormatter
+from clid.demo import BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report, read_preview_records, write_preview
 from clid.features.store import write_features
-from clid.files import read_json, write_json  # noqa: E402
-from clid.text import caption_lengths, karpathy_tokens  # noqa: E402
+from clid.files import read_json, write_json
+from clid.text import caption_lengths, karpathy_tokens
 
 
 def karpathy_json(records: list, sentences_of) -> dict:

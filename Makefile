@@ -4,9 +4,8 @@
 #   make demo-paragraph   the paper's second task on the demo world: paragraph-only baseline vs CLID
 #               (data/demo-paragraph, runs/demo-paragraph)
 #   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
-# Both create and fill .venv on first use, and build the C++/CUDA extension once (clid.ops), and
-# reuse both afterwards. After editing csrc/, `make ops` builds the new sources (otherwise the
-# first run that needs them does).
+# Both create and fill .venv on first use: the pinned requirements, then this package with its
+# C++/CUDA extension clid._C (pip install --no-build-isolation -e .), rebuilt when csrc/ changes.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -20,20 +19,19 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all venv ops test demo demo-paragraph cuda-check clean
+CSRC   := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu') setup.py pyproject.toml
+
+.PHONY: all venv test demo demo-paragraph cuda-check clean
 
 all: test
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt $(CSRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet -r requirements.txt
-	$(PY) -m clid.ops build
+	$(VENV)/bin/pip install --quiet --no-build-isolation -e .
 	touch $(STAMP)
-
-ops: $(STAMP)
-	$(PY) -m clid.ops build
 
 test: $(STAMP) cuda-check
 	$(PY) -m pytest -q tests
@@ -48,4 +46,4 @@ demo-paragraph: $(STAMP)
 	TASK=paragraph SEEDS=$(SEEDS) bash demo.sh $(DEMO)-paragraph $(RUNS)-paragraph
 
 clean:
-	rm -rf $(VENV) build .pytest_cache
+	rm -rf $(VENV) build .pytest_cache clid/_C*.so *.egg-info

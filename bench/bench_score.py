@@ -1,10 +1,12 @@
 """Benchmark of the fused Eq. 2 scoring kernels (clid.ops) against their peers on this machine.
 
-In:  nothing (random inputs of the issue's sizes; --device cuda on a GPU machine).
-Out: a table on stdout, one row per (path, peer) with both times and their ratio measured in the
-     same run, the target and whether it is met; --json FILE also writes the rows.
+In:  nothing (random inputs of BERT-base sizes; --device cuda on a GPU machine).
+Out: a table on stdout, one row per (path, peer) printed as soon as it is measured, with both times
+     and their ratio measured in the same run, the target and whether it is met; --json FILE also
+     writes the rows.
 
-    python bench/bench_score.py                  # CPU, all rows (about 2 minutes on 2 cores)
+    python bench/bench_score.py                  # CPU, all rows at the full sizes
+    python bench/bench_score.py --quick          # smaller sizes, 3 rounds, no torch.compile (minutes)
     python bench/bench_score.py --no-compile     # skip the torch.compile peer (its compile is slow)
     python bench/bench_score.py --no-e2e         # skip the 05 end-to-end row (it builds a small demo world)
 
@@ -34,16 +36,17 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+import clid.ops as ops
+from clid.cli import HelpFormatter
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import torch  # noqa: E402
-
-import clid.ops as ops  # noqa: E402
-from clid.cli import HelpFormatter  # noqa: E402
-
-SEQ_SHAPE = (64, 24, 30522)            # [N, T, V] of the issue's table
-HIDDEN_SHAPE = (1536, 768, 30522)      # P, H, V
+SEQ_SHAPE = (64, 24, 30522)            # [N, T, V]: a batch of BERT-vocabulary captions
+HIDDEN_SHAPE = (1536, 768, 30522)      # P, H, V: BERT-base's head
+QUICK_SEQ_SHAPE = (16, 24, 30522)      # --quick
+QUICK_HIDDEN_SHAPE = (512, 768, 30522)
+QUICK_E2E_CAPTIONS = 120
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,18 +76,18 @@ def bare_matmul(hidden, weight):
 # ---------------------------------------------------------------------------------------------
 # Inputs, timing, memory
 
-def seq_inputs(device, seed=0):
+def seq_inputs(device, seed=0, shape=SEQ_SHAPE):
     gen = torch.Generator().manual_seed(seed)
-    N, T, V = SEQ_SHAPE
+    N, T, V = shape
     logits = (torch.randn(N, T, V, generator=gen) * 3).to(device)
     targets = torch.randint(0, V, (N, T), generator=gen).to(device)
     mask = torch.ones(N, T, device=device)
     return logits, targets, mask
 
 
-def hidden_inputs(device, seed=0):
+def hidden_inputs(device, seed=0, shape=HIDDEN_SHAPE):
     gen = torch.Generator().manual_seed(seed)
-    P, H, V = HIDDEN_SHAPE
+    P, H, V = shape
     hidden = torch.randn(P, H, generator=gen).to(device)
     weight = (torch.randn(V, H, generator=gen) / math.sqrt(H)).to(device)
     bias = torch.randn(V, generator=gen).to(device)
@@ -123,9 +126,11 @@ def time_round_robin(methods: dict, rounds: int, device: str) -> tuple[dict, dic
 
 
 MEMORY_PROBE = """
-import gc, sys, torch
-sys.path.insert(0, {root!r}); sys.path.insert(0, {bench!r})
-import bench_score as b, clid.ops as ops
+import gc, importlib.util, torch
+import clid.ops as ops
+spec = importlib.util.spec_from_file_location("bench_score", {path!r})
+b = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(b)
 torch.set_num_threads({threads})
 def call(which, h, w, bias, y):
     if which == "fused":
@@ -135,7 +140,7 @@ def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
             return int(line.split()[1]) * 1024
-hidden, weight, bias, targets = b.hidden_inputs("cpu")
+hidden, weight, bias, targets = b.hidden_inputs("cpu", shape={shape!r})
 call({which!r}, hidden[:8], weight[:1000], bias[:1000], targets[:8] % 1000)   # warm-up on a small problem
 gc.collect()
 open("/proc/self/clear_refs", "w").write("5")         # reset the high-water mark to the current RSS
@@ -145,30 +150,28 @@ print(status("VmHWM:") - before)
 """
 
 
-def peak_extra_memory(which: str, threads: int) -> int | None:
+def peak_extra_memory(which: str, threads: int, shape) -> int | None:
     """Bytes the resident high-water mark rises during one call (None where it cannot be measured)."""
-    code = MEMORY_PROBE.format(root=str(ROOT), bench=str(ROOT / "bench"), threads=threads, which=which)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    code = MEMORY_PROBE.format(path=str(Path(__file__).resolve()), threads=threads, which=which, shape=tuple(shape))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"memory probe {which} failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
         return None
     return int(proc.stdout.strip().splitlines()[-1])
 
 
-def own_buffers_bytes(threads: int) -> int:
+def own_buffers_bytes(threads: int, shape) -> int:
     """The hidden path's own buffers by construction (float32 inputs): per thread one row-block x
     vocabulary-tile logits buffer; per (tile, row) one log-sum-exp state; one target logit per row."""
-    P, _, V = HIDDEN_SHAPE
-    ext = ops.extension()
-    block, tile = ext.hidden_row_block(), ext.hidden_vocab_tile()
+    P, _, V = shape
+    block, tile, _ = torch.ops.clid.hidden_tiling()
     n_tiles = -(-V // tile)
     return threads * (block * tile + 16) * 4 + n_tiles * P * 8 + P * 4
 
 
 # ---------------------------------------------------------------------------------------------
 
-def end_to_end(rows, device):
+def end_to_end(rows, device, limit=None):
     """05 in prefix mode against the authors' scoring loop, on demo captions (see the docstring)."""
     import tempfile
 
@@ -190,6 +193,12 @@ def end_to_end(rows, device):
         items = [(f"{name}:{r.image_id}#{j}", r.image_id, text) for name in ("captions.json", "long_refs.json")
                  for r in load_captions(world / name) for j, text in enumerate(r.captions)]
         examples, _ = make_examples(items, model.tokenizer, model.levels, "demo", features)
+        if limit:  # the same number of captions of every level
+            per_level = -(-limit // len(set(examples.levels)))
+            by_level = {}
+            for i, level in enumerate(examples.levels):
+                by_level.setdefault(level, []).append(i)
+            examples = examples.subset(sorted(i for ids in by_level.values() for i in ids[:per_level]))
         regions = RegionCache(features)
         regions.batch(examples.image_ids)  # read every image once, outside the timings
         start = time.perf_counter()
@@ -208,45 +217,63 @@ def end_to_end(rows, device):
         ours, theirs, ">= 3x, equal 1e-4", theirs >= 3 * ours and worst <= 1e-4)
 
 
+HEADER = f"{'path':42} {'peer':34} {'ours':>9} {'peer':>9} {'ratio':>7}  {'target':13} ok   cpu-time ratio"
+
+
 def row(rows, path, peer, ours, theirs, target, ok, cpu_ratio=None):
+    """Record a row and print it at once."""
     rows.append(dict(path=path, peer=peer, ours_s=ours, peer_s=theirs, target=target, ok=ok, cpu_ratio=cpu_ratio))
+    if peer.startswith("peak extra memory"):
+        cells = f"{'':>9} {'':>9} {ours * 100 if ours is not None else float('nan'):6.2f}%"
+    elif theirs is None:
+        cells = f"{ours * 1e3:7.1f}ms {'-':>9} {'-':>7}"
+    else:
+        ratio = theirs / ours                      # > 1: ours is faster
+        cells = f"{ours * 1e3:7.1f}ms {theirs * 1e3:7.1f}ms {ratio:6.2f}x"
+    verdict = "-" if ok is None else ("yes" if ok else "NO")
+    cpu_cell = "" if cpu_ratio is None else f"{cpu_ratio:.2f}x"
+    print(f"{path:42} {peer:34} {cells}  {target:13} {verdict:4} {cpu_cell}", flush=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--rounds", type=int, default=7, help="timing rounds per method (fastest kept)")
+    parser.add_argument("--rounds", type=int, default=None, help="timing rounds per method, fastest kept (default 7; "
+                        "--quick: 3)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SEQ_SHAPE} and {QUICK_HIDDEN_SHAPE}, "
+                        f"{QUICK_E2E_CAPTIONS} end-to-end captions, 3 rounds, no torch.compile peer")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     parser.add_argument("--no-e2e", action="store_true", help="skip the 05 end-to-end row")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if ops.extension() is None:
-        sys.exit(f"the extension did not build: {ops.build_error()}")
+    rounds = args.rounds or (3 if args.quick else 7)
+    seq_shape, hidden_shape = (QUICK_SEQ_SHAPE, QUICK_HIDDEN_SHAPE) if args.quick else (SEQ_SHAPE, HIDDEN_SHAPE)
     device = args.device
-    print(f"device {device}, {args.threads} threads, torch {torch.__version__}, {ops.extension().build_info()}, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"device {device}, {args.threads} threads, torch {torch.__version__}, {ops.build_info()}, "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(HEADER, flush=True)
     rows = []
 
-    # seq_logprob at [64, 24, 30522] fp32
-    logits, targets, mask = seq_inputs(device)
+    # seq_logprob, fp32 logits
+    logits, targets, mask = seq_inputs(device, shape=seq_shape)
     methods = {
         "fused": lambda: ops.seq_logprob(logits, targets, mask),
         "eager": lambda: eager_seq_logprob(logits, targets, mask),
         "read-bound sum": lambda: read_bound_reduction(logits),
     }
     compile_note = None
-    if not args.no_compile:
+    if not (args.no_compile or args.quick):
         try:
             compiled = torch.compile(eager_seq_logprob)
             compiled(logits, targets, mask)
             methods["torch.compile"] = lambda: compiled(logits, targets, mask)
         except Exception as err:  # report the peer's failure instead of hiding the row
             compile_note = f"peer failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:120]}"
-    t, c = time_round_robin(methods, args.rounds, device)
+    t, c = time_round_robin(methods, rounds, device)
     cr = lambda peer: c[peer] / c["fused"]  # noqa: E731
-    shape = "x".join(map(str, SEQ_SHAPE))
+    shape = "x".join(map(str, seq_shape))
     row(rows, f"seq_logprob [{shape}] fp32", "eager log_softmax+gather", t["fused"], t["eager"],
         "faster", t["fused"] < t["eager"], cr("eager"))
     if "torch.compile" in t:
@@ -256,17 +283,17 @@ def main():
         row(rows, "seq_logprob", "torch.compile(eager)", t["fused"], None, ">= 2x faster", None)
     row(rows, "seq_logprob", "read-bound logits.sum(-1)", t["fused"], t["read-bound sum"],
         "within 1.5x", t["fused"] <= 1.5 * t["read-bound sum"], cr("read-bound sum"))
-    del logits
+    logits = None  # (frees the logits before the next section)
 
-    # token_logprob_hidden at P=1536, H=768, V=30522 fp32 (calls of about a second: fewer rounds)
-    hidden_rounds = max(3, args.rounds // 2)
-    hidden, weight, bias, targets = hidden_inputs(device)
+    # token_logprob_hidden, fp32 (calls of about a second: fewer rounds)
+    hidden_rounds = max(3, rounds // 2)
+    hidden, weight, bias, targets = hidden_inputs(device, shape=hidden_shape)
     t, c = time_round_robin({
         "fused": lambda: ops.token_logprob_hidden(hidden, weight, bias, targets),
         "eager": lambda: eager_hidden(hidden, weight, bias, targets),
         "matmul": lambda: bare_matmul(hidden, weight),
     }, hidden_rounds, device)
-    P, H, V = HIDDEN_SHAPE
+    P, H, V = hidden_shape
     row(rows, f"token_logprob_hidden P={P} H={H} V={V}", "eager linear+log_softmax+gather", t["fused"], t["eager"],
         "faster", t["fused"] < t["eager"], c["eager"] / c["fused"])
     row(rows, "token_logprob_hidden", "bare matmul h W^T", t["fused"], t["matmul"],
@@ -274,31 +301,17 @@ def main():
     logits_bytes = P * V * 4
     memory = {}
     if device == "cpu":
-        memory = {w: peak_extra_memory(w, args.threads) for w in ("fused", "eager", "matmul")}
+        memory = {w: peak_extra_memory(w, args.threads, hidden_shape) for w in ("fused", "eager", "matmul")}
         fused_mem = memory["fused"]
         row(rows, "token_logprob_hidden", "peak extra memory / logits size",
             None if fused_mem is None else fused_mem / logits_bytes, None, "<= 5%",
             None if fused_mem is None else fused_mem <= 0.05 * logits_bytes)
 
     if not args.no_e2e:
-        end_to_end(rows, device)
+        end_to_end(rows, device, QUICK_E2E_CAPTIONS if args.quick else None)
 
-    # The table
-    print(f"\n{'path':42} {'peer':34} {'ours':>9} {'peer':>9} {'ratio':>7}  {'target':13} ok   cpu-time ratio")
-    for r in rows:
-        ours, theirs = r["ours_s"], r["peer_s"]
-        if r["peer"].startswith("peak extra memory"):
-            cells = f"{'':>9} {'':>9} {ours * 100 if ours is not None else float('nan'):6.2f}%"
-        elif theirs is None:
-            cells = f"{ours * 1e3:7.1f}ms {'-':>9} {'-':>7}"
-        else:
-            ratio = theirs / ours                      # > 1: ours is faster
-            cells = f"{ours * 1e3:7.1f}ms {theirs * 1e3:7.1f}ms {ratio:6.2f}x"
-        ok = "-" if r["ok"] is None else ("yes" if r["ok"] else "NO")
-        cpu_cell = "" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.2f}x"
-        print(f"{r['path']:42} {r['peer']:34} {cells}  {r['target']:13} {ok:4} {cpu_cell}")
     print("\nratio = peer time / fused time (above 1: the fused kernel is faster), fastest wall time of "
-          f"{args.rounds} interleaved rounds ({hidden_rounds} for token_logprob_hidden); cpu-time ratio: the same "
+          f"{rounds} interleaved rounds ({hidden_rounds} for token_logprob_hidden); cpu-time ratio: the same "
           "with process CPU time (all threads).")
     if compile_note:
         print(f"torch.compile: {compile_note}")
@@ -306,11 +319,10 @@ def main():
         mib = lambda b: "n/a" if b is None else f"{b / 2**20:.1f} MiB"  # noqa: E731
         print(f"peak extra memory during one call: fused {mib(memory['fused'])}, eager {mib(memory['eager'])}, "
               f"bare matmul {mib(memory['matmul'])}; logits would be {mib(logits_bytes)}; the fused path's own "
-              f"buffers by construction: {mib(own_buffers_bytes(args.threads))}.")
+              f"buffers by construction: {mib(own_buffers_bytes(args.threads, hidden_shape))}.")
     if args.json:
         args.json.write_text(json.dumps(dict(device=device, threads=args.threads, rows=rows, memory=memory,
                                              compile_note=compile_note), indent=1))
-
 
 if __name__ == "__main__":
     main()

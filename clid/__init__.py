@@ -20,4 +20,6 @@ What the numbered stage scripts share, one home per idea:
   (randomness keyed by item), ``cli`` (the help formatter), ``stats`` (``python -m clid.stats``);
   ``demo/``: the demo world's simulator.
 """
+import torch  # noqa: F401,E402  (loads the libraries the compiled kernels, clid._C, link against)
+
 __version__ = "0.1.0"

@@ -10,7 +10,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -37,7 +36,7 @@ def coco_annotations(tmp_path_factory) -> Path:
 
 def run_script(*args, cwd=ROOT, check=True, env=None, timeout=1800) -> subprocess.CompletedProcess:
     """Run a repository script or module with this interpreter; return the completed process."""
-    full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    full_env = dict(os.environ, **(env or {}))
     proc = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
@@ -78,7 +77,7 @@ def kill_after_checkpoint(command: list, state_file: Path, min_step: int, timeou
     import time
 
     child = subprocess.Popen([sys.executable, *map(str, command)], cwd=ROOT,
-                             env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                             env=dict(os.environ),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + timeout
     while time.time() < deadline and child.poll() is None:

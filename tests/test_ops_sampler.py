@@ -1,30 +1,43 @@
 """The sampler ops (clid.ops: kth_value, percentile_threshold, smoothstep_sample) against exact
 references: numpy.partition / numpy.percentile, the bit-exact NumPy reference of the per-item
-keys, and exact successive-sampling probabilities computed by enumeration."""
+keys (sampler_numpy.py), and exact successive-sampling probabilities computed by enumeration; every
+CPU instruction-set copy of the kernels; the ops' registration (torch.library.opcheck)."""
 import itertools
 import math
-import os
-import subprocess
-import sys
 import warnings
 
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from sampler_numpy import (_exponential_from_bits, _one_plus_exp, _philox4x32_10, smoothstep_keys_reference,
+                           smoothstep_sample_reference, smoothstep_weights)
 from scipy import stats
 
 from clid import ops
+from clid.ops.sampler import as_int64
 
-ext = ops.extension()
-needs_ext = pytest.mark.skipif(ext is None, reason=f"clid_ops extension unavailable: {ops.build_error()}")
-needs_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and ext is not None and ext.with_cuda()),
-                               reason="needs a GPU and a CUDA build of clid_ops")
+needs_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and ops.with_cuda()),
+                               reason="needs a GPU and a CUDA build of clid._C")
+ISAS = ("base", "avx2", "avx512")  # the CPU kernels' copies (csrc/cpu/isa.h); a CPU runs those it supports
 
 
 def keys_of(u, threshold, s, seed, iteration) -> np.ndarray:
     """The kernel's per-item keys (uint64)."""
-    return ext.sampler_keys(torch.as_tensor(u), threshold, s, seed, iteration).cpu().numpy().view(np.uint64)
+    return torch.ops.clid.smoothstep_keys(torch.as_tensor(u), threshold, s, as_int64(seed),
+                                         as_int64(iteration)).cpu().numpy().view(np.uint64)
+
+
+def radix_kth(u, k) -> float:
+    """kth_value by the radix select (the path taken when the sampled window misses)."""
+    return float(torch.ops.clid.kth_value(torch.as_tensor(u), k, True))
+
+
+def forced_path(u, threshold, s, k, seed, iteration, force):
+    """The draw with the k-th key's search forced ('window' or 'radix'), and the path it took."""
+    code = {"window": 1, "radix": 2}[force]
+    indices, info = torch.ops.clid.smoothstep_successive(u, float(threshold), float(s), int(k), as_int64(seed),
+                                                             as_int64(iteration), code)
+    return indices, ("trivial", "window", "radix")[int(info[0])]
 
 
 def awkward_scores(m: int, dtype, seed: int = 0) -> np.ndarray:
@@ -45,19 +58,19 @@ def test_philox_known_answers():
              ((0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344), (0xa4093822, 0x299f31d0),
               (0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1))]
     for counter, key, expected in cases:
-        out = ops._philox4x32_10(*[np.array([c], np.uint32) for c in counter], *key)
+        out = _philox4x32_10(*[np.array([c], np.uint32) for c in counter], *key)
         assert tuple(int(w[0]) for w in out) == expected
 
 
 def test_reference_math_is_accurate():
     # 1 + exp(y) and -log(1 - j 2^-52) within a few units in the last place of libm's values.
     y = np.concatenate([np.linspace(-40, 700, 200001), [-40.0, 0.0, 1e-300, -1e-300, 700.0]])
-    rel = np.abs(ops._one_plus_exp(y) / (1.0 + np.exp(y)) - 1.0)
+    rel = np.abs(_one_plus_exp(y) / (1.0 + np.exp(y)) - 1.0)
     assert rel.max() < 4 * 2.0 ** -52
     j = np.concatenate([np.random.default_rng(1).integers(0, 2 ** 52, 200000, dtype=np.uint64),
                         np.array([0, 1, 2, 2 ** 51, 2 ** 52 - 1], np.uint64)])
     exact = -np.log1p(-(j.astype(np.float64) * 2.0 ** -52))
-    got = ops._exponential_from_bits(j)
+    got = _exponential_from_bits(j)
     assert got[-5] == 0.0 and abs(got[-1] - 36.04365338911715) < 1e-13  # U = 1 and U = 2^-52
     ok = exact > 0
     assert (np.abs(got[ok] / exact[ok] - 1.0)).max() < 4 * 2.0 ** -52
@@ -65,21 +78,20 @@ def test_reference_math_is_accurate():
 
 def test_weights_match_the_tanh_formula_and_the_schedules():
     u = np.linspace(-6, 6, 1001)
-    f = ops.smoothstep_weights(u, 0.5, 1.5)
+    f = smoothstep_weights(u, 0.5, 1.5)
     np.testing.assert_allclose(f, 1 / (1 + np.exp((u - 0.5) * (-2 / 1.5))), rtol=4 * 2.0 ** -52, atol=0)
     # 1 + tanh cancels near -1, so the tanh form itself is only accurate to ~1e-16 absolute
     np.testing.assert_allclose(f, 0.5 * (1 + np.tanh((u - 0.5) / 1.5)), rtol=0, atol=4 * 2.0 ** -53)
     # far below T, tanh rounds to -1 (the authors' weight is 0); ours stays positive until 350 s
-    assert 0.5 * (1 + np.tanh(-40.0)) == 0.0 and ops.smoothstep_weights(np.array([-40.0]), 0.0, 1.0)[0] > 0
-    assert ops.smoothstep_weights(np.array([-351.0]), 0.0, 1.0)[0] == 0.0
-    hard = ops.smoothstep_weights(np.array([-1.0, 0.0, 1e-30, 2.0, np.inf, -np.inf]), 0.0, 0.0)
+    assert 0.5 * (1 + np.tanh(-40.0)) == 0.0 and smoothstep_weights(np.array([-40.0]), 0.0, 1.0)[0] > 0
+    assert smoothstep_weights(np.array([-351.0]), 0.0, 1.0)[0] == 0.0
+    hard = smoothstep_weights(np.array([-1.0, 0.0, 1e-30, 2.0, np.inf, -np.inf]), 0.0, 0.0)
     assert hard.tolist() == [0.0, 0.5, 1.0, 1.0, 1.0, 0.0]
-    constant = ops.smoothstep_weights(np.array([-1e30, 0.0, 5.0, np.inf, -np.inf]), 2.0, math.inf)
+    constant = smoothstep_weights(np.array([-1e30, 0.0, 5.0, np.inf, -np.inf]), 2.0, math.inf)
     assert constant.tolist() == [0.5] * 5
-    assert ops.smoothstep_weights(np.array([np.inf]), np.inf, 1.0)[0] == 0.5  # u == T
+    assert smoothstep_weights(np.array([np.inf]), np.inf, 1.0)[0] == 0.5  # u == T
 
 
-@needs_ext
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_kernel_keys_equal_the_reference_bit_for_bit(dtype):
     u = awkward_scores(100_003, dtype)
@@ -87,14 +99,13 @@ def test_kernel_keys_equal_the_reference_bit_for_bit(dtype):
                 (-1.0, 0.01, 1, 2 ** 33), (math.inf, 1.0, 5, 5), (-math.inf, 1.0, 5, 6), (0.0, 1e-300, 9, 9)]
     for threshold, s, seed, iteration in settings:
         got = keys_of(u, threshold, s, seed, iteration)
-        want = ops.smoothstep_keys_reference(u, threshold, s, seed, iteration)
+        want = smoothstep_keys_reference(u, threshold, s, seed, iteration)
         bad = np.flatnonzero(got != want)
         assert bad.size == 0, f"T={threshold} s={s}: keys differ at {bad[:5]}"
 
 
 # ---- k-th value and percentiles -------------------------------------------------------------
 
-@needs_ext
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_kth_value_equals_numpy_partition(dtype):
     rng = np.random.default_rng(3)
@@ -104,21 +115,20 @@ def test_kth_value_equals_numpy_partition(dtype):
         for u in (awkward_scores(m, dtype, m), rng.integers(-3, 4, m).astype(dtype), zeros.astype(dtype)):
             for k in sorted({1, m, max(1, m // 2), max(1, m // 50), max(1, m - 3)}):
                 got = ops.kth_value(torch.from_numpy(u), k)
-                radix = ext.sampler_kth_value(torch.from_numpy(u), k, True)  # the fallback path
+                radix = radix_kth(u, k)  # the fallback path
                 want = np.partition(u, k - 1)[k - 1]
                 assert got == want and radix == want, (m, k, got, radix, want)
                 if want != 0:
                     assert np.array(got, dtype).tobytes() == want.tobytes()
 
 
-@needs_ext
 def test_kth_value_bucket_larger_than_the_collection_cap():
     # half the values in one 16-bit bucket: the radix select takes its second histogram pass
     u = np.full(1_000_000, 1.0, np.float32)
     u[::2] = np.float32(1.0) + np.arange(500_000, dtype=np.float32) * np.float32(2 ** -23)
     for k in (1, 250_000, 600_000, 1_000_000):
         want = np.partition(u, k - 1)[k - 1]
-        assert ops.kth_value(u, k) == want and ext.sampler_kth_value(torch.from_numpy(u), k, True) == want
+        assert ops.kth_value(u, k) == want and radix_kth(u, k) == want
 
 
 def test_kth_value_rejects_nan_and_bad_k():
@@ -129,16 +139,14 @@ def test_kth_value_rejects_nan_and_bad_k():
         ops.kth_value(u, 3)
     with pytest.raises(ValueError, match=r"u\[37\] is NaN"):
         ops.kth_value_reference(u, 3)
-    if ext is not None:
-        with pytest.raises(ValueError, match=r"u\[37\] is NaN"):
-            ext.sampler_kth_value(u, 3, True)
+    with pytest.raises(ValueError, match=r"u\[37\] is NaN"):
+        radix_kth(u, 3)
     with pytest.raises(ValueError, match=r"k must be in \[1, 5\]"):
         ops.kth_value(torch.zeros(5), 0)
     with pytest.raises(ValueError, match=r"k must be in \[1, 5\]"):
         ops.kth_value(torch.zeros(5), 6)
 
 
-@needs_ext
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_percentile_threshold_equals_numpy_percentile(dtype):
     rng = np.random.default_rng(4)
@@ -181,16 +189,15 @@ def inclusion_statistic(counts: np.ndarray, n: int, mean: np.ndarray, cov: np.nd
     return float(n * d[r] @ np.linalg.solve(cov[r, r], d[r]))
 
 
-@needs_ext
 def test_successive_sampling_matches_exact_probabilities():
     u = np.array([-2.5, -1.5, -0.8, -0.3, 0.0, 0.4, 1.0, 2.2], np.float32)
     threshold, s, k, n = 0.0, 1.0, 3, 6000
-    w = ops.smoothstep_weights(u, threshold, s)
+    w = smoothstep_weights(u, threshold, s)
     subsets, pi, pij = successive_probabilities(w, k)
     counts, subset_counts = np.zeros(len(u)), {key: 0 for key in subsets}
     tensor = torch.from_numpy(u)
     for iteration in range(n):
-        chosen = ext.sampler_successive(tensor, threshold, s, k, 2024, iteration, 0)[0].numpy()
+        chosen = torch.ops.clid.smoothstep_successive(tensor, threshold, s, k, 2024, iteration)[0].numpy()
         counts[chosen] += 1
         subset_counts[tuple(chosen)] += 1
     dof, cov = len(u) - 1, pij - np.outer(pi, pi)
@@ -205,10 +212,9 @@ def test_successive_sampling_matches_exact_probabilities():
     assert stats.chisquare(observed, expected).pvalue > 1e-3
 
 
-@needs_ext
 def test_bernoulli_inclusion_frequencies():
     u = np.linspace(-3, 3, 13).astype(np.float32)
-    f = ops.smoothstep_weights(u, 0.5, 1.0)
+    f = smoothstep_weights(u, 0.5, 1.0)
     n = 4000
     tensor, counts = torch.from_numpy(u), np.zeros(len(u))
     for iteration in range(n):
@@ -217,7 +223,6 @@ def test_bernoulli_inclusion_frequencies():
     assert stats.chi2.sf(statistic, len(u)) > 1e-3
 
 
-@needs_ext
 def test_hard_and_constant_schedules_are_uniform():
     u = np.array([-1.0, -0.5, 0.1, 0.2, 0.3, 0.7, 1.5, 2.0], np.float32)
     n = 3000
@@ -233,14 +238,13 @@ def test_hard_and_constant_schedules_are_uniform():
 
 # ---- determinism, paths, threads, edge cases ------------------------------------------------
 
-@needs_ext
 def test_same_arguments_same_draw_and_paths_agree_with_the_reference():
     u = awkward_scores(300_001, np.float32, 9)
     tensor = torch.from_numpy(u)
     for threshold, s, k in [(0.0, 1.0, 270_000), (0.5, 0.0, 80_000), (0.0, math.inf, 150_000), (1.0, 0.3, 2)]:
-        reference = ops.smoothstep_sample_reference(u, threshold, s, k, 11, 3)
-        window, path_w = ops._smoothstep_sample_path(tensor, threshold, s, k, 11, 3, "window")
-        radix, path_r = ops._smoothstep_sample_path(tensor, threshold, s, k, 11, 3, "radix")
+        reference = smoothstep_sample_reference(u, threshold, s, k, 11, 3)
+        window, path_w = forced_path(tensor, threshold, s, k, 11, 3, "window")
+        radix, path_r = forced_path(tensor, threshold, s, k, 11, 3, "radix")
         plain = ops.smoothstep_sample(tensor, threshold, s, k, 11, 3)
         assert (path_w, path_r) == ("window", "radix")
         assert torch.equal(window, reference) and torch.equal(radix, reference) and torch.equal(plain, reference)
@@ -251,7 +255,6 @@ def test_same_arguments_same_draw_and_paths_agree_with_the_reference():
     assert torch.equal(a, ops.smoothstep_sample(tensor, 0.0, 1.0, 1000, 11, 4))
 
 
-@needs_ext
 def test_thread_count_does_not_change_the_draw():
     u = torch.from_numpy(awkward_scores(1_500_000, np.float32, 10))
     before = torch.get_num_threads()
@@ -268,20 +271,18 @@ def test_thread_count_does_not_change_the_draw():
         assert torch.equal(draws[0][0], other[0]) and torch.equal(draws[0][1], other[1]) and draws[0][2] == other[2]
 
 
-@needs_ext
 def test_bernoulli_equals_the_reference():
     u = awkward_scores(100_001, np.float64, 12)
     for threshold, s in [(0.0, 1.0), (0.5, 0.0), (0.0, math.inf), (-100.0, 1.0)]:
         got = ops.smoothstep_sample(u, threshold, s, None, 3, 8, mode="bernoulli")
-        assert torch.equal(got, ops.smoothstep_sample_reference(u, threshold, s, None, 3, 8, mode="bernoulli"))
+        assert torch.equal(got, smoothstep_sample_reference(u, threshold, s, None, 3, 8, mode="bernoulli"))
 
 
-@needs_ext
 def test_fewer_positive_weights_than_k_fills_by_descending_u():
     rng = np.random.default_rng(13)
     u = rng.normal(size=50_000).astype(np.float32)
     threshold, s = 3.0, 0.005  # weight zero below T - 1.75: all but about 2000 items
-    positive = np.flatnonzero(ops.smoothstep_weights(u, threshold, s) > 0)
+    positive = np.flatnonzero(smoothstep_weights(u, threshold, s) > 0)
     k = 20_000
     with pytest.warns(RuntimeWarning, match=f"only {len(positive)} of 50000 items have a positive weight"):
         got = ops.smoothstep_sample(u, threshold, s, k, 1, 1).numpy()
@@ -290,8 +291,8 @@ def test_fewer_positive_weights_than_k_fills_by_descending_u():
     others = np.setdiff1d(np.arange(len(u)), got)
     assert len(rest) == k - len(positive) and u[rest].min() >= u[np.setdiff1d(others, positive)].max()
     with pytest.warns(RuntimeWarning):
-        assert np.array_equal(got, ops.smoothstep_sample_reference(u, threshold, s, k, 1, 1).numpy())
-        radix, _ = ops._smoothstep_sample_path(torch.from_numpy(u), threshold, s, k, 1, 1, "radix")
+        assert np.array_equal(got, smoothstep_sample_reference(u, threshold, s, k, 1, 1).numpy())
+        radix, _ = forced_path(torch.from_numpy(u), threshold, s, k, 1, 1, "radix")
     assert np.array_equal(got, radix.numpy())
     # ties in u among the zero weights are broken by index
     tied = np.full(10, -5.0, np.float32)
@@ -300,7 +301,6 @@ def test_fewer_positive_weights_than_k_fills_by_descending_u():
         assert ops.smoothstep_sample(tied, 0.0, 0.0, 5, 0, 0).tolist() == [0, 1, 2, 3, 7]
 
 
-@needs_ext
 def test_edge_cases():
     u = torch.randn(1000)
     assert ops.smoothstep_sample(u, 0.0, 1.0, 0, 1, 1).tolist() == []
@@ -329,7 +329,6 @@ def test_edge_cases():
         ops.smoothstep_sample(u, float("nan"), 1.0, 10, 1, 1)
 
 
-@needs_ext
 def test_more_than_2_24_items():
     m = 2 ** 24 + 5
     u = torch.full((m,), -1000.0)
@@ -342,22 +341,33 @@ def test_more_than_2_24_items():
         torch.multinomial(torch.ones(m), 5, replacement=False)
 
 
-def test_reference_fallback_gives_the_same_indices():
-    code = ("import torch, numpy as np, warnings\n"
-            "from clid import ops\n"
-            "u = torch.from_numpy(np.random.default_rng(1).normal(size=20000).astype(np.float32))\n"
-            "with warnings.catch_warnings():\n"
-            "    warnings.simplefilter('ignore')\n"
-            "    a = ops.smoothstep_sample(u, 0.1, 1.0, 15000, 3, 2)\n"
-            "    b = ops.smoothstep_sample(u, 0.1, 1.0, None, 3, 2, mode='bernoulli')\n"
-            "    t = ops.percentile_threshold(u, 2)\n"
-            "print(ops.extension() is None, a.sum().item(), b.sum().item(), repr(t))\n")
-    run = lambda env: subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                                     env=dict(os.environ, PYTHONPATH=str(ROOT), **env), check=True).stdout.split()
-    fallback = run({"CLID_OPS_DISABLE": "1"})
-    assert fallback[0] == "True"
-    if ext is not None:
-        assert run({})[1:] == fallback[1:]
+@pytest.mark.parametrize("isa", ISAS)
+def test_every_instruction_set_draws_the_reference_indices(isa, monkeypatch):
+    """Each CPU copy of the kernels (CLID_CPU_ISA lowers the choice; a copy this CPU cannot run
+    falls back to the best it can) gives the reference's keys, draws and k-th values."""
+    monkeypatch.setenv("CLID_CPU_ISA", isa)
+    running = ops.build_info().split("cpu kernels ")[1].split(",")[0]
+    assert running == isa or ISAS.index(running) < ISAS.index(isa)  # (a CPU without that instruction set)
+    u = awkward_scores(70_001, np.float32, 4)
+    tensor = torch.from_numpy(u)
+    assert np.array_equal(keys_of(u, 0.1, 1.0, 5, 6), smoothstep_keys_reference(u, 0.1, 1.0, 5, 6))
+    for force in ("window", "radix"):
+        assert torch.equal(forced_path(tensor, 0.1, 1.0, 60_000, 5, 6, force)[0],
+                           smoothstep_sample_reference(u, 0.1, 1.0, 60_000, 5, 6))
+    assert torch.equal(ops.smoothstep_sample(tensor, 0.1, 1.0, None, 5, 6, mode="bernoulli"),
+                       smoothstep_sample_reference(u, 0.1, 1.0, None, 5, 6, mode="bernoulli"))
+    for k in (1, 35_000, 70_001):
+        assert ops.kth_value(tensor, k) == radix_kth(u, k) == np.partition(u, k - 1)[k - 1]
+
+
+def test_opcheck_every_sampler_op():
+    """The schemas, the fake (meta) implementations and the registrations agree with the kernels."""
+    u = torch.from_numpy(awkward_scores(5_003, np.float32, 2))
+    torch.library.opcheck(torch.ops.clid.kth_value.default, (u, 17))
+    torch.library.opcheck(torch.ops.clid.smoothstep_successive.default, (u, 0.1, 1.0, 4_000, 3, 2))
+    torch.library.opcheck(torch.ops.clid.smoothstep_keys.default, (u, 0.1, 1.0, 3, 2))
+    torch.library.opcheck(torch.ops.clid.smoothstep_bernoulli.default, (u, 0.1, 1.0, 3, 2),
+                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
 
 
 # ---- GPU ------------------------------------------------------------------------------------
@@ -367,7 +377,8 @@ def test_reference_fallback_gives_the_same_indices():
 def test_gpu_matches_cpu(dtype):
     u = torch.from_numpy(awkward_scores(400_003, np.float64, 21)).to(dtype)
     gpu = u.cuda()
-    assert torch.equal(ext.sampler_keys(gpu, 0.2, 1.0, 3, 4).cpu(), ext.sampler_keys(u, 0.2, 1.0, 3, 4))
+    keys = torch.ops.clid.smoothstep_keys
+    assert torch.equal(keys(gpu, 0.2, 1.0, 3, 4).cpu(), keys(u, 0.2, 1.0, 3, 4))
     for k in (1, 1000, 200_000, 399_999):
         assert ops.kth_value(gpu, k) == ops.kth_value(u, k)
         for threshold, s in [(0.2, 1.0), (0.0, 0.0), (0.0, math.inf)]:

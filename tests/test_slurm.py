@@ -29,14 +29,9 @@ def recorded_calls(tmp_path, script, *args):
                                           ("02_captions.sbatch", ()), ("03_paraphrase.sbatch", ()),
                                           ("04_train_base.sbatch", ("trusted",)), ("04_train_base.sbatch", ("extended",)),
                                           ("05_score.sbatch", ()), ("06_train_selection.sbatch", ()),
-                                          ("07_eval.sbatch", ()), ("build_ops.sbatch", ())])
+                                          ("07_eval.sbatch", ())])
 def test_sbatch_commands_parse(tmp_path, script, args):
     (call,) = recorded_calls(tmp_path, script, *args)
-    if call[:2] == ["-m", "clid.ops"]:
-        from clid import ops
-
-        assert ops.parse_args(call[2:]).command == "build"
-        return
     if call[:2] == ["-m", "clid.data"]:
         parsed = parse_args(call[2:])
         assert parsed.command == "convert-coco" and parsed.out == "/data/coco/karpathy.json"

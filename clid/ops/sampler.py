@@ -1,26 +1,21 @@
-"""Smooth-step sampler ops and the percentile threshold, each next to its NumPy reference."""
+"""Smooth-step data selection (docs/method.md, step 6) and the percentile threshold T_i (clid._C).
+
+    kth_value(u, k) -> float                              k-th smallest, 1-based
+    percentile_threshold(u, q, method="linear") -> float  numpy.percentile(u, q[, method])
+    smoothstep_sample(u, threshold, s, k, seed, iteration, mode="successive") -> int64 indices
+
+kth_value has a NumPy reference here; the sampler's reference, the kernels' per-item arithmetic in
+NumPy bit for bit, is test code (tests/sampler_numpy.py).
+"""
 from __future__ import annotations
 
+import math as _math
 import warnings
 
+import numpy as _np
 import torch
 
-from clid.ops.build import _kernel_module, extension
-
-# ---- sampler ops (C2) ----
-# Smooth-step data selection (docs/method.md, step 6) and the percentile threshold T_i.
-#
-#     kth_value(u, k) -> float                              k-th smallest, 1-based
-#     percentile_threshold(u, q, method="linear") -> float  numpy.percentile(u, q[, method])
-#     smoothstep_weights(u, threshold, s) -> float64 array  f(u) = 0.5 (1 + tanh((u - T) / s))
-#     smoothstep_sample(u, threshold, s, k, seed, iteration, mode="successive") -> int64 indices
-#
-# Each has a plain NumPy reference (`*_reference`) that the tests compare against and that the
-# wrappers fall back to; the sampler's reference computes the same per-item keys bit for bit.
-
-import math as _math
-
-import numpy as _np
+from clid.ops.device import check_device
 
 _SAMPLER_MODES = ("successive", "bernoulli")
 _UINT64 = 1 << 64
@@ -89,10 +84,8 @@ def kth_value(u, k: int) -> float:
     k = int(k)
     if not 1 <= k <= len(u):
         raise ValueError(f"clid.ops.kth_value: k must be in [1, {len(u)}], got {k}")
-    ext = _kernel_module("kth_value", u)
-    if ext is None:
-        return kth_value_reference(u, k)
-    return float(ext.sampler_kth_value(u, k))
+    check_device("kth_value", u)
+    return float(torch.ops.clid.kth_value(u, k))
 
 
 def _percentile_index(m: int, q: float) -> tuple[int, float]:
@@ -170,7 +163,7 @@ def smoothstep_sample(u, threshold: float, s: float, k: int | None, seed: int, i
 
     Randomness: Philox4x32-10 keyed by the seed, counter (item index, iteration); the indices
     depend only on (u, threshold, s, k, seed, iteration, mode): the same on CPU and CUDA, for any
-    thread count, and in the NumPy reference fallback. Weights and keys are recomputed on the fly;
+    thread count, and in the NumPy reference of the tests. Weights and keys are recomputed on the fly;
     nothing of size M is stored besides the output (a candidate buffer of ~1% of M on the CPU).
 
     Schedules: s = 0 is the hard step (f = 1 above T, 0 below: a uniform draw among u > T);
@@ -187,25 +180,39 @@ def smoothstep_sample(u, threshold: float, s: float, k: int | None, seed: int, i
     threshold, s = _check_weight_params(threshold, s, "smoothstep_sample")
     seed = _check_uint64(seed, "seed", "smoothstep_sample")
     iteration = _check_uint64(iteration, "iteration", "smoothstep_sample")
-    ext = _kernel_module("smoothstep_sample", u)
-    if ext is None:
-        from clid.ops.sampler_numpy import smoothstep_sample_reference
-
-        return smoothstep_sample_reference(u, threshold, s, k, seed, iteration, mode)
+    check_device("smoothstep_sample", u)
     if mode == "bernoulli":
-        return ext.sampler_bernoulli(u, threshold, s, seed, iteration)
-    indices, _path, filled, positive = ext.sampler_successive(u, threshold, s, k, seed, iteration, 0)
+        return torch.ops.clid.smoothstep_bernoulli(u, threshold, s, as_int64(seed), as_int64(iteration))
+    indices, info = torch.ops.clid.smoothstep_successive(u, threshold, s, k, as_int64(seed), as_int64(iteration))
+    _path, filled, positive = info.tolist()
     if filled:
         _warn_fill(positive, len(u), k)
     return indices
 
 
-def _smoothstep_sample_path(u, threshold: float, s: float, k: int, seed: int, iteration: int,
-                            force: str | None = None) -> tuple[torch.Tensor, str]:
-    """Tests: the kernel's draw with its k-th-key search forced ('window' or 'radix'), and the
-    path it took ('trivial', 'window' or 'radix')."""
-    u = _sampler_input(u, "smoothstep_sample")
-    force_code = {None: 0, "window": 1, "radix": 2}[force]
-    indices, path, _filled, _positive = extension().sampler_successive(u, float(threshold), float(s), int(k), seed,
-                                                                       iteration, force_code)
-    return indices, ("trivial", "window", "radix")[path]
+
+def as_int64(value: int) -> int:
+    """A uint64 seed or iteration as the int64 with the same bits (the ops' schemas take int64)."""
+    return value - _UINT64 if value >= 1 << 63 else value
+
+
+# Shapes and dtypes of the ops' results without running them (fake tensors: torch.compile, export).
+
+@torch.library.register_fake("clid::kth_value")
+def _(u, k, force_radix=False):
+    return u.new_empty(())
+
+
+@torch.library.register_fake("clid::smoothstep_successive")
+def _(u, threshold, s, k, seed, iteration, force_path=0):
+    return u.new_empty(k, dtype=torch.long), u.new_empty(3, dtype=torch.long, device="cpu")
+
+
+@torch.library.register_fake("clid::smoothstep_bernoulli")
+def _(u, threshold, s, seed, iteration):
+    return u.new_empty(torch.library.get_ctx().new_dynamic_size(), dtype=torch.long)
+
+
+@torch.library.register_fake("clid::smoothstep_keys")
+def _(u, threshold, s, seed, iteration):
+    return u.new_empty(u.shape, dtype=torch.long)

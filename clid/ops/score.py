@@ -1,13 +1,11 @@
-"""Fused Eq. 2 scoring ops, each next to the plain PyTorch reference it is tested against."""
+"""Eq. 2 from logits or hidden states (clid._C), each op beside its plain PyTorch ``*_reference``
+(float64 arithmetic when given float64, otherwise float32), which the tests compare it against and
+which computes float64 inputs (the kernels take float32, float16 and bfloat16)."""
 from __future__ import annotations
 
 import torch
 
-from clid.ops.build import _kernel_module
-
-# ---- score ops (C1) ----
-# Fused Eq. 2 scoring. Each op has a plain PyTorch `*_reference` (float64 arithmetic when given
-# float64, otherwise float32) that the tests compare against and that the wrappers fall back to.
+from clid.ops.device import check_device
 
 def _as_long(targets: torch.Tensor) -> torch.Tensor:
     return targets.long() if targets.dtype != torch.long else targets
@@ -91,18 +89,18 @@ def seq_logprob(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor)
     logits [N, T, V] float32/float16/bfloat16 (contiguous along V), targets [N, T] integer, mask [N, T]
     (nonzero = scored). One read of the logits, online log-sum-exp, no log-softmax tensor. Targets are
     checked only where mask is set. m_n = 0 gives NaN. float64 logits use the reference."""
-    ext = _kernel_module("seq_logprob", logits)
-    if ext is None or logits.dtype == torch.float64:
+    if logits.dtype == torch.float64:
         return seq_logprob_reference(logits, targets, mask)
-    return ext.seq_logprob(logits, targets, mask)
+    check_device("seq_logprob", logits)
+    return torch.ops.clid.seq_logprob(logits, targets, mask)
 
 
 def token_logprob(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """log_softmax(logits[..., V])[targets] -> targets.shape float32, without a log-softmax tensor."""
-    ext = _kernel_module("token_logprob", logits)
-    if ext is None or logits.dtype == torch.float64:
+    if logits.dtype == torch.float64:
         return token_logprob_reference(logits, targets)
-    return ext.token_logprob(logits, targets)
+    check_device("token_logprob", logits)
+    return torch.ops.clid.token_logprob(logits, targets)
 
 
 def token_logprob_hidden(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -113,10 +111,10 @@ def token_logprob_hidden(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
     None, targets [P]. No [P, V] logits buffer: fixed-size row blocks x vocabulary tiles, each one
     GEMM into a small buffer and an online log-sum-exp. Half-precision hidden states are upcast
     once on the CPU ([P, H] float32). float64 inputs use the reference."""
-    ext = _kernel_module("token_logprob_hidden", hidden, weight)
-    if ext is None or torch.float64 in (hidden.dtype, weight.dtype):
+    if torch.float64 in (hidden.dtype, weight.dtype):
         return token_logprob_hidden_reference(hidden, weight, bias, targets)
-    return ext.token_logprob_hidden(hidden, weight, bias, targets)
+    check_device("token_logprob_hidden", hidden, weight)
+    return torch.ops.clid.token_logprob_hidden(hidden, weight, bias, targets)
 
 
 def segment_mean(values: torch.Tensor, lengths: torch.Tensor | None = None,
@@ -125,12 +123,34 @@ def segment_mean(values: torch.Tensor, lengths: torch.Tensor | None = None,
 
     Either ``lengths`` [N] (consecutive runs) or ``segment_ids`` [P] (any order; the positions of a
     segment are summed in their order, in float64, so the result is deterministic)."""
-    ext = _kernel_module("segment_mean", values)
-    if ext is None or values.dtype == torch.float64:
+    if values.dtype == torch.float64:
         return segment_mean_reference(values, lengths, segment_ids, num_segments)
+    check_device("segment_mean", values)
     if (lengths is None) == (segment_ids is None):
         raise ValueError("segment_mean: give exactly one of lengths and segment_ids")
     if segment_ids is not None:
         order, lengths = _lengths_from_ids(segment_ids, num_segments)
         values = values[order]
-    return ext.segment_mean(values, _as_long(lengths).to(values.device))
+    return torch.ops.clid.segment_mean(values, _as_long(lengths).to(values.device))
+
+
+# Shapes and dtypes of the ops' results without running them (fake tensors: torch.compile, export).
+
+@torch.library.register_fake("clid::seq_logprob")
+def _(logits, targets, mask):
+    return logits.new_empty(logits.shape[0], dtype=torch.float32)
+
+
+@torch.library.register_fake("clid::token_logprob")
+def _(logits, targets):
+    return logits.new_empty(targets.shape, dtype=torch.float32)
+
+
+@torch.library.register_fake("clid::segment_mean")
+def _(values, lengths):
+    return values.new_empty(lengths.shape[0], dtype=torch.float32)
+
+
+@torch.library.register_fake("clid::token_logprob_hidden")
+def _(hidden, weight, bias, targets):
+    return hidden.new_empty(hidden.shape[0], dtype=torch.float32)

@@ -1,6 +1,5 @@
-// Raw-pointer API of the sampler kernels (CPU in csrc/cpu/sampler.cpp, CUDA in
-// csrc/cuda/sampler.cu) and the hook that registers their Python bindings
-// (csrc/cpu/sampler_torch.cpp). No torch types here: the CUDA side is compiled without torch.
+// Raw-pointer API of the sampler kernels (CPU in csrc/cpu/sampler*.cpp, CUDA in
+// csrc/cuda/sampler.cu). No torch types here: the CUDA side is compiled without torch.
 #pragma once
 
 #include <stdint.h>
@@ -29,34 +28,19 @@ struct SampleInfo {
     int64_t positive;   // number of positive-weight items if filled, else -1
 };
 
-// ---- CPU (csrc/cpu/sampler.cpp); `threads` is the OpenMP thread count. --------------------
-int64_t first_nan_cpu(const float* u, int64_t m, int threads);
-int64_t first_nan_cpu(const double* u, int64_t m, int threads);
-
-// k-th smallest (1 <= k <= m) over order-preserving keys: sample-guided window, else (or with
-// force_radix) radix select. If the data hold a NaN, *nan_index is set to the first one (else -1)
-// and the result is meaningless.
-float kth_value_cpu(const float* u, int64_t m, int64_t k, int threads, int64_t* nan_index, int force_radix);
-double kth_value_cpu(const double* u, int64_t m, int64_t k, int threads, int64_t* nan_index, int force_radix);
-
-// The k smallest exponential keys (ties by index), as sorted indices in out[0..k).
-SampleInfo successive_sample_cpu(const float* u, int64_t m, int64_t k, WeightParams w, RngParams r,
-                                 int64_t* out, int threads, int force_path);
-SampleInfo successive_sample_cpu(const double* u, int64_t m, int64_t k, WeightParams w, RngParams r,
-                                 int64_t* out, int threads, int force_path);
-
-// Bernoulli mode in two passes: count per chunk (chunk_counts has num_chunks(m) entries; returns
-// the total), then write the kept indices in order.
-int64_t bernoulli_count_cpu(const float* u, int64_t m, WeightParams w, RngParams r, int64_t* chunk_counts, int threads);
-int64_t bernoulli_count_cpu(const double* u, int64_t m, WeightParams w, RngParams r, int64_t* chunk_counts, int threads);
-void bernoulli_write_cpu(const float* u, int64_t m, WeightParams w, RngParams r, const int64_t* chunk_counts,
-                         int64_t* out, int threads);
-void bernoulli_write_cpu(const double* u, int64_t m, WeightParams w, RngParams r, const int64_t* chunk_counts,
-                         int64_t* out, int threads);
-
-// Every item's key (materialised: for tests only).
-void successive_keys_cpu(const float* u, int64_t m, WeightParams w, RngParams r, uint64_t* keys, int threads);
-void successive_keys_cpu(const double* u, int64_t m, WeightParams w, RngParams r, uint64_t* keys, int threads);
+// ---- CPU (csrc/cpu/sampler_api.h) ------------------------------------------------------------
+// The top-level functions (csrc/cpu/sampler.cpp) call the same functions of one of the namespaces
+// base, avx2, avx512: the kernels (csrc/cpu/sampler_kernels.h) compiled for that instruction set.
+#include "cpu/sampler_api.h"
+namespace base {
+#include "cpu/sampler_api.h"
+}
+namespace avx2 {
+#include "cpu/sampler_api.h"
+}
+namespace avx512 {
+#include "cpu/sampler_api.h"
+}
 
 // ---- CUDA (csrc/cuda/sampler.cu, compiled only with CLID_WITH_CUDA); device pointers, `stream`
 // is a cudaStream_t, `workspace` holds cuda_workspace_bytes(m) bytes of device memory. ---------
@@ -78,7 +62,3 @@ void successive_keys_cuda(const void* u, int is_double, int64_t m, WeightParams 
 
 }  // namespace clid_sampler
 
-// Registers the sampler ops on the extension module (called from csrc/binding.cpp).
-#ifdef PYBIND11_VERSION_MAJOR
-void register_sampler_ops(pybind11::module_& m);
-#endif

@@ -1,4 +1,6 @@
-"""The sampler's reference: the kernels' per-item math in NumPy, bit for bit."""
+"""The sampler's reference for the tests: the kernels' per-item arithmetic in NumPy, bit for bit
+(csrc/common/philox.h and csrc/common/sampler_math.h spell out the same operations), and the
+draw computed from every key at once."""
 from __future__ import annotations
 
 import math as _math
@@ -8,9 +10,6 @@ import torch
 
 from clid.ops.sampler import (_check_sample_args, _check_uint64, _check_weight_params, _first_nan_reference, _raise_nan,
                               _sampler_input, _warn_fill)
-
-# ---- the sampler's reference: the kernels' per-item math in NumPy, bit for bit ----------------
-# (csrc/common/philox.h and csrc/common/sampler_math.h spell out the same operations.)
 
 def _philox4x32_10(c0, c1, c2, c3, k0: int, k1: int):
     """Philox4x32-10 on uint32 arrays (the counter-based generator of Random123)."""

@@ -1,0 +1,12 @@
+"""Where an op may run: a GPU tensor needs a build with CUDA kernels."""
+from __future__ import annotations
+
+import torch
+
+
+def check_device(op: str, *tensors) -> None:
+    """One clear error for GPU tensors when clid._C has no CUDA kernels."""
+    if any(t is not None and t.is_cuda for t in tensors) and not torch.ops.clid.with_cuda():
+        raise RuntimeError(f"clid.ops.{op}: the inputs are on the GPU, but clid._C was built without CUDA kernels "
+                           "(PyTorch without CUDA, or no CUDA toolkit when it was installed); reinstall with "
+                           "`pip install --no-build-isolation -e .` where both are present")
