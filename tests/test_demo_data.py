@@ -356,7 +356,7 @@ def test_rerun_is_skipped_and_bad_flags_fail_clearly(worlds):
 
 
 def test_caption_lengths_of_the_default_world_follow_coco(tmp_path):
-    """The issue's targets on the full default world (3,500 images x 5 captions), drawn without features."""
+    """COCO's length shares on the full default world (3,500 images x 5 captions), drawn without features."""
     out = tmp_path / "full"
     run_script(SCRIPT, "--out", out, "--skip-features", "--refs-per-level", "0")
     stats = json.loads(run_script("-m", "clid.stats", out / "captions.json", "--json").stdout.strip().splitlines()[-1])

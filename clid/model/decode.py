@@ -27,7 +27,7 @@ from clid.model.captioner import Captioner
 from clid.selfgen.english import remove_doubled_words
 from clid.text import content_end, decode, eos_id, get_levels, keeps_sentences
 
-# steps per level (the defaults for the 7 caption levels, +5 per further level)
+# mask-predict steps per level: the 7 caption levels, then +5 per further level
 DEFAULT_STEPS = (10, 15, 20, 25, 30, 35, 40)
 LABERT_STEPS = (10, 15, 20, 20)
 
