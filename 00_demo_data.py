@@ -49,6 +49,7 @@ from clid.cli import HelpFormatter
 from clid.demo import BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report, read_preview_records, write_preview
 from clid.features.store import write_features
 from clid.files import read_json, write_json
+from clid.runs import record_differences, run_record
 from clid.text import caption_lengths, karpathy_tokens
 
 
@@ -158,20 +159,22 @@ def main(argv=None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     # 0. a re-run with the same arguments has nothing to do
-    recipe = {k: v for k, v in vars(args).items()
-              if k not in ("out", "workers", "chunk", "batch_size", "preview", "force")
-              and not (k == "paragraphs" and not v)}  # a world without paragraphs keeps its old stamp
-    recipe["colour_features"] = "box and figure histograms"  # a world with the older features is rebuilt
+    record = run_record(args, settings=[k for k in vars(args) if k not in ("out", "workers", "chunk", "batch_size",
+                                                                           "preview", "force")])
+    record["settings"]["world features"] = "box and figure histograms"  # a world with older features is rebuilt
     stamp = out / "world.json"
     wanted = list(OUTPUTS) + ([] if args.skip_features else ["features.h5"]) + list(PARAGRAPH_OUTPUTS if args.paragraphs else ())
     if not args.force and stamp.exists() and all((out / f).exists() for f in wanted):
-        if read_json(stamp).get("recipe") == recipe:
+        earlier = read_json(stamp).get("run")
+        differences = record_differences(earlier, record) if isinstance(earlier, dict) else ["an earlier version"]
+        if not differences:
             print(f"{out}: this world is already complete (see {stamp}); --force rebuilds it")
             if args.preview:
                 records = read_preview_records(out, args.preview)
                 write_preview(out / "preview.png", out, records, args.preview)
                 print(f"wrote {out / 'preview.png'}")
             return
+        print(f"{out}: rebuilding the world ({'; '.join(differences)})")
     t_start = time.time()
     splits = ["train"] * args.n_train + ["val"] * args.n_val + ["test"] * args.n_test
     jobs = [(i + 1, split) for i, split in enumerate(splits)]  # caption (COCO) ids 1..N
@@ -212,7 +215,7 @@ def main(argv=None) -> None:
 
     # 4. what was made: the length tables and counts, kept in world.json (a re-run of this recipe skips)
     counts = describe_world(records, splits, out, args, seconds=time.time() - t_start)
-    write_json(stamp, {"recipe": recipe, "counts": counts}, indent=1)
+    write_json(stamp, {"run": record, "counts": counts}, indent=1)
     print(f"wrote {out} in {time.time() - t_start:.0f} s (drawing and encoding {t_draw:.0f} s)")
 
 

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from clid import files, shard
+from clid import files, runs, shard
 from clid.cli import HelpFormatter
 from clid.files import DataError
 from clid.saliency.emlnet import EMLNET_SIZE, EMLNet, normalise01
@@ -178,7 +178,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    record = shard.run_record(args, inputs=("list", "weights"), settings=(
+    record = runs.run_record(args, inputs=("list", "weights"), settings=(
         "images", "method", "emlnet_size", "sigma", "border", "map_side"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     started = time.time()

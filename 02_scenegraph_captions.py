@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clid import files, shard
+from clid import files, runs, shard
 from clid.cli import HelpFormatter
 from clid.data.scenegraphs import load_graph_files, load_image_data
 from clid.files import DataError
@@ -195,7 +195,7 @@ PROBLEMS = ("image_id", "action", "kind", "detail")  # the columns of OUT.proble
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    record = shard.run_record(
+    record = runs.run_record(
         args, inputs=("scene_graphs", "image_data", "labelmap", "sizes", "saliency", "tokenizer"),
         settings=("graph_format", "images", "min_object_conf", "min_relation_conf", "saliency", "k", "t_sal",
                   "n_attr", "per_image", "paragraph", "levels", "tokenizer", "seed"))

@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from typing import Callable
 
-from clid import files, shard
+from clid import files, runs, shard
 from clid.cli import HelpFormatter
 from clid.data.records import report_wordless
 from clid.files import DataError
@@ -192,7 +192,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    record = shard.run_record(args, inputs=("inp", "tokenizer"), settings=(
+    record = runs.run_record(args, inputs=("inp", "tokenizer"), settings=(
         "model", "num_beams", "max_length", "piece_tokens", "min_ratio", "levels", "tokenizer"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     if job.done:

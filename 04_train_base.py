@@ -58,7 +58,7 @@ from clid.model.train import (
     start_run,
     validation_check,
 )
-from clid.runs import run_record
+from clid.runs import training_record
 
 
 def parse_args(argv=None):
@@ -150,7 +150,7 @@ def main(argv=None):
 
     trainer = Trainer(model, examples, RegionCache(features, model.config.num_classes), settings_from_args(args),
                       args.out, {"train": vars(args), "stage": "04_train_base",
-                                "run": run_record(args)}, device, rank, world,
+                                "run": training_record(args)}, device, rank, world,
                       validation_check(args, features, val_ids, device))
     if trainer.resume():
         if rank == 0:

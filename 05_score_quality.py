@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clid import shard
+from clid import runs, shard
 from clid.cli import HelpFormatter
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
@@ -123,7 +123,7 @@ def report(out: Path) -> None:
 
 def main(argv=None):
     args = parse_args(argv)
-    record = shard.run_record(args, inputs=("trusted", "extended", "selfgen", "features", "captions", "test_ids"),
+    record = runs.run_record(args, inputs=("trusted", "extended", "selfgen", "features", "captions", "test_ids"),
                               settings=("mode", "count_padding", "include_trusted", "test_ids", "no_split_check"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     try:

@@ -61,7 +61,7 @@ from clid.model.train import (
     start_run,
     validation_check,
 )
-from clid.runs import run_record
+from clid.runs import training_record
 
 CAPTION_ETA, PARAGRAPH_ETA = 1200, 200
 
@@ -216,7 +216,7 @@ def main(argv=None):
 
     trainer = Trainer(model, examples, RegionCache(features, config.num_classes), settings_from_args(args), out,
                       {"train": vars(args), "stage": "06_train_selection",
-                                                 "run": run_record(args)}, device, rank, world,
+                                                 "run": training_record(args)}, device, rank, world,
                       validation_check(args, features, items.val_ids, device))
     if trainer.resume() and rank == 0:
         print(f"resumed from {out} at step {trainer.step}")

@@ -49,6 +49,7 @@ from clid.eval.metrics import (
 from clid.eval.report import FIGURES, combine, length_histograms, write_outputs
 from clid.features.store import FeatureStore, add_bad_features_arg
 from clid.files import DataError, check_not_input, check_output_folder, natural_key, read_json, run_main, write_json
+from clid.runs import file_state
 from clid.text import LEVEL_SETS, get_levels, level_set_name, load_tokenizer
 
 
@@ -162,15 +163,6 @@ def run_ids(runs) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Generation from a checkpoint, cached in OUT/generated/<run>.jsonl
 
-def fingerprint(checkpoint) -> dict:
-    """Size and modification time of the checkpoint's (or feature file's) files: a change regenerates."""
-    path = Path(checkpoint)
-    if not path.exists():
-        raise SystemExit(f"error: {path}: checkpoint not found")
-    files = sorted(f for f in path.iterdir() if f.is_file()) if path.is_dir() else [path]
-    return {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files}
-
-
 def check_levels(checkpoint, levels, wanted_levels):
     """A checkpoint's levels, or one clear error when --levels asks for other ones."""
     if wanted_levels is not None and levels != wanted_levels:
@@ -183,7 +175,9 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     """(levels, {level: {image_id: caption}}, {level: filled image ids}, number of test images without features)."""
     meta_path = cache.with_suffix(".meta.json")
     decoding = {"steps": args.decode_steps, "eos_decay": args.eos_decay, "labert_average": args.labert_average}
-    key = {"checkpoint": str(checkpoint), "files": fingerprint(checkpoint), "features": fingerprint(features.path),
+    if not Path(checkpoint).exists():
+        raise SystemExit(f"error: {checkpoint}: checkpoint not found")
+    key = {"checkpoint": str(checkpoint), "files": file_state(checkpoint), "features": file_state(features.path),
            "images": hashlib.sha1("\n".join(image_ids).encode()).hexdigest(), "decoding": decoding}
     if not args.regenerate and cache.exists() and meta_path.exists():
         meta = read_json(meta_path)

@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 
 from clid import files
 from clid.cli import HelpFormatter
+from clid.runs import record_differences
 
 
 def add_shard_args(parser: argparse.ArgumentParser, seed: int = 0) -> None:
@@ -132,56 +133,6 @@ def join_tables(paths: Sequence[Path], out: Path) -> None:
             write_table(target, header, rows)
         else:
             target.unlink(missing_ok=True)
-
-
-def file_state(path) -> dict:
-    """What identifies an input: its size and modification time (a folder: those of its files)."""
-    path = Path(path)
-    if path.is_dir():
-        return {p.name: file_state(p) for p in sorted(path.iterdir()) if p.is_file()}
-    if not path.exists():
-        return {"missing": True}
-    stat = path.stat()
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-
-
-def run_record(args, inputs: Sequence[str] = (), settings: Sequence[str] = ()) -> dict:
-    """What determines a stage's output: the files named by the ``inputs`` flags and the values of
-    the ``settings`` flags (argparse dest names; a flag that names a file may be given as both).
-    An ``--out`` that is one of the inputs is refused here, before any work."""
-    def flag(name):
-        return "--" + name.replace("_", "-")
-
-    if getattr(args, "out", None):
-        files.check_not_input(args.out, {flag(name): getattr(args, name) for name in inputs})
-
-    out = {"inputs": {}, "settings": {}}
-    for name in inputs:
-        value = getattr(args, name)
-        values = list(value) if isinstance(value, (list, tuple)) else [value]
-        for n, one in enumerate(values):
-            if one is not None and Path(one).exists():  # several files: "--weights[1]"
-                out["inputs"][flag(name) + (f"[{n}]" if len(values) > 1 else "")] = file_state(one)
-    for name in settings:
-        value = getattr(args, name)
-        if isinstance(value, str) and Path(value).exists():  # a path: the same however it is spelled
-            value = str(Path(value).resolve())
-        out["settings"][flag(name)] = list(value) if isinstance(value, tuple) else value
-    return out
-
-
-def record_differences(old: dict, new: dict) -> list[str]:
-    """What differs between two run records, in words."""
-    out = []
-    for flag in sorted(set(old.get("settings", {})) | set(new.get("settings", {}))):
-        a, b = old.get("settings", {}).get(flag), new.get("settings", {}).get(flag)
-        if a != b:
-            out.append(f"{flag} {a} then, {b} now")
-    for flag in sorted(set(old.get("inputs", {})) | set(new.get("inputs", {}))):
-        a, b = old.get("inputs", {}).get(flag), new.get("inputs", {}).get(flag)
-        if a != b:
-            out.append(f"the file of {flag} changed" if a and b else f"{flag} {'not given' if not b else 'new'} now")
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

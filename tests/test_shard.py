@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from conftest import run_script
 
-from clid import files, shard
+from clid import files, runs, shard
 from clid.rng import item_rng, item_seed
 
 
@@ -132,7 +132,7 @@ def test_the_run_record_refuses_other_settings_and_inputs_unless_restart(tmp_pat
     source.write_text("x")
 
     def record(n, path):
-        return shard.run_record(argparse.Namespace(inp=str(path), n=n), inputs=("inp",), settings=("inp", "n"))
+        return runs.run_record(argparse.Namespace(inp=str(path), n=n), inputs=("inp",), settings=("inp", "n"))
 
     out = tmp_path / "o.jsonl"
     with pytest.raises(KeyboardInterrupt):
