@@ -111,7 +111,10 @@ def read_ids(args, store: FeatureStore) -> tuple[list[str], dict[str, str]]:
         source = Path(args.ids)
         if not source.is_file():
             raise DataError(source, None, "--ids: no such file")
-        kind = detect_format(source)[0] if source.suffix == ".json" else "list"
+        try:
+            kind = detect_format(source)[0] if source.suffix == ".json" else "ids"
+        except DataError:  # not a captions file: a list of ids (read_id_list names what is wrong with it)
+            kind = "ids"
         if kind in ("karpathy", "coco", "paragraphs"):
             records = load_captions(source, args.split)
             if not records:

@@ -17,23 +17,25 @@ THUMBNAIL_SIDE = 256  # pixels, the longer side of an embedded image
 
 
 def image_files(image_ids, folder, names: dict[str, str] | None = None) -> dict[str, Path]:
-    """Image id -> its file in ``folder``: the file ``names`` gives (from a captions file), else the file
-    whose name without extension is the id. An id without a file is one DataError."""
+    """Image id -> its file in ``folder``: the file ``names`` gives (from a captions file) when it is
+    there, else the file whose name without extension is the id. An id without a file is one DataError."""
     from clid.saliency.images import folder_images
 
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(folder, None, "--images: no such folder")
+    names = names or {}
     by_stem = None
     found = {}
     for image_id in image_ids:
-        if names and image_id in names:
+        if image_id in names and (folder / names[image_id]).is_file():
             found[image_id] = folder / names[image_id]
             continue
         by_stem = folder_images(folder) if by_stem is None else by_stem
         if image_id not in by_stem:
-            raise DataError(folder, f"image {image_id}", "no image file of this id (an image's id is its file name "
-                                                          "without extension, or give --ids a captions file naming the files)")
+            named = f"neither {names[image_id]} (the captions file's name for it) nor " if image_id in names else ""
+            raise DataError(folder, f"image {image_id}", f"no image file: {named}a file named {image_id}.jpg, .png, ... "
+                                                          "(an image's id is its file name without extension)")
         found[image_id] = by_stem[image_id]
     return found
 
