@@ -19,7 +19,7 @@ from clid.features.store import FeatureStore, Regions, region_problem
 from clid.files import DataError, natural_key
 from clid.text import get_levels, level_set_name
 
-__all__ = ["CaptionWriter", "Regions", "caption_records", "check_features", "decode_steps", "default_device"]
+__all__ = ["CaptionWriter", "MemoryRegions", "Regions", "caption_records", "check_features", "decode_steps", "default_device"]
 
 
 def default_device() -> str:
