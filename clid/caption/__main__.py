@@ -202,10 +202,10 @@ def main(argv=None) -> None:
         return
 
     # 3. what was written: the share of captions inside their level, and the gallery
-    records = list(read_jsonl(done))
+    records = list(read_jsonl(done, required=("image_id", "level", "caption")))
     print(f"{done}: {len(records)} captions of {len({r['image_id'] for r in records})} images")
     for level in args.levels:
-        at = [r for r in records if r["level"] == level]
+        at = [r for r in records if r.get("level") == level and "in_range" in r and "length" in r]
         low, high = writer.levels[level - 1]
         if at:
             print(f"  level {level} ({low}-{high} tokens): {sum(r['in_range'] for r in at)} of {len(at)} in range, "
