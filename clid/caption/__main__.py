@@ -45,8 +45,8 @@ def parse_args(argv=None):
                         "paragraphs JSON; its --split images). Default: every image of --features")
     p.add_argument("--split", default="test", help="with a captions file as --ids: the split to caption")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="caption only the first N ids")
-    p.add_argument("--levels", nargs="+", default=["all"], metavar="LEVEL",
-                   help="level numbers (from 1) to decode, or 'all' for every level of the checkpoint")
+    p.add_argument("--levels", nargs="+", default=None, metavar="LEVEL",
+                   help="level numbers (from 1) to decode, or 'all' for every level of the checkpoint (default: all)")
     p.add_argument("--out", required=True, help="captions JSONL to write")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
     p.add_argument("--batch-size", type=int, default=64, help="images decoded together")
@@ -73,7 +73,9 @@ def parse_args(argv=None):
     p.add_argument("--thumbnail", type=int, default=THUMBNAIL_SIDE, help="longer side of a gallery image, in pixels")
     shard.add_shard_args(p)
     args = p.parse_args(argv)
-    if args.levels != ["all"]:
+    if args.levels in (None, ["all"]):
+        args.levels = "all"
+    else:
         if not all(level.isdigit() and int(level) >= 1 for level in args.levels):
             p.error(f"--levels takes level numbers from 1, or 'all'; got {' '.join(args.levels)}")
         args.levels = [int(level) for level in args.levels]
@@ -167,7 +169,7 @@ def main(argv=None) -> None:
     writer.steps = decode_steps(args.decode_steps, len(writer.levels))
     writer.use_features(store)
     try:
-        args.levels = writer.select_levels(None if args.levels == ["all"] else args.levels)
+        args.levels = writer.select_levels(args.levels)
     except ValueError as err:
         raise SystemExit(f"error: --levels: {err}") from None
     name = args.name or Path(args.checkpoint).resolve().name
