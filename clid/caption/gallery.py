@@ -69,7 +69,8 @@ section.figure { display: flex; gap: 20px; align-items: flex-start; background: 
 .photo .id { font-size: 13px; color: #555; margin-top: 6px; font-family: monospace; }
 .photo .noimage { width: 256px; height: 120px; background: #eee; color: #888; display: flex; align-items: center;
                   justify-content: center; border-radius: 4px; font-size: 13px; }
-table { border-collapse: collapse; flex: 1 1 auto; font-size: 14px; }
+table { border-collapse: collapse; flex: 1 1 auto; font-size: 14px; table-layout: fixed; width: 100%; }
+thead th:first-child { width: 90px; }
 th, td { border-bottom: 1px solid #eee; padding: 5px 8px; text-align: left; vertical-align: top; }
 thead th { border-bottom: 2px solid #ccc; }
 tbody th { white-space: nowrap; font-weight: 600; width: 90px; }
