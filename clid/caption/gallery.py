@@ -33,8 +33,8 @@ def image_files(image_ids, folder, names: dict[str, str] | None = None) -> dict[
             continue
         by_stem = folder_images(folder) if by_stem is None else by_stem
         if image_id not in by_stem:
-            named = f"neither {names[image_id]} (the captions file's name for it) nor " if image_id in names else ""
-            raise DataError(folder, f"image {image_id}", f"no image file: {named}a file named {image_id}.jpg, .png, ... "
+            named = f"neither {names[image_id]} (as the captions file names it) nor " if image_id in names else ""
+            raise DataError(folder, f"image {image_id}", f"no image file: {named}{image_id}.jpg, {image_id}.png, ... "
                                                           "(an image's id is its file name without extension)")
         found[image_id] = by_stem[image_id]
     return found
