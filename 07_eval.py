@@ -186,24 +186,18 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
             print(f"{checkpoint}: reusing {cache} (checkpoint, features and decoding unchanged)")
             return (levels, *read_generated(cache, len(levels), with_filled=True), meta["no_features"])
 
-    from clid.model.checkpoints import load_checkpoint
-    from clid.model.decode import generate_captions
+    from clid.caption import CaptionWriter, decode_steps
 
-    model = load_checkpoint(checkpoint, device=args.device)
-    levels = check_levels(checkpoint, get_levels(model.levels), wanted_levels)
-    steps = args.decode_steps
-    if steps is not None and len(steps) not in (1, len(levels)):
-        raise SystemExit(f"error: --decode-steps takes one number per level ({len(levels)}) or one for all, "
-                         f"not {len(steps)}")
-    steps = None if steps is None else tuple(steps * len(levels) if len(steps) == 1 else steps)
+    writer = CaptionWriter.from_checkpoint(checkpoint, device=args.device, batch_size=args.batch_size,
+                                           eos_decay=args.eos_decay, labert_average=args.labert_average)
+    levels = check_levels(checkpoint, writer.levels, wanted_levels)
+    writer.steps = decode_steps(args.decode_steps, len(levels))
+    writer.use_features(features)
     have = [i for i in image_ids if i in features]
     if not have:
         raise SystemExit(f"error: {features.path} holds none of the {len(image_ids)} test images")
     print(f"{checkpoint}: generating captions for {len(have)} test images at {len(levels)} levels")
-    generated, filled = generate_captions(model, features, have, list(range(1, len(levels) + 1)),
-                                          batch_size=args.batch_size, device=args.device, steps=steps,
-                                          eos_decay=args.eos_decay, labert_average=args.labert_average,
-                                          progress=True, return_filled=True)
+    generated, filled = writer.decode(have, "all", progress=True)
     write_generated(cache, generated, filled)
     write_json(meta_path, {"key": key, "levels": [list(l) for l in levels],
                            "no_features": len(image_ids) - len(have)}, indent=1)

@@ -58,8 +58,8 @@ trap 'kill $(jobs -p) 2>/dev/null || true' EXIT   # no background stage outlives
 run_seed() {
 SEED=$1 DEMO=$2 RUNS=$3
 CAPTIONS=$DEMO/captions.json     # the trusted set: the world's captions, or its paragraphs
-eval_extra=(--long-refs "$DEMO/long_refs.json")
-if [ "$TASK" = paragraph ]; then CAPTIONS=$DEMO/paragraphs/paragraphs_v1.json; eval_extra=(--decode-steps 10); fi
+eval_extra=(--long-refs "$DEMO/long_refs.json"); decode_extra=()
+if [ "$TASK" = paragraph ]; then CAPTIONS=$DEMO/paragraphs/paragraphs_v1.json; eval_extra=(--decode-steps 10); decode_extra=(--decode-steps 10); fi
 mkdir -p "$RUNS"
 banner "00 demo world: rendered scenes, scene graphs, trusted captions, region features"
 $PY 00_demo_data.py --out "$DEMO" --preview 16 "${world[@]}" --seed "$SEED"
@@ -122,6 +122,12 @@ $PY 06_train_selection.py --captions "$CAPTIONS" --selfgen "$RUNS/paraphrased.js
 banner "07 evaluation: $baseline_name vs extended-only vs CLID"
 $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended" --checkpoint "$RUNS/clid" \
     --name "$baseline_name" --name extended-only --name CLID
+
+banner "gallery: $baseline_name and CLID side by side on 8 test images ($RUNS/gallery.html)"
+gallery=(--features "$DEMO/features.h5" --ids "$CAPTIONS" --split test --limit 8 "${decode_extra[@]}")
+$PY -m clid.caption --checkpoint "$RUNS/trusted" "${gallery[@]}" --out "$RUNS/gallery/$baseline_name.jsonl"
+$PY -m clid.caption --checkpoint "$RUNS/clid" --name CLID "${gallery[@]}" --out "$RUNS/gallery/CLID.jsonl" \
+    --gallery "$RUNS/gallery.html" --images "$DEMO/images" --compare "$baseline_name=$RUNS/gallery/$baseline_name.jsonl"
 }
 
 evals=()
@@ -135,4 +141,4 @@ if (( SEEDS > 1 )); then
     $PY 07_eval.py --combine "${evals[@]}" --out "$RUNS_DIR/eval-seeds"
     report="$RUNS_DIR/eval-seeds/report.md"
 fi
-banner "done in $(( $(date +%s) - started )) s: see $report"
+banner "done in $(( $(date +%s) - started )) s: see $report and $RUNS_DIR/gallery.html"

@@ -30,7 +30,7 @@ from toyworld import make_toy_world
 
 SCRIPTS = {"01": "01_saliency.py", "02": "02_scenegraph_captions.py", "03": "03_paraphrase.py",
            "04": "04_train_base.py", "05": "05_score_quality.py", "06": "06_train_selection.py",
-           "07": "07_eval.py", "stats": "clid.stats", "data": "clid.data"}
+           "07": "07_eval.py", "stats": "clid.stats", "data": "clid.data", "caption": "clid.caption"}
 NEEDS = {"stages": "needs h-stages", "ops": "needs h-ops"}
 
 
@@ -101,6 +101,10 @@ class World:
     def score_args(self, out, *extra) -> list:
         return ["--trusted", self.trusted, "--extended", self.extended, "--selfgen", self.selfgen,
                 "--features", self.features, "--out", out, "--batch-size", "8", "--mode", "onepass", *extra]
+
+    def caption_args(self, d, *extra) -> list:
+        return ["--checkpoint", self.trusted, "--features", self.features, "--out", d / "captions.jsonl",
+                "--device", "cpu", "--decode-steps", "1", *extra]
 
     def eval_args(self, out, *extra) -> list:
         return ["--refs", self.captions, "--generated", self.generated, "--out", out, "--spice", "off", *extra]
@@ -809,6 +813,71 @@ row("07", "test-ids-missing", lambda w, d: w.eval_args(d / "out", "--test-ids", 
 row("07", "selfgen-missing", lambda w, d: w.eval_args(d / "out", "--selfgen", d / "nope.jsonl"), "no such file|not found")
 row("07", "selfgen-caption-int", lambda w, d: w.eval_args(d / "out", "--selfgen", jsonl_lines(w.selfgen, d, first(caption=4))), "'caption' must be a string")
 row("07", "selfgen-bad-line", lambda w, d: w.eval_args(d / "out", "--selfgen", jsonl_lines(w.selfgen, d, lambda r: r + ["{"])), "not valid json")
+
+
+# -- python -m clid.caption: image ids, levels, features, the gallery's images ----------------------------
+def ids_file(d: Path, content) -> list:
+    return ["--ids", write(d, "ids.txt" if isinstance(content, (str, bytes)) else "ids.json", content)]
+
+
+def narrow_features(d: Path) -> Path:
+    """A feature file of 8-dimensional regions (the checkpoints read 16)."""
+    from clid.files import write_h5_groups
+
+    path = d / "narrow.h5"
+    write_h5_groups(path, [(str(i), {"features": np.ones((2, 8), np.float32), "boxes": np.array([[0, 0, 5, 5]] * 2, np.float32)},
+                            {"width": 10.0, "height": 10.0}) for i in (1, 2)])
+    return path
+
+
+CAPTION_ROWS = [
+    ("unknown-image-id", lambda w, d: ids_file(d, "11\nnope\n"), "image nope: no region features in"),
+    ("empty-id-list", lambda w, d: ids_file(d, ""), "no image id to caption"),
+    ("blank-id-list", lambda w, d: ids_file(d, "\n \n"), "no image id to caption"),
+    ("empty-json-id-list", lambda w, d: ids_file(d, []), "no image id to caption"),
+    ("id-null", lambda w, d: ids_file(d, [11, None]), "[1]: an image id must be"),
+    ("ids-object", lambda w, d: ids_file(d, {"ids": 5}), "expected a list of image ids"),
+    ("ids-binary", lambda w, d: ids_file(d, BINARY), "utf-8"),
+    ("ids-missing", lambda w, d: ["--ids", d / "nope.txt"], "no such file"),
+    ("ids-captions-no-test-image", lambda w, d: ["--ids", karpathy(w, d, lambda x: [im.update(split="train") for im in x["images"]])],
+     "holds no image of split 'test'"),
+    ("level-outside", lambda w, d: ["--levels", "8"], "level 8 is not one of the levels of the checkpoint"),
+    ("level-zero", lambda w, d: ["--levels", "0"], "takes level numbers from 1"),
+    ("level-word", lambda w, d: ["--levels", "two"], "takes level numbers from 1"),
+    ("level-all-and-number", lambda w, d: ["--levels", "all", "2"], "takes level numbers from 1"),
+    ("features-other-dimension", lambda w, d: ["--features", narrow_features(d)], "8 dimensions, but the checkpoint"),
+    ("decode-steps-count", lambda w, d: ["--decode-steps", "1", "2"], "one number per level (7)"),
+    ("limit-zero", lambda w, d: ["--limit", "0"], "--limit must be at least 1"),
+    ("out-not-jsonl", lambda w, d: ["--out", d / "captions.txt"], "must end in .jsonl"),
+    ("gallery-is-out", lambda w, d: ["--gallery", d / "captions.jsonl"], "is also the input --out"),
+    ("images-without-gallery", lambda w, d: ["--images", w.images], "give --gallery"),
+    ("gallery-no-image-folder", lambda w, d: ["--ids", write(d, "ids.txt", "1\n"), "--gallery", d / "g.html", "--images", d / "nope"],
+     "no such folder"),
+    ("gallery-image-missing", lambda w, d: ["--ids", write(d, "ids.txt", "1\n2\n"), "--gallery", d / "g.html", "--images", w.images],
+     "image 2: no image file"),
+    ("gallery-image-unreadable", lambda w, d: ["--ids", write(d, "ids.txt", "1\n"), "--gallery", d / "g.html",
+                                               "--images", image_folder(d, w, {"1.png": b"\x89PNG not really"})],
+     "image 1: cannot be read as an image"),
+    ("gallery-image-empty", lambda w, d: ["--ids", write(d, "ids.txt", "1\n"), "--gallery", d / "g.html",
+                                          "--images", image_folder(d, w, {"1.png": b""})], "cannot be read as an image"),
+    ("compare-not-name-file", lambda w, d: ["--gallery", d / "g.html", "--compare", w.generated], "expected NAME=FILE"),
+    ("compare-missing", lambda w, d: ["--gallery", d / "g.html", "--compare", f"base={d / 'nope.jsonl'}"], "no such file"),
+    ("compare-bad-line", lambda w, d: ["--gallery", d / "g.html", "--compare", f"base={jsonl_lines(w.generated, d, lambda r: r + ['{'])}"],
+     "not valid json"),
+    ("compare-level-outside", lambda w, d: ["--gallery", d / "g.html", "--compare", f"base={jsonl_lines(w.generated, d, first(level=9))}"],
+     "outside 1..7"),
+]
+for name, make, fragment in CAPTION_ROWS:
+    row("caption", name, lambda w, d, make=make: w.caption_args(d, *make(w, d)), fragment)
+for name, make, fragment, kind, needs in FEATURE_CASES[:5] + FEATURE_CASES[11:12]:
+    row("caption", f"features-{name}", lambda w, d, make=make: w.caption_args(d, "--features", make(w, d)), fragment, kind, needs)
+for name, make, fragment in CHECKPOINT_CASES:
+    row("caption", f"checkpoint-{name}", lambda w, d, make=make: w.caption_args(d, "--checkpoint", make(w, d)), fragment)
+row("caption", "features-nan-skipped", lambda w, d: w.caption_args(d, "--bad-features", "skip", "--levels", "1", "--features",
+                                                                    h5_changed(w.features, d, first_group(poke("features", (0, 0), np.nan)))),
+    "skipped 1 image(s) with bad region features", "skip")
+row("caption", "empty-shard", lambda w, d: w.caption_args(d, "--ids", write(d, "ids.txt", "11\n"), "--num-shards", "3", "--shard-id", "2"),
+    "", "ok")
 
 
 # -- output folders and files: a stage never deletes or replaces what it did not write --------------------

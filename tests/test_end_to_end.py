@@ -46,6 +46,10 @@ def test_demo_pipeline_small(tmp_path):
     assert "Control precision" in report and "long references" in report.lower()
     for figure in ("control_precision.png", "quality_vs_control.png", "length_histograms.png"):
         assert (runs / "eval" / figure).stat().st_size > 1000
+    # the gallery: 8 test images, each at every level, trusted-only and CLID side by side
+    gallery = (runs / "gallery.html").read_text()
+    assert gallery.count('<section class="figure"') == gallery.count('src="data:image/jpeg;base64,') == 8
+    assert gallery.count("<tr data-level=") == 8 * 7 and "<th>level</th><th>trusted-only</th><th>CLID</th>" in gallery
 
 
 def test_demo_paragraph_pipeline_small(tmp_path):
@@ -90,3 +94,5 @@ def test_demo_paragraph_pipeline_small(tmp_path):
         assert len(lengths) == clid[str(level)]["n_captions"] == 12
         hits = sum(low <= n <= high for n in lengths)
         assert abs(clid[str(level)]["control_precision"] - hits / len(lengths)) < 1e-9, level
+    gallery = (runs / "gallery.html").read_text()
+    assert gallery.count("<tr data-level=") == 8 * 13 and "<th>paragraph-only</th><th>CLID</th>" in gallery

@@ -125,6 +125,7 @@ class FakeCaptioner:
     'clid' joins captions until it reaches the requested length."""
 
     levels = LEVEL_SETS["caption"]
+    config = CaptionerConfig(region_dim=8)  # what it reads: the 8-d features of demo_like_world
 
     def __init__(self, path, pool):
         self.name, self.pool, self.tokenizer = os.path.basename(path), pool, None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clid.data.records import ImageCaptions, _first_time, _image_id, _list, _need, _show, _string, report_wordless
-from clid.files import DataError, natural_key, read_json, read_jsonl
+from clid.files import DataError, id_problem, natural_key, read_json, read_jsonl
 from clid.text import preprocess
 
 SPLITS = ("train", "restval", "val", "test")  # the Karpathy split's names
@@ -80,7 +80,15 @@ def read_id_list(path) -> list[str]:
         data = read_json(path)
         if isinstance(data, dict):
             data = data.get("ids", data.get("images", list(data.keys())))
-        return [str(x["id"] if isinstance(x, dict) else x) for x in data]
+        if not isinstance(data, list):
+            raise DataError(path, "top level", "expected a list of image ids")
+        ids = []
+        for index, x in enumerate(data):
+            value = x.get("id") if isinstance(x, dict) else x
+            if problem := id_problem(value):
+                raise DataError(path, f"[{index}]", f"an image id {problem}")
+            ids.append(str(value))
+        return ids
     return [line.split()[0] for line in text.splitlines() if line.strip()]
 
 

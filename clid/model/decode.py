@@ -90,7 +90,9 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
                       progress: bool = False, return_filled: bool = False):
     """Captions at each requested level for each image: ``{level: {image_id: caption}}``.
 
-    ``return_filled``: also return ``{level: {image ids whose decoded sequence holds no "."}}``.
+    ``features``: a :class:`FeatureStore`, or any object with its ``path`` and ``get(image_id)``.
+    ``progress``: True for a bar, or a function called with the number of images of each decoded
+    batch. ``return_filled``: also return ``{level: {image ids whose decoded sequence holds no "."}}``.
     """
     from tqdm import tqdm
 
@@ -101,7 +103,8 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
     paragraphs = keeps_sentences(model.levels)  # a paragraph keeps its sentences (text.content_end)
     filled: dict[int, set[str]] = {level: set() for level in levels}
     batches = [image_ids[i:i + batch_size] for i in range(0, len(image_ids), batch_size)]
-    bar = tqdm(total=len(batches) * len(levels), desc="decode", unit="batch", disable=not progress)
+    report = progress if callable(progress) else None
+    bar = tqdm(total=len(batches) * len(levels), desc="decode", unit="batch", disable=not progress or report is not None)
     for batch in batches:
         regions = [load_regions(features, i, model.config.num_classes) for i in batch]
         feats, pos, mask = (t.to(device) for t in pad_regions(regions))
@@ -113,5 +116,7 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
                 if content_end(row, end, paragraphs) == len(row):  # filled the level without "." padding
                     filled[level].add(str(image_id))
             bar.update(1)
+        if report is not None:
+            report(len(batch))
     bar.close()
     return (out, filled) if return_filled else out

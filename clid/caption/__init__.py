@@ -1,0 +1,176 @@
+"""Captions of any image at chosen length levels, from a trained checkpoint: the Python API.
+
+    from clid.caption import CaptionWriter
+
+    writer = CaptionWriter.from_checkpoint("runs/clid", features="features.h5")  # device: cuda if available
+    writer.caption("42", levels=[1, 3, 6])     # {1: "a red car", 3: "...", 6: "..."}
+    writer.caption(["42", "43"])               # {"42": {1: ..., ..., 7: ...}, "43": {...}}
+    writer.caption(Regions(features, boxes, width, height), levels=[2])   # regions held in memory
+
+:meth:`CaptionWriter.decode` is the batched form the caption command (``python -m clid.caption``,
+:mod:`clid.caption.__main__`) and ``07_eval.py`` use; :func:`caption_records` turns its output
+into the lines of the generated-captions JSONL. Decoding itself (LaBERT's mask-predict) lives in
+:mod:`clid.model.decode`.
+"""
+from __future__ import annotations
+
+from clid.eval.metrics import length_control
+from clid.features.store import FeatureStore, Regions, region_problem
+from clid.files import DataError, natural_key
+from clid.text import get_levels, level_set_name
+
+__all__ = ["CaptionWriter", "MemoryRegions", "Regions", "caption_records", "check_features", "decode_steps", "default_device"]
+
+
+def default_device() -> str:
+    """``cuda`` when a GPU is there, else ``cpu``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def decode_steps(steps, num_levels: int) -> tuple[int, ...] | None:
+    """Mask-predict iterations per level from one number for every level or one per level (None: the
+    paper's defaults); any other count is one clear error."""
+    if steps is None:
+        return None
+    steps = [steps] if isinstance(steps, int) else list(steps)
+    if len(steps) not in (1, num_levels):
+        raise SystemExit(f"error: --decode-steps takes one number per level ({num_levels}) or one for all, "
+                         f"not {len(steps)}")
+    return tuple(steps * num_levels if len(steps) == 1 else steps)
+
+
+def check_features(config, store: FeatureStore, checkpoint=None) -> None:
+    """One DataError naming both files when ``store`` holds region features of another shape than the
+    model (``config``: its :class:`~clid.model.captioner.CaptionerConfig`) was trained on."""
+    # The single place where a feature file is matched with a checkpoint. When clid.features.store gains
+    # check_features_match (feature kind and dimension, recorded in both files), this is where it is called:
+    #   check_features_match(read_json(Path(checkpoint) / "config.json"), store, checkpoint)
+    model = f"the checkpoint {checkpoint}" if checkpoint else "the model"
+    dim = store.feature_dim()
+    if dim != config.region_dim:
+        raise DataError(store.path, None, f"its region features have {dim} dimensions, but {model} was trained "
+                                          f"on features of {config.region_dim}: features of another kind (compute "
+                                          "them as the checkpoint's training features were computed)")
+    classes = store.num_classes()
+    if config.num_classes and classes != config.num_classes:
+        found = f"{classes} class probabilities per region" if classes else "no class probabilities (cls_prob)"
+        raise DataError(store.path, None, f"has {found}, but {model} reads {config.num_classes}")
+
+
+class MemoryRegions:
+    """Region features held in memory, read like a :class:`FeatureStore`: image id -> :class:`Regions`."""
+
+    path = "<regions in memory>"
+
+    def __init__(self, regions: dict[str, Regions], dim: int):
+        for image_id, r in regions.items():
+            if problem := region_problem(r, dim):
+                raise DataError(self.path, f"image {image_id}", problem)
+        self.regions = regions
+
+    def get(self, image_id) -> Regions:
+        return self.regions[str(image_id)]
+
+
+class CaptionWriter:
+    """A trained captioner that writes captions at chosen length levels.
+
+    ``features``: the region-feature file (a path or a :class:`FeatureStore`) the image ids refer to.
+    Decoding options (the defaults are the authors'): ``steps`` (mask-predict iterations per level;
+    None: 10, 15, ..., 40), ``eos_decay`` and ``labert_average`` (see :mod:`clid.model.decode`).
+    """
+
+    def __init__(self, model, features=None, device: str | None = None, batch_size: int = 64,
+                 steps: tuple[int, ...] | None = None, eos_decay: float = 1.0, labert_average: bool = True,
+                 checkpoint=None):
+        self.model, self.checkpoint = model, checkpoint
+        self.device = device or default_device()
+        self.batch_size, self.steps, self.eos_decay, self.labert_average = batch_size, steps, eos_decay, labert_average
+        self.features = None
+        if features is not None:
+            self.use_features(features)
+
+    @classmethod
+    def from_checkpoint(cls, folder, device: str | None = None, features=None, **options) -> "CaptionWriter":
+        """Load a checkpoint folder (04, 06) onto ``device`` (default: cuda if available, else cpu)."""
+        from clid.model import checkpoints
+
+        device = device or default_device()
+        return cls(checkpoints.load_checkpoint(folder, device=device), features, device, checkpoint=folder, **options)
+
+    @property
+    def levels(self) -> tuple[tuple[int, int], ...]:
+        """The checkpoint's length levels: level n (from 1) is ``levels[n - 1]``, an inclusive token range."""
+        return get_levels(self.model.levels)
+
+    def use_features(self, features) -> None:
+        """Read image ids from this region-feature file (a path or a :class:`FeatureStore`)."""
+        store = features if isinstance(features, FeatureStore) else FeatureStore(features)
+        check_features(self.model.config, store, self.checkpoint)
+        self.features = store
+
+    def select_levels(self, levels=None) -> list[int]:
+        """Level numbers (from 1) of ``levels``: None or "all" for every level, else numbers, each checked."""
+        count = len(self.levels)
+        if levels is None or levels == "all":
+            return list(range(1, count + 1))
+        chosen = [levels] if isinstance(levels, int) else list(levels)
+        for level in chosen:
+            if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= count:
+                where = f"the checkpoint {self.checkpoint}" if self.checkpoint else "the model"
+                raise ValueError(f"level {level!r} is not one of the levels of {where}: 1..{count} "
+                                 f"({level_set_name(self.levels)}: {describe_levels(self.levels)})")
+        return sorted(set(chosen))
+
+    def decode(self, image_ids, levels=None, progress=False, features=None):
+        """``({level: {image_id: caption}}, {level: image ids whose caption filled the level without "."})``
+        for the images of the feature file (or of ``features``, any object with ``get(image_id)``)."""
+        from clid.model import decode
+
+        source = self.features if features is None else features
+        if source is None:
+            raise ValueError("no region features: give features= to from_checkpoint, or call use_features(path)")
+        return decode.generate_captions(self.model, source, [str(i) for i in image_ids], self.select_levels(levels),
+                                        batch_size=self.batch_size, device=self.device, steps=self.steps,
+                                        eos_decay=self.eos_decay, labert_average=self.labert_average,
+                                        progress=progress, return_filled=True)
+
+    def caption(self, images, levels=None):
+        """Captions, by level, of one image (an image id or its :class:`Regions`): ``{level: text}``;
+        of a list of image ids: ``{image_id: {level: text}}``."""
+        if isinstance(images, Regions):
+            captions, _ = self.decode(["image"], levels, features=MemoryRegions({"image": images},
+                                                                              self.model.config.region_dim))
+            return {level: by_image["image"] for level, by_image in captions.items()}
+        one = isinstance(images, (str, int))
+        ids = [str(images)] if one else [str(i) for i in images]
+        captions, _ = self.decode(ids, levels)
+        by_image = {i: {level: captions[level][i] for level in captions} for i in ids}
+        return by_image[ids[0]] if one else by_image
+
+
+def describe_levels(levels) -> str:
+    """"1-9, 10-19, ... tokens" for a level set."""
+    return ", ".join(f"{low}-{high}" for low, high in get_levels(levels)) + " tokens"
+
+
+def caption_records(captions, filled, levels, tokenizer=None, strict: bool = False) -> list[dict]:
+    """The generated-captions JSONL lines of decoded captions: ``image_id``, ``level``, ``caption``,
+    ``length`` (counted as 07 counts it: WordPiece tokens and the final "."; a caption that filled its
+    level without "." has no final "." unless ``strict``), ``in_range`` and ``filled``; ordered by image
+    id, then level. ``levels``: the checkpoint's level set."""
+    image_ids = sorted({i for by_image in captions.values() for i in by_image}, key=natural_key)
+    control = length_control(captions, image_ids, levels, tokenizer, filled=filled, strict=strict)
+    rows = []
+    for image_id in image_ids:
+        for level in sorted(captions):
+            if image_id not in captions[level]:
+                continue
+            length = control[level].lengths.get(image_id, 0)  # 0: no word in the caption
+            low, high = get_levels(levels)[level - 1]
+            rows.append({"image_id": image_id, "level": level, "caption": captions[level][image_id],
+                         "length": length, "in_range": low <= length <= high,
+                         "filled": image_id in filled.get(level, ())})
+    return rows

@@ -1,0 +1,227 @@
+"""Caption images at chosen length levels with a trained checkpoint; no reference captions needed.
+
+    python -m clid.caption --checkpoint runs/clid --features features.h5 --levels 1 3 6 --out captions.jsonl
+    python -m clid.caption --checkpoint runs/clid --features features.h5 --ids ids.txt --out captions.jsonl \\
+        --gallery gallery.html --images photos/
+
+In:  a checkpoint folder (04, 06); the region-feature file of the images (``python -m clid.features``);
+     optionally ``--ids``: the image ids to caption (one a line, a JSON list, or a captions file whose
+     ``--split`` images are taken, default test); without it, every image of the feature file.
+Out: ``--out captions.jsonl``, one line per image and level: ``image_id``, ``level``, ``caption``,
+     ``length`` (tokens as 07 counts them), ``in_range`` (inside the level asked for) and ``filled``
+     (the caption filled its level without "."), ordered by image id then level. It is the file
+     ``07_eval.py --generated`` scores. With ``--gallery``: an HTML page of each image (``--images``)
+     beside its caption at every level, one column per run (``--compare NAME=FILE`` adds earlier runs).
+
+Only the levels asked for are decoded (``--levels all``: every level of the checkpoint), in batches, on
+``--device``. Sharded like 01/02/03/05: ``--shard-id/--num-shards`` (SLURM array defaults), resumable
+chunks, ``python -m clid.shard merge OUT --num-shards N``; a resume with other inputs or settings is
+refused unless ``--restart``. Decoding defaults are the authors' (see ``07_eval.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
+
+from clid import shard
+from clid.caption import CaptionWriter, caption_records, decode_steps, default_device, describe_levels
+from clid.caption.gallery import THUMBNAIL_SIDE, image_files, thumbnail, write_gallery
+from clid.cli import HelpFormatter
+from clid.features.store import FeatureStore, add_bad_features_arg
+from clid.files import DataError, check_not_input, natural_key, read_jsonl, run_main, write_jsonl
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m clid.caption", description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder (04_train_base.py, 06_train_selection.py)")
+    p.add_argument("--features", required=True, help="region-feature HDF5 of the images")
+    add_bad_features_arg(p)
+    p.add_argument("--ids", default=None,
+                   help="image ids to caption: one a line, a JSON list, or a captions file (Karpathy, COCO or "
+                        "paragraphs JSON; its --split images). Default: every image of --features")
+    p.add_argument("--split", default="test", help="with a captions file as --ids: the split to caption")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="caption only the first N ids")
+    p.add_argument("--levels", nargs="+", default=None, metavar="LEVEL",
+                   help="level numbers (from 1) to decode, or 'all' for every level of the checkpoint (default: all)")
+    p.add_argument("--out", required=True, help="captions JSONL to write")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
+    p.add_argument("--batch-size", type=int, default=64, help="images decoded together")
+    p.add_argument("--chunk-size", type=int, default=256, help="images per resumable chunk")
+    p.add_argument("--decode-steps", type=int, nargs="+", default=None, metavar="N",
+                   help="mask-predict iterations, one number per level of the checkpoint or one for every level "
+                        "(default: the paper's 10, 15, ..., 40)")
+    p.add_argument("--eos-decay", type=float, default=1.0,
+                   help="penalty on '.' inside a level's range, decay ** (distance to the level's end); 1.0: none")
+    p.add_argument("--labert-average", action=argparse.BooleanOptionalAction, default=True,
+                   help="decoding as LaBERT's and the authors' code: re-predict every position and average the "
+                        "confidences; --no-labert-average: re-predict only the re-masked positions")
+    p.add_argument("--length-count", choices=["authors", "strict"], default="authors",
+                   help="the length of a caption that fills its level without '.': authors: its tokens (in "
+                        "range); strict: with a final '.' (one over)")
+    p.add_argument("--gallery", default=None, metavar="HTML", help="also write this self-contained HTML gallery")
+    p.add_argument("--images", default=None, metavar="DIR",
+                   help="image folder shown in the gallery (files named after the image ids, or as the "
+                        "captions file of --ids names them)")
+    p.add_argument("--name", default=None, help="this run's column in the gallery (default: the checkpoint's folder name)")
+    p.add_argument("--compare", action="append", default=[], metavar="NAME=FILE",
+                   help="also show these captions (JSONL of an earlier run, or 07's generated/) in the gallery, "
+                        "one column each, left of this run's (repeatable)")
+    p.add_argument("--thumbnail", type=int, default=THUMBNAIL_SIDE, help="longer side of a gallery image, in pixels")
+    shard.add_shard_args(p)
+    args = p.parse_args(argv)
+    if args.levels in (None, ["all"]):
+        args.levels = "all"
+    else:
+        if not all(level.isdigit() and int(level) >= 1 for level in args.levels):
+            p.error(f"--levels takes level numbers from 1, or 'all'; got {' '.join(args.levels)}")
+        args.levels = [int(level) for level in args.levels]
+    for flag, value in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--chunk-size", args.chunk_size),
+                        ("--thumbnail", args.thumbnail)):
+        if value is not None and value < 1:
+            p.error(f"{flag} must be at least 1")
+    if args.decode_steps is not None and min(args.decode_steps) < 1:
+        p.error("--decode-steps must be at least 1")
+    if not 0.0 < args.eos_decay <= 1.0:
+        p.error("--eos-decay must be in (0, 1]")
+    if Path(args.out).suffix != ".jsonl":
+        p.error(f"--out {args.out}: the captions file must end in .jsonl")
+    if not args.gallery and (args.images or args.compare):
+        p.error("--images and --compare are for the gallery: give --gallery FILE too")
+    for entry in args.compare:
+        name, sep, path = entry.partition("=")
+        if not sep or not name or not path:
+            p.error(f"--compare {entry}: expected NAME=FILE")
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# The images to caption
+
+def read_ids(args, store: FeatureStore) -> tuple[list[str], dict[str, str]]:
+    """The image ids to caption, in order, each once, and (from a captions file) their file names.
+    An id without region features is one DataError naming both files; so is an empty list."""
+    from clid.data.captions import detect_format, load_captions, read_id_list
+
+    names: dict[str, str] = {}
+    if args.ids is None:
+        source, ids = store.path, store.ids()
+    else:
+        source = Path(args.ids)
+        if not source.is_file():
+            raise DataError(source, None, "--ids: no such file")
+        try:
+            kind = detect_format(source)[0] if source.suffix == ".json" else "ids"
+        except DataError:  # not a captions file: a list of ids (read_id_list names what is wrong with it)
+            kind = "ids"
+        if kind in ("karpathy", "coco", "paragraphs"):
+            records = load_captions(source, args.split)
+            if not records:
+                raise DataError(source, None, f"holds no image of split {args.split!r} (--split)")
+            ids, names = [r.image_id for r in records], {r.image_id: r.filename for r in records}
+        else:
+            ids = read_id_list(source)
+    ids = list(dict.fromkeys(ids))[:args.limit]
+    if not ids:
+        raise DataError(source, None, "no image id to caption (the list is empty)")
+    known = set(store.ids())
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        more = f" ({len(unknown)} of the {len(ids)} ids have none)" if len(unknown) > 1 else ""
+        raise DataError(source, f"image {unknown[0]}", f"no region features in {store.path}{more}")
+    if store.bad == "skip":  # images with bad features are left out, counted and reported
+        ids = [i for i in ids if i in store]
+        if not ids:
+            raise DataError(store.path, None, "every image asked for has bad region features (--bad-features skip)")
+    return ids, names
+
+
+def read_compare(entry: str, levels) -> tuple[str, dict]:
+    """(name, {(image_id, level): record}) of a ``--compare NAME=FILE`` captions file, checked."""
+    from clid.eval.metrics import read_generated
+
+    name, _, path = entry.partition("=")
+    if not Path(path).is_file():
+        raise DataError(path, None, "--compare: no such file")
+    read_generated(path, len(levels))  # a bad line, a level outside the levels, a repeat: one DataError
+    return name, {(str(r["image_id"]), int(r["level"])): r for r in read_jsonl(path)}
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    out = Path(args.out)
+    if args.gallery:
+        check_not_input(args.gallery, {"--out": args.out, "--features": args.features, "--ids": args.ids,
+                                       "--compare": [e.partition("=")[2] for e in args.compare]}, "--gallery")
+    check_not_input(out, {"--compare": [e.partition("=")[2] for e in args.compare]})
+
+    # 1. the images, the checkpoint and the levels to decode, all checked before any work
+    store = FeatureStore(args.features, bad=args.bad_features)
+    ids, names = read_ids(args, store)
+    device = args.device or default_device()
+    writer = CaptionWriter.from_checkpoint(args.checkpoint, device, batch_size=args.batch_size,
+                                           eos_decay=args.eos_decay, labert_average=args.labert_average)
+    writer.steps = decode_steps(args.decode_steps, len(writer.levels))
+    writer.use_features(store)
+    try:
+        args.levels = writer.select_levels(args.levels)
+    except ValueError as err:
+        raise SystemExit(f"error: --levels: {err}") from None
+    name = args.name or Path(args.checkpoint).resolve().name
+    compare = [read_compare(entry, writer.levels) for entry in args.compare] if args.gallery else []
+    thumbnails = None
+    if args.gallery and args.images:  # every image read now: an unreadable one stops the run before it starts
+        thumbnails = {i: thumbnail(path, i, args.thumbnail) for i, path in image_files(ids, args.images, names).items()}
+
+    # 2. decode this shard's images in resumable chunks; the last shard to finish merges
+    record = shard.run_record(args, inputs=("checkpoint", "features", "ids"), settings=(
+        "levels", "split", "limit", "decode_steps", "eos_decay", "labert_average", "length_count", "bad_features"))
+    job = shard.Job(out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
+    if not job.done:
+        print(f"captioning {len(job.spec.select(ids))} of {len(ids)} images at levels "
+              f"{', '.join(map(str, args.levels))} of {describe_levels(writer.levels)} on {device} "
+              f"(shard {job.spec.shard_id} of {job.spec.num_shards})")
+    from clid.text import load_tokenizer
+
+    tokenizer = load_tokenizer()  # lengths counted as 07 counts them
+
+    def caption_chunk(chunk: shard.Chunk) -> None:
+        captions, filled = writer.decode(chunk.items, args.levels, progress=chunk.progress)
+        write_jsonl(chunk.path, caption_records(captions, filled, writer.levels, tokenizer,
+                                                strict=args.length_count == "strict"))
+
+    done = job.run(ids, caption_chunk, "caption", "img")
+    if bad_line := store.skip_report():
+        print(bad_line)
+    if done is None:
+        print(f"shard {job.spec.shard_id} done; the last shard to finish merges (or: python -m clid.shard merge "
+              f"{out} --num-shards {job.spec.num_shards})")
+        return
+
+    # 3. what was written: the share of captions inside their level, and the gallery
+    records = list(read_jsonl(done, required=("image_id", "level", "caption")))
+    print(f"{done}: {len(records)} captions of {len({r['image_id'] for r in records})} images")
+    for level in args.levels:
+        at = [r for r in records if r.get("level") == level and "in_range" in r and "length" in r]
+        low, high = writer.levels[level - 1]
+        if at:
+            print(f"  level {level} ({low}-{high} tokens): {sum(r['in_range'] for r in at)} of {len(at)} in range, "
+                  f"mean length {sum(r['length'] for r in at) / len(at):.1f}")
+    if args.gallery:
+        shown = sorted({str(r["image_id"]) for r in records}, key=natural_key)
+        own = {(str(r["image_id"]), r["level"]): r for r in records}
+        notes = [f"{len(shown)} images; levels {', '.join(map(str, args.levels))} of {describe_levels(writer.levels)}"]
+        notes += [f"{n}: {path}" for n, _, path in (e.partition("=") for e in args.compare)]
+        notes += [f"{name}: {args.checkpoint}"]
+        write_gallery(args.gallery, shown, compare + [(name, own)], writer.levels, args.levels, thumbnails, notes=notes)
+        print(f"gallery: {args.gallery}")
+    store.close()
+
+
+if __name__ == "__main__":
+    run_main(main)

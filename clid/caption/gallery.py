@@ -1,0 +1,128 @@
+"""The caption gallery: one self-contained HTML page showing each image beside its captions at every
+requested length level, one column per run (as in Figure 1 of the paper).
+
+Images are embedded as JPEG thumbnails in data URIs, so the page is a single file that opens in any
+browser, offline. Each caption shows its length as counted (green: inside its level, red: outside).
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+from clid.files import DataError, atomic_path
+
+THUMBNAIL_SIDE = 256  # pixels, the longer side of an embedded image
+
+
+def image_files(image_ids, folder, names: dict[str, str] | None = None) -> dict[str, Path]:
+    """Image id -> its file in ``folder``: the file ``names`` gives (from a captions file) when it is
+    there, else the file whose name without extension is the id. An id without a file is one DataError."""
+    from clid.saliency.images import folder_images
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(folder, None, "--images: no such folder")
+    names = names or {}
+    by_stem = None
+    found = {}
+    for image_id in image_ids:
+        if image_id in names and (folder / names[image_id]).is_file():
+            found[image_id] = folder / names[image_id]
+            continue
+        by_stem = folder_images(folder) if by_stem is None else by_stem
+        if image_id not in by_stem:
+            named = f"neither {names[image_id]} (as the captions file names it) nor " if image_id in names else ""
+            raise DataError(folder, f"image {image_id}", f"no image file: {named}{image_id}.jpg, {image_id}.png, ... "
+                                                          "(an image's id is its file name without extension)")
+        found[image_id] = by_stem[image_id]
+    return found
+
+
+def thumbnail(path: Path, image_id: str, side: int = THUMBNAIL_SIDE) -> str:
+    """A JPEG thumbnail of the image as a data URI; an image that cannot be read is one DataError."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            image = image.convert("RGB")
+            image.thumbnail((side, side))
+            buffer = io.BytesIO()
+            image.save(buffer, "JPEG", quality=85)
+    except FileNotFoundError:
+        raise DataError(path, f"image {image_id}", "no such image file") from None
+    except Exception as err:  # PIL raises many kinds: UnidentifiedImageError, OSError, SyntaxError...
+        message = str(err).splitlines()[0][:160] if str(err) else ""
+        raise DataError(path, f"image {image_id}", f"cannot be read as an image ({type(err).__name__}: {message})") from None
+    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+STYLE = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 24px; color: #222; background: #fafafa; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+header p { margin: 4px 0; color: #555; font-size: 14px; }
+section.figure { display: flex; gap: 20px; align-items: flex-start; background: #fff; border: 1px solid #ddd;
+                 border-radius: 6px; padding: 14px; margin: 16px 0; }
+.photo { flex: 0 0 auto; width: 256px; text-align: center; }
+.photo img { max-width: 256px; max-height: 256px; border-radius: 4px; display: block; margin: 0 auto; }
+.photo .id { font-size: 13px; color: #555; margin-top: 6px; font-family: monospace; }
+.photo .noimage { width: 256px; height: 120px; background: #eee; color: #888; display: flex; align-items: center;
+                  justify-content: center; border-radius: 4px; font-size: 13px; }
+table { border-collapse: collapse; flex: 1 1 auto; font-size: 14px; table-layout: fixed; width: 100%; }
+thead th:first-child { width: 90px; }
+th, td { border-bottom: 1px solid #eee; padding: 5px 8px; text-align: left; vertical-align: top; }
+thead th { border-bottom: 2px solid #ccc; }
+tbody th { white-space: nowrap; font-weight: 600; width: 90px; }
+tbody th small { font-weight: normal; color: #777; }
+.len { display: inline-block; font-size: 11px; padding: 0 5px; border-radius: 8px; margin-left: 4px; color: #fff; }
+.len.in { background: #2e8b57; }
+.len.out { background: #c0392b; }
+.len.unknown { background: #999; }
+.missing { color: #aaa; }
+"""
+
+
+def _cell(record: dict | None) -> str:
+    if record is None:
+        return '<td class="missing">–</td>'
+    text = html.escape(record["caption"])
+    if "length" not in record:
+        return f"<td>{text}</td>"
+    state = {True: "in", False: "out"}.get(record.get("in_range"), "unknown")
+    return f'<td>{text} <span class="len {state}" title="length in tokens">{int(record["length"])}</span></td>'
+
+
+def write_gallery(path, image_ids: list[str], columns: list[tuple[str, dict]], levels, shown_levels: list[int],
+                  thumbnails: dict[str, str] | None = None, title: str = "Captions at every length level",
+                  notes: list[str] = ()) -> None:
+    """Write the gallery page atomically.
+
+    ``columns``: ``(name, {(image_id, level): record})`` per run, records as in the generated-captions
+    JSONL (``caption``; ``length`` and ``in_range`` when known). ``levels``: the level set (token
+    ranges); ``shown_levels``: the level numbers shown. ``thumbnails``: image id -> data URI.
+    """
+    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
+    parts = ['<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n',
+             f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<header>\n",
+             f"<h1>{html.escape(title)}</h1>\n"]
+    for note in notes:
+        parts.append(f"<p>{html.escape(note)}</p>\n")
+    parts.append('<p>Length in tokens (WordPiece, with the final "."): <span class="len in">inside</span> '
+                 '<span class="len out">outside</span> the level asked for.</p>\n</header>\n<main>\n')
+    for image_id in image_ids:
+        escaped = html.escape(image_id)
+        if thumbnails and image_id in thumbnails:
+            picture = f'<img src="{thumbnails[image_id]}" alt="image {escaped}">'
+        else:
+            picture = '<div class="noimage">no image given</div>'
+        parts.append(f'<section class="figure" data-image-id="{escaped}">\n<div class="photo">{picture}'
+                     f'<div class="id">{escaped}</div></div>\n<table>\n<thead><tr><th>level</th>{head}</tr></thead>\n<tbody>\n')
+        for level in shown_levels:
+            low, high = levels[level - 1]
+            cells = "".join(_cell(records.get((image_id, level))) for _, records in columns)
+            parts.append(f'<tr data-level="{level}"><th>L{level}<br><small>{low}-{high} tokens</small></th>{cells}</tr>\n')
+        parts.append("</tbody>\n</table>\n</section>\n")
+    parts.append("</main>\n</body>\n</html>\n")
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(parts), encoding="utf-8")
