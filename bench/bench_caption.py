@@ -22,22 +22,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from clid.caption import CaptionWriter, MemoryRegions  # noqa: E402
-from clid.cli import HelpFormatter  # noqa: E402
-from clid.features.store import Regions  # noqa: E402
-from clid.model.captioner import PRESETS, Captioner, CaptionerConfig  # noqa: E402
-from clid.model.decode import default_steps  # noqa: E402
-from clid.text import load_tokenizer  # noqa: E402
+from clid.caption import CaptionWriter, MemoryRegions
+from clid.cli import HelpFormatter
+from clid.features.store import Regions
+from clid.model.captioner import PRESETS, Captioner, CaptionerConfig
+from clid.model.decode import default_steps
+from clid.text import load_tokenizer
 
 # BERT-base's shape (the `labert` preset reads it from the BERT folder; here it is written out, so nothing
 # is downloaded)
