@@ -26,7 +26,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
-from clid import shard
+from clid import runs, shard
 from clid.caption import CaptionWriter, caption_records, decode_steps, default_device, describe_levels
 from clid.caption.gallery import THUMBNAIL_SIDE, image_files, thumbnail, write_gallery
 from clid.cli import HelpFormatter
@@ -179,7 +179,7 @@ def main(argv=None) -> None:
         thumbnails = {i: thumbnail(path, i, args.thumbnail) for i, path in image_files(ids, args.images, names).items()}
 
     # 2. decode this shard's images in resumable chunks; the last shard to finish merges
-    record = shard.run_record(args, inputs=("checkpoint", "features", "ids"), settings=(
+    record = runs.run_record(args, inputs=("checkpoint", "features", "ids"), settings=(
         "levels", "split", "limit", "decode_steps", "eos_decay", "labert_average", "length_count", "bad_features"))
     job = shard.Job(out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     if not job.done:
