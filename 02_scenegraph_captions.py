@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from clid import files, shard
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, non_negative_int, positive_int, unit_interval
 from clid.data.scenegraphs import load_graph_files, load_image_data
 from clid.files import DataError
 from clid.rng import item_rng
@@ -162,31 +162,29 @@ def parse_args(argv=None):
     parser.add_argument("--sizes", default=None, help="generated graphs: image sizes, the benchmark's hw TSV or "
                                                       "VG image_data.json")
     parser.add_argument("--images", default=None, help="generated graphs: image folder, for sizes not in --sizes")
-    parser.add_argument("--min-object-conf", type=float, default=0.2,
+    parser.add_argument("--min-object-conf", type=unit_interval, default=0.2,
                         help="generated graphs: objects below this confidence are left out (the paper is silent; "
                              "0.2 is the benchmark's usual detection score threshold)")
-    parser.add_argument("--min-relation-conf", type=float, default=0.1,
+    parser.add_argument("--min-relation-conf", type=unit_interval, default=0.1,
                         help="generated graphs: relations below this confidence are left out (the paper is silent)")
     parser.add_argument("--saliency", required=True,
                         help="saliency HDF5 of 01_saliency.py, or 'none' for the centre prior")
     parser.add_argument("--out", required=True, help="output JSONL")
-    parser.add_argument("--k", type=int, default=2, help="children visited per object")
-    parser.add_argument("--t-sal", type=float, default=0.8, help="saliency share to cover before the walk may stop")
-    parser.add_argument("--n-attr", type=int, default=4, help="most attributes per object")
-    parser.add_argument("--per-image", type=int, default=5, help="captions per image")
+    parser.add_argument("--k", type=positive_int, default=2, help="children visited per object")
+    parser.add_argument("--t-sal", type=unit_interval, default=0.8, help="saliency share to cover before the walk may stop")
+    parser.add_argument("--n-attr", type=non_negative_int, default=4, help="most attributes per object")
+    parser.add_argument("--per-image", type=positive_int, default=5, help="captions per image")
     parser.add_argument("--paragraph", action="store_true",
                         help="a jump starts a new sentence instead of 'and' (implied by --levels paragraph)")
     parser.add_argument("--levels", default=None, choices=["caption", "paragraph", "labert"],
                         help="length levels for 'level'; paragraph also makes jumps start new sentences "
                              "(default: paragraph with --paragraph, else caption)")
-    parser.add_argument("--chunk-size", type=int, default=2000, help="graphs per resumable chunk")
+    parser.add_argument("--chunk-size", type=positive_int, default=2000, help="graphs per resumable chunk")
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: offline bert-base-uncased)")
     shard.add_shard_args(parser)
     args = parser.parse_args(argv)
     args.levels = args.levels or ("paragraph" if args.paragraph else "caption")
     args.paragraph = args.paragraph or args.levels == "paragraph"  # one switch: the paragraph task
-    if args.k < 1 or args.per_image < 1 or args.n_attr < 0 or not 0 <= args.t_sal <= 1:
-        parser.error("need --k >= 1, --per-image >= 1, --n-attr >= 0 and 0 <= --t-sal <= 1")
     return args
 
 

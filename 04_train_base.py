@@ -50,6 +50,7 @@ from clid.model.train import (
     Trainer,
     add_train_args,
     balanced_batches,
+    check_train_args,
     epoch_batches,
     finish_distributed,
     new_model,
@@ -75,6 +76,7 @@ def parse_args(argv=None):
                         "(the length-balanced baseline; default: shuffled epochs)")
     add_train_args(p)
     args = p.parse_args(argv)
+    check_train_args(p, args)
     if args.data == "extended" and not args.selfgen:
         p.error("--data extended needs --selfgen FILE")
     if args.continue_from and args.init_from:
@@ -105,6 +107,10 @@ def continued_schedule(args) -> None:
     if horizon <= step:
         raise SystemExit(f"error: --continue-from {folder}: its learning rate reached 0 at step {horizon}; train it "
                          f"with --lr-horizon {args.max_steps} (its steps and the continued ones) to continue it")
+    if horizon < args.max_steps:
+        raise SystemExit(f"error: --continue-from {folder}: its learning rate reaches 0 at step {horizon}, before "
+                         f"--max-steps {args.max_steps}; train it with --lr-horizon {args.max_steps} to continue it "
+                         f"that far, or give --max-steps {horizon}")
     args.lr_horizon = horizon
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from clid import shard
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, positive_int
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
 from clid.files import DataError, read_arrays, read_jsonl, run_main, write_quality
@@ -44,7 +44,7 @@ def parse_args(argv=None):
     p.add_argument("--trusted", required=True, help="checkpoint of the model trained on trusted captions")
     p.add_argument("--extended", required=True, help="checkpoint of the model trained on the extended set")
     p.add_argument("--selfgen", required=True, help="self-generated (paraphrased) captions JSONL")
-    p.add_argument("--features", required=True)
+    p.add_argument("--features", required=True, help="region features HDF5 (the file 04 trained on)")
     add_bad_features_arg(p)
     p.add_argument("--out", required=True, help="quality HDF5")
     p.add_argument("--mode", choices=MODES, default="prefix")
@@ -53,12 +53,14 @@ def parse_args(argv=None):
                         'default: over the caption\'s own tokens and its final "." (the paper)')
     p.add_argument("--captions", help="trusted caption file: score only captions of its train-split images")
     p.add_argument("--include-trusted", action="store_true", help="also score the trusted captions (needs --captions)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--chunk-size", type=int, default=4096, help="captions per resumable chunk")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--chunk-size", type=positive_int, default=4096, help="captions per resumable chunk")
+    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     add_split_args(p)
     shard.add_shard_args(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return args
 
 
 def load_items(args):

@@ -34,17 +34,17 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from clid import files
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, non_negative_int, positive_int
 
 
 def add_shard_args(parser: argparse.ArgumentParser, seed: int = 0) -> None:
     """``--shard-id``/``--num-shards`` (defaults from SLURM array variables) and ``--seed``."""
     env = os.environ
-    parser.add_argument("--shard-id", type=int, default=int(env.get("SLURM_ARRAY_TASK_ID", 0)),
+    parser.add_argument("--shard-id", type=non_negative_int, default=env.get("SLURM_ARRAY_TASK_ID", "0"),
                         help="this shard's index ($SLURM_ARRAY_TASK_ID when set)")
-    parser.add_argument("--num-shards", type=int, default=int(env.get("SLURM_ARRAY_TASK_COUNT", 1)),
+    parser.add_argument("--num-shards", type=positive_int, default=env.get("SLURM_ARRAY_TASK_COUNT", "1"),
                         help="number of shards ($SLURM_ARRAY_TASK_COUNT when set)")
-    parser.add_argument("--seed", type=int, default=seed, help="random seed; randomness is keyed by (seed, item id)")
+    parser.add_argument("--seed", type=non_negative_int, default=seed, help="random seed; randomness is keyed by (seed, item id)")
     parser.add_argument("--restart", action="store_true",
                         help="discard this shard's chunks, part and output left by an earlier run with other inputs "
                              "or settings, instead of refusing to mix them")
@@ -423,8 +423,9 @@ def main(argv=None) -> None:
                                      formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("merge", help="join OUT.part-*-of-N into OUT", formatter_class=HelpFormatter)
-    m.add_argument("out")
-    m.add_argument("--num-shards", type=int, required=True)
+    m.add_argument("out", help="the output the shards wrote (the same --out they were given); its parts "
+                               "OUT.part-*-of-N are joined into it and removed")
+    m.add_argument("--num-shards", type=positive_int, required=True, help="the number of shards that wrote the parts")
     args = parser.parse_args(argv)
     if Path(args.out).exists():
         print(f"{args.out} already exists; nothing to merge")

@@ -28,9 +28,10 @@ import pytest
 from conftest import FIXTURES, ROOT
 from toyworld import make_toy_world
 
-SCRIPTS = {"01": "01_saliency.py", "02": "02_scenegraph_captions.py", "03": "03_paraphrase.py",
-           "04": "04_train_base.py", "05": "05_score_quality.py", "06": "06_train_selection.py",
-           "07": "07_eval.py", "stats": "clid.stats", "data": "clid.data"}
+SCRIPTS = {"00": "00_demo_data.py", "01": "01_saliency.py", "02": "02_scenegraph_captions.py",
+           "03": "03_paraphrase.py", "04": "04_train_base.py", "05": "05_score_quality.py",
+           "06": "06_train_selection.py", "07": "07_eval.py", "stats": "clid.stats", "data": "clid.data",
+           "shard": "clid.shard", "features": "clid.features", "emlnet": "clid.saliency.emlnet"}
 NEEDS = {"stages": "needs h-stages", "ops": "needs h-ops"}
 
 
@@ -851,6 +852,67 @@ row("04", "split-capitalised", lambda w, d: w.train_args(d / "out", "--captions"
     "unknown split 'train'")
 row("stats", "split-unknown", lambda w, d: [karpathy(w, d, set_in(0, split="validation"))], "unknown split 'validation'")
 row("04", "test-ids-binary", lambda w, d: w.train_args(d / "out", "--test-ids", write(d, "ids.txt", BINARY)), "utf-8")
+
+
+# -- numbers checked where they are parsed: argparse's one line, naming the flag --------------------------
+NUMBERS = {  # stage -> (the flags of a valid run, [(flag, bad values)])
+    "04": (lambda w, d: w.train_args(d / "out"),
+           [("--lr", ["0", "-1e-4", "nan", "inf"]), ("--weight-decay", ["-0.1", "nan"]), ("--warmup", ["-1", "1.5"]),
+            ("--max-steps", ["0", "-5"]), ("--lr-horizon", ["-1"]), ("--batch-size", ["0", "-4"]),
+            ("--grad-clip", ["-1", "nan"]), ("--label-smoothing", ["2", "1", "-0.1"]), ("--eos-weight", ["0", "nan"]),
+            ("--dropout", ["1.5", "1", "-0.1"]), ("--save-every", ["0", "-1"]), ("--eval-every", ["-1"]),
+            ("--eval-images", ["0"]), ("--log-every", ["0", "-3"]), ("--seed", ["-1", "x"])]),
+    "06": (lambda w, d: w.selection_args(d / "out"),
+           [("--c", ["0", "-2", "101", "nan"]), ("--s", ["0", "-1", "inf"]), ("--eta", ["0", "-1"]),
+            ("--lr", ["nan", "0"]), ("--batch-size", ["0"]), ("--max-steps", ["0", "-1"]), ("--save-every", ["0"]),
+            ("--log-every", ["0"]), ("--label-smoothing", ["2"]), ("--dropout", ["1.5"]), ("--warmup", ["-1"])]),
+    "05": (lambda w, d: w.score_args(d / "out.h5"),
+           [("--batch-size", ["0", "-1", "x"]), ("--chunk-size", ["0"]), ("--shard-id", ["-1"]),
+            ("--num-shards", ["0", "-2"]), ("--seed", ["-1"])]),
+    "07": (lambda w, d: ["--refs", w.captions, "--features", w.features, "--checkpoint", w.trusted, "--out", d / "out",
+                         "--spice", "off"],
+           [("--batch-size", ["0", "-1"]), ("--examples", ["-1"]), ("--decode-steps", ["0", "-2"]),
+            ("--eos-decay", ["0", "1.5", "nan"])]),
+    "01": (lambda w, d: ["--images", w.images, "--out", d / "out.h5"],
+           [("--map-side", ["0"]), ("--batch-size", ["0"]), ("--workers", ["0"]), ("--chunk-size", ["0", "-1"]),
+            ("--sigma", ["-1", "nan"]), ("--emlnet-size", ["0"]), ("--preview", ["-1"]), ("--num-shards", ["0"]),
+            ("--shard-id", ["-1"])]),
+    "02": (lambda w, d: sg_args(w, d),
+           [("--k", ["0", "-1"]), ("--per-image", ["0"]), ("--n-attr", ["-1"]), ("--t-sal", ["1.5", "nan", "-0.1"]),
+            ("--min-object-conf", ["2", "nan"]), ("--min-relation-conf", ["-0.5"]), ("--chunk-size", ["0"]),
+            ("--seed", ["-1"]), ("--num-shards", ["0"])]),
+    "03": (lambda w, d: para_args(w, d, w.selfgen),
+           [("--num-beams", ["0"]), ("--batch-size", ["0"]), ("--max-length", ["0"]), ("--piece-tokens", ["0"]),
+            ("--min-ratio", ["-1", "nan"]), ("--chunk-size", ["0"]), ("--shard-id", ["-2"])]),
+    "00": (lambda w, d: ["--out", d / "demo", "--small", "--skip-features"],
+           [("--size", ["10", "x"]), ("--n-train", ["-1"]), ("--graph-noise", ["2", "nan"]),
+            ("--captions-per-image", ["0"]), ("--refs-per-level", ["0"]), ("--crop", ["0"]), ("--workers", ["0"]),
+            ("--chunk", ["0"]), ("--colour-bins", ["-1"]), ("--preview", ["-1"]), ("--seed", ["-1"]),
+            ("--long-levels", ["3,x", "9", ""])]),
+    "features": (lambda w, d: ["--images", w.images, "--scene-graphs", FIXTURES / "vg_scene_graphs_sample.json",
+                               "--out", d / "f.h5"],
+                 [("--crop", ["0"]), ("--whole", ["-1"]), ("--colour-bins", ["-1"]), ("--batch-size", ["0"]),
+                  ("--chunk", ["0"])]),
+    "data": (lambda w, d: ["convert-coco", "--captions", coco_captions(w, d, "a dog"), "--out", d / "k.json"],
+             [("--val-size", ["-1", "x"])]),
+    "shard": (lambda w, d: ["merge", d / "out.jsonl"], [("--num-shards", ["0", "-1", "x"])]),
+}
+for stage, (valid, flags) in NUMBERS.items():
+    for flag, values in flags:
+        for value in values:
+            row(stage, f"number{flag}={value}", lambda w, d, valid=valid, flag=flag, value=value: [*valid(w, d), f"{flag}={value}"],
+                f"argument {flag}")
+row("04", "lr-horizon-below-max-steps", lambda w, d: w.train_args(d / "out", "--lr-horizon", "1"), "--lr-horizon 1 is below --max-steps 2")
+row("06", "lr-horizon-below-max-steps", lambda w, d: w.selection_args(d / "out", "--lr-horizon", "1"), "--lr-horizon 1 is below --max-steps 2")
+row("06", "c-0-eta-0", lambda w, d: w.selection_args(d / "out", "--c", "0", "--eta", "0"), "argument --c")
+row("emlnet", "source-missing", lambda w, d: ["convert", d / "nope.pth", "--out", d / "w.safetensors"], "not found")
+row("emlnet", "source-folder", lambda w, d: ["convert", d, "--out", d / "w.safetensors"], "a folder")
+row("emlnet", "source-garbage", lambda w, d: ["convert", write(d, "w.pth", BINARY), "--out", d / "w.safetensors"], "cannot read")
+row("emlnet", "source-pickle-payload", lambda w, d: ["convert", write(d, "w.pth", pickle.dumps(Payload(d / "pwned"))),
+                                                      "--out", d / "w.safetensors"], "--trust-pickle")
+row("emlnet", "out-is-source", lambda w, d: ["convert", (p := write(d, "w.pth", BINARY)), "--out", p], "is also the input")
+row("emlnet", "out-is-a-folder", lambda w, d: ["convert", write(d, "w.pth", BINARY), "--out", d], "is a folder")
+row("00", "all-splits-empty", lambda w, d: ["--out", d / "demo", "--n-train", "0", "--n-val", "0", "--n-test", "0"], "must not all be 0")
 
 
 # ---------------------------------------------------------------------------------------------

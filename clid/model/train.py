@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from clid.cli import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
 from clid.model.captioner import REGION_NORMS, Captioner
@@ -231,18 +232,18 @@ def add_train_args(p) -> None:
                         "(a speed option for small CPU runs such as the demo; default: the whole vocabulary, "
                         "as in the paper)")
     d = TrainSettings()  # the defaults, in one place
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--warmup", type=int, default=d.warmup)
-    p.add_argument("--max-steps", type=int, default=d.max_steps)
-    p.add_argument("--lr-horizon", type=int, default=d.lr_horizon,
+    p.add_argument("--lr", type=positive_float, default=d.lr)
+    p.add_argument("--weight-decay", type=non_negative_float, default=d.weight_decay)
+    p.add_argument("--warmup", type=non_negative_int, default=d.warmup)
+    p.add_argument("--max-steps", type=positive_int, default=d.max_steps)
+    p.add_argument("--lr-horizon", type=non_negative_int, default=d.lr_horizon,
                    help="the step at which the cosine learning rate reaches 0 (0: --max-steps, 04's default; "
                         "06's default is the authors' 300000)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size (split over DDP processes)")
-    p.add_argument("--grad-clip", type=float, default=d.grad_clip)
-    p.add_argument("--label-smoothing", type=float, default=d.label_smoothing)
-    p.add_argument("--eos-weight", type=float, default=d.eos_weight, help='loss weight of "." targets')
-    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="global batch size (split over DDP processes)")
+    p.add_argument("--grad-clip", type=non_negative_float, default=d.grad_clip, help="gradient-norm clip (0: none)")
+    p.add_argument("--label-smoothing", type=probability, default=d.label_smoothing)
+    p.add_argument("--eos-weight", type=positive_float, default=d.eos_weight, help='loss weight of "." targets')
+    p.add_argument("--dropout", type=probability, default=0.1)
     p.add_argument("--region-norm", choices=REGION_NORMS, default="none",
                    help="standardize: shift and scale each region-feature dimension by the training images' "
                         "mean and deviation (the demo: grounding is learned several times faster); "
@@ -252,17 +253,24 @@ def add_train_args(p) -> None:
                         "feature file has them (cls_prob), as LaBERT; ignore: box coordinates only")
     p.add_argument("--amp", action="store_true", help="bfloat16 autocast of the forward pass (fast on CPUs "
                                                        "with AMX/AVX512-BF16 and on GPUs; default: float32)")
-    p.add_argument("--save-every", type=int, default=d.save_every)
-    p.add_argument("--eval-every", type=int, default=d.eval_every, help="control-precision check every N steps (0: off)")
-    p.add_argument("--eval-images", type=int, default=100, help="validation images in that check")
-    p.add_argument("--log-every", type=int, default=d.log_every)
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--save-every", type=positive_int, default=d.save_every)
+    p.add_argument("--eval-every", type=non_negative_int, default=d.eval_every, help="control-precision check every N steps (0: off)")
+    p.add_argument("--eval-images", type=positive_int, default=100, help="validation images in that check")
+    p.add_argument("--log-every", type=positive_int, default=d.log_every)
+    p.add_argument("--seed", type=non_negative_int, default=d.seed)
     add_split_args(p)
     p.add_argument("--restart", action="store_true",
                    help="remove a checkpoint in --out and start over (a re-run resumes only the same flags and inputs)")
     p.add_argument("--force", action="store_true",
                    help="write the checkpoint into an --out that holds files this stage did not write (they are "
                         "never deleted or replaced; without it such an --out is refused)")
+
+
+def check_train_args(p, args) -> None:
+    """The checks between flags of 04 and 06 (each flag's own bound is checked by its type)."""
+    if args.lr_horizon and args.lr_horizon < args.max_steps:
+        p.error(f"--lr-horizon {args.lr_horizon} is below --max-steps {args.max_steps}: the learning rate would be 0 "
+                "for the last steps (0: the horizon is --max-steps)")
 
 
 def settings_from_args(args) -> TrainSettings:
