@@ -46,7 +46,7 @@ from clid.eval.metrics import (
     read_generated,
     write_generated,
 )
-from clid.eval.report import FIGURES, combine, length_histograms, write_outputs
+from clid.eval.report import FIGURES, combine, length_histograms, selfgen_captions, write_outputs
 from clid.features.store import FeatureStore, add_bad_features_arg
 from clid.files import DataError, check_not_input, check_output_folder, natural_key, read_json, run_main, write_json
 from clid.text import LEVEL_SETS, get_levels, level_set_name, load_tokenizer
@@ -280,11 +280,13 @@ def main(argv=None) -> None:
     for reason, count in skipped.items():
         if count:
             print(f"warning: left out {count} {reason}")
+    selfgen_texts = selfgen_captions(args.selfgen)  # (read now: a bad line stops the run before any work)
 
     # 2. the runs' captions: generated from checkpoints (cached), or read from generated files
     levels, captions, sources, run_skips = collect_captions(runs, ids, args, image_ids, out)
     level_set = next((k for k, v in LEVEL_SETS.items() if v == levels), "custom")
     keep_sentences = counts_sentences(levels)
+    histograms = length_histograms(trusted, selfgen_texts, tokenizer, keep_sentences)
     long_refs = long_refs_for(args.long_refs, refs, levels, skipped)
 
     # 3. every run's lengths as counted, control precision and quality per level (one PTB / METEOR process)
@@ -313,7 +315,6 @@ def main(argv=None) -> None:
             "long_refs": args.long_refs, "skipped": skipped,
             "runs": {run: {"method": name, "source": sources[run], "skipped": run_skips[run]}
                      for run, (name, _, _) in zip(ids, runs)}}
-    histograms = length_histograms(trusted, args.selfgen, tokenizer, keep_sentences)
     write_outputs(out, meta, methods, results, {run: c[0] for run, c in captions.items()}, refs, long_refs,
                   levels, histograms, args.examples)
 

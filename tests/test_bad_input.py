@@ -915,6 +915,67 @@ row("emlnet", "out-is-a-folder", lambda w, d: ["convert", write(d, "w.pth", BINA
 row("00", "all-splits-empty", lambda w, d: ["--out", d / "demo", "--n-train", "0", "--n-val", "0", "--n-test", "0"], "must not all be 0")
 
 
+# -- repeated ids: one clear line, or a counted skip naming them -----------------------------------------
+def twice(records):
+    return records + records
+
+
+def seven_and_seven(records):
+    """The first two records' ids made 7 and "7" (one id as an integer and as a string)."""
+    records[0]["id"], records[1]["id"] = 7, "7"
+    return records
+
+
+for name, change, fragment in [("every-line-twice", twice, "appears twice"),
+                               ("ids-7-and-string-7", seven_and_seven, 'id "7" appears twice (also at line 1 (written 7))')]:
+    row("04", f"selfgen-{name}", lambda w, d, c=change: w.train_args(d / "out", "--data", "extended", "--selfgen",
+                                                                     jsonl_lines(w.selfgen, d, c)), fragment)
+    row("05", f"selfgen-{name}", lambda w, d, c=change: w.score_args(d / "out.h5", "--selfgen", jsonl_lines(w.selfgen, d, c)), fragment)
+    row("05", f"selfgen-{name}-with-captions", lambda w, d, c=change: w.score_args(d / "out.h5", "--captions", w.captions,
+                                                                                  "--selfgen", jsonl_lines(w.selfgen, d, c)), fragment)
+    row("06", f"selfgen-{name}", lambda w, d, c=change: w.selection_args(d / "out", "--selfgen", jsonl_lines(w.selfgen, d, c)), fragment)
+    row("07", f"selfgen-{name}", lambda w, d, c=change: w.eval_args(d / "out", "--selfgen", jsonl_lines(w.selfgen, d, c)), fragment)
+    row("03", f"{name}", lambda w, d, c=change: para_args(w, d, jsonl_lines(w.selfgen, d, c)), fragment)
+    row("stats", f"jsonl-{name}", lambda w, d, c=change: [jsonl_lines(w.selfgen, d, c)], fragment)
+
+
+def repeated_quality_ids(f):
+    ids = f["id"].asstr()[()].tolist()
+    ids[1] = ids[0]
+    del f["id"]
+    f.create_dataset("id", data=ids)
+
+
+row("06", "quality-repeated-ids", lambda w, d: w.selection_args(d / "out", "--quality", h5_changed(w.quality, d, repeated_quality_ids)),
+    "have more than one score")
+row("06", "quality-u-strings", lambda w, d: w.selection_args(d / "out", "--quality", h5_changed(
+    w.quality, d, lambda f: f.__delitem__("u") or f.create_dataset("u", data=np.array([b"x"] * len(f["id"]))))), "not numbers")
+row("06", "quality-u-2d", lambda w, d: w.selection_args(d / "out", "--quality", h5_changed(
+    w.quality, d, lambda f: f.__delitem__("u") or f.create_dataset("u", data=np.zeros((len(f["id"]), 2), np.float32)))),
+    "not one value per row")
+row("07", "generated-ids-7-and-string-7", lambda w, d: w.eval_args(d / "out", "--generated", write(
+    d, "g.jsonl", '{"image_id": 11, "level": 1, "caption": "a dog"}\n{"image_id": "11", "level": 1, "caption": "a cat"}\n')),
+    "a second caption for image 11")
+row("stats", "karpathy-cocoid-7-and-string-7", lambda w, d: [karpathy(w, d, set_in(1, cocoid="1"))], "duplicate image id 1")
+row("stats", "coco-image-7-and-string-7", lambda w, d: [write(d, "c.json", {"images": [IMG1, {"id": "1", "file_name": "b.jpg"}],
+                                                                             "annotations": []})], "duplicate image id 1")
+row("stats", "paragraph-repeated-named", lambda w, d: write(d, "p.json", [PARA1, PARA1, {"image_id": 2, "paragraph": "A cat."},
+                                                                         {"image_id": "2", "paragraph": "A cat."}]) and
+    [d / "p.json"], "2 repeated image id(s) (1, 2", "skip")
+row("02", "image-data-duplicate-id", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x.append(dict(x[0])))), "duplicate image id")
+row("02", "image-data-id-7-and-string-7", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x.append(dict(x[0], image_id=str(x[0]["image_id"]))))),
+    "duplicate image id")
+row("02", "image-data-id-null", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x[0].update(image_id=None))), "'image_id' must be")
+row("02", "image-data-id-list", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x[0].update(image_id=[1]))), "'image_id' must be")
+row("02", "image-data-width-zero", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x[0].update(width=0))), "positive numbers")
+row("02", "image-data-height-negative", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x[0].update(height=-5))), "positive numbers")
+row("02", "image-data-coco-id-list", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x[0].update(coco_id=[1, 2]))), "'coco_id' must be")
+row("01", "image-data-id-object", lambda w, d: ["--images", w.images, "--list", write(d, "l.json", [{"image_id": {"a": 1}, "width": 5}]),
+                                                "--out", d / "out.h5"], "'image_id' must be")
+row("01", "list-repeated-names-counted", lambda w, d: ["--images", w.images, "--list", write(d, "l.txt", "1.png\n1.png\n107899.png\n"),
+                                                       "--out", d / "out.h5"], "1 repeated entries of the image list are processed once (image 1)", "skip")
+
+
 # ---------------------------------------------------------------------------------------------
 # The test
 

@@ -15,9 +15,9 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from clid.data.records import Relation, SceneGraph, SGObject, _image_id, _list, _need, _number, _show, _string
+from clid.data.records import Relation, SceneGraph, SGObject, _first_time, _image_id, _list, _need, _number, _show, _string
 from clid.data.splits import COCO_FILE_NAME
-from clid.files import DataError, read_json
+from clid.files import DataError, id_problem, read_json
 from clid.text import preprocess
 
 def load_image_data(path) -> dict[str, dict]:
@@ -25,16 +25,20 @@ def load_image_data(path) -> dict[str, dict]:
     data = read_json(path)
     if not isinstance(data, list):
         raise DataError(path, "top level", "expected a list of image records")
-    out = {}
+    out, seen = {}, {}
     for index, item in enumerate(data):
         where = f"[{index}]"
-        if isinstance(item, dict) and "image_id" not in item and "id" in item:
-            image_id = str(item["id"])  # VG 1.0 uses "id"
-        else:
-            image_id = str(_need(item, "image_id", path, where))
+        # (VG 1.0 uses "id")
+        key = "id" if isinstance(item, dict) and "image_id" not in item and "id" in item else "image_id"
+        image_id = _image_id(item, key, path, where)
+        _first_time(seen, image_id, path, where)
         where = f"[{index}] (image {image_id})"
         width, height = _number(item, "width", path, where), _number(item, "height", path, where)
+        if not (math.isfinite(width) and math.isfinite(height) and width > 0 and height > 0):
+            raise DataError(path, where, f"'width' and 'height' must be positive numbers, got {width:g} x {height:g}")
         coco_id = item.get("coco_id")
+        if coco_id is not None and id_problem(coco_id):
+            raise DataError(path, where, f"'coco_id' {id_problem(coco_id)}")
         out[image_id] = {"width": width, "height": height,
                          "coco_id": None if coco_id is None else str(coco_id)}
     return out

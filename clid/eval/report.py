@@ -321,17 +321,21 @@ def plot_length_histograms(path, sources: dict[str, list[int] | dict[int, list[i
 # ---------------------------------------------------------------------------------------------
 # Everything 07 writes
 
-def length_histograms(trusted, selfgen, tokenizer, keep_sentences) -> dict:
-    """Lengths of the trusted training captions and of the self-generated ones (``selfgen`` JSONL)."""
+def selfgen_captions(path) -> list[str] | None:
+    """The captions of a self-generated JSONL (``--selfgen``), or None without one."""
     from clid.files import read_jsonl
 
+    return [r["caption"] for r in read_jsonl(path, required=("caption",), unique_id=True)] if path else None
+
+
+def length_histograms(trusted, selfgen_texts, tokenizer, keep_sentences) -> dict:
+    """Lengths of the trusted training captions and of the self-generated ones (their texts)."""
     histograms = {}
     trusted_texts = [c for r in trusted for c in r.captions]
     if trusted_texts:
         histograms["trusted captions"] = caption_lengths(trusted_texts, tokenizer, keep_sentences=True)
-    if selfgen:
-        texts = [r["caption"] for r in read_jsonl(selfgen, required=("caption",))]
-        histograms["self-generated captions"] = caption_lengths(texts, tokenizer, keep_sentences)
+    if selfgen_texts:
+        histograms["self-generated captions"] = caption_lengths(selfgen_texts, tokenizer, keep_sentences)
     return histograms
 
 
