@@ -181,7 +181,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     record = shard.run_record(args, inputs=("list", "weights"), settings=(
         "images", "method", "emlnet_size", "sigma", "border", "map_side"))
-    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
+    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".h5", ".hdf5"))
     started = time.time()
     items = read_items(args)
     by_id = {item.image_id: item for item in items}

@@ -33,7 +33,7 @@ The walk (one caption; randomness keyed by (seed, graph id, caption number)):
      phrase; finally a random number of the last mentioned objects (0 .. all but one) is cut off.
 
 Bad graphs never stop the run and are never dropped silently: graphs that cannot be captioned
-(malformed, relationships naming missing objects, boxes outside the image, empty, NaN saliency,
+(malformed, relationships naming missing objects, boxes outside the image, empty, NaN or negative saliency,
 no COCO id, no saliency map) are skipped; self-loops are removed and cycles noted (the walk never
 loops). All are counted by reason, printed, and listed by image id in the problems file.
 """
@@ -94,17 +94,30 @@ def walk(g: Prepared, rng: np.random.Generator, k: int, t_sal: float, n_attr: in
         chosen = [attrs[j] for j in sorted(rng.choice(len(attrs), size=n, replace=False))] if n else []
         return en.mention(g.nouns[i], chosen)
 
-    def visit(i: int, connector: list[str]) -> None:
+    def enter(i: int, connector: list[str]) -> list | None:
+        """Mention object i; a first visit draws its children and returns them to be walked."""
         if i in visited:  # a re-visit: "the <noun>", no propagation
             mentions.append(Mention(i, connector, en.mention(g.nouns[i], definite=True)))
-            return
+            return None
         visited.add(i)
         mentions.append(Mention(i, connector, first_mention(i)))
         kids = g.children[i]
-        for n, j in enumerate(draw(rng, g.saliency[[c for c, _ in kids]], k)):
-            child, predicates = kids[j]
+        return [kids, draw(rng, g.saliency[[c for c, _ in kids]], k), 0]
+
+    def visit(i: int, connector: list[str]) -> None:
+        """Depth first from object i, with a stack of its own (a chain of thousands of objects is fine):
+        each child's predicate is drawn just before the child is walked."""
+        stack = [frame] if (frame := enter(i, connector)) else []
+        while stack:
+            kids, picks, n = top = stack[-1]
+            if n == len(picks):
+                stack.pop()
+                continue
+            top[2] += 1
+            child, predicates = kids[picks[n]]
             predicate = predicates[int(rng.integers(len(predicates)))]
-            visit(child, (["and"] if n else []) + en.predicate_phrase(predicate).split())
+            if frame := enter(child, (["and"] if n else []) + en.predicate_phrase(predicate).split()):
+                stack.append(frame)
 
     visit(draw(rng, g.saliency, 1)[0], [])
     while True:
@@ -197,7 +210,7 @@ def main(argv=None) -> int:
         args, inputs=("scene_graphs", "image_data", "labelmap", "sizes", "saliency", "tokenizer"),
         settings=("graph_format", "images", "min_object_conf", "min_relation_conf", "saliency", "k", "t_sal",
                   "n_attr", "per_image", "paragraph", "levels", "tokenizer", "seed"))
-    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
+    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".jsonl",))
     if job.done:
         print(f"{job.written()} already exists; nothing to do")
         return 0

@@ -57,6 +57,7 @@ from clid.model.train import (
     settings_from_args,
     standardize_regions,
     start_run,
+    train_arg_groups,
     validation_check,
 )
 from clid.runs import run_record
@@ -64,17 +65,19 @@ from clid.runs import run_record
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--captions", required=True, help="trusted captions (Karpathy JSON or COCO captions JSON)")
-    p.add_argument("--data", choices=["trusted", "extended"], default="trusted")
-    p.add_argument("--selfgen", help="self-generated captions JSONL (required for --data extended)")
-    p.add_argument("--continue-from", metavar="CKPT",
-                   help="continue this checkpoint: its weights, optimizer state, step and learning-rate schedule "
-                        "(the authors' code: M_theta continues M_theta~); --max-steps is then the last step")
-    p.add_argument("--init-from", metavar="CKPT", help="start from this checkpoint's weights only")
-    p.add_argument("--balanced", action="store_true",
-                   help="every length level an equal share of the batches, as the authors' balanced_training "
-                        "(the length-balanced baseline; default: shuffled epochs)")
-    add_train_args(p)
+    groups = train_arg_groups(p)
+    groups["data"].add_argument("--captions", required=True, help="trusted captions (Karpathy JSON or COCO captions JSON)")
+    groups["data"].add_argument("--data", choices=["trusted", "extended"], default="trusted")
+    groups["data"].add_argument("--selfgen", help="self-generated captions JSONL (required for --data extended)")
+    groups["data"].add_argument("--balanced", action="store_true",
+                                help="every length level an equal share of the batches, as the authors' "
+                                     "balanced_training (the length-balanced baseline; default: shuffled epochs)")
+    groups["model"].add_argument("--continue-from", metavar="CKPT",
+                                 help="continue this checkpoint: its weights, optimizer state, step and learning-rate "
+                                      "schedule (the authors' code: M_theta continues M_theta~); --max-steps is then "
+                                      "the last step")
+    groups["model"].add_argument("--init-from", metavar="CKPT", help="start from this checkpoint's weights only")
+    add_train_args(groups)
     args = p.parse_args(argv)
     check_train_args(p, args)
     if args.data == "extended" and not args.selfgen:
@@ -122,6 +125,7 @@ def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
     more, more_skipped = make_examples(items.selfgen, tokenizer, levels, "selfgen", features)
     examples.extend(more)
     skipped.update(items.skipped + more_skipped)
+    items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, levels)
     if rank == 0:
         kinds = Counter(examples.sources)
         for note in items.notes:

@@ -14,6 +14,7 @@ is complete, so a crash never leaves a half-written file behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -41,7 +42,13 @@ def run_main(main, argv=None):
     """
     try:
         return main(argv)
-    except (DataError, OSError) as err:
+    except OSError as err:
+        if err.errno == errno.ENOSPC:  # (atomic writes leave no half-written file behind)
+            where = f" writing {err.filename}" if err.filename else ""
+            sys.exit(f"error: no space left on the device{where}; no output was left half-written: free some space "
+                     "and run the same command again (a sharded stage resumes)")
+        sys.exit(f"error: {err}")
+    except DataError as err:
         sys.exit(f"error: {err}")
 
 
@@ -64,6 +71,10 @@ def atomic_path(path) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as err:
+        if err.filename is None:  # (a failed write names no file: name the one being written)
+            raise OSError(err.errno, err.strerror, str(path)) from None
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -213,6 +224,18 @@ def open_h5(path, what: str = "HDF5 file"):
         raise DataError(path, None, f"not an HDF5 file, or a truncated one ({err})") from None
 
 
+def check_image_groups(f, path, kind: str) -> None:
+    """Refuse an open HDF5 file that holds flat arrays where one group per image id belongs (a quality
+    file given as a region-feature or saliency file); ``kind`` names what was expected."""
+    import h5py
+
+    arrays = [name for name, item in f.items() if isinstance(item, h5py.Dataset)]
+    if arrays and len(arrays) == len(f):
+        hint = " (a quality file from 05?)" if "u" in arrays else ""
+        raise DataError(path, None, f"holds flat arrays ({', '.join(sorted(arrays)[:4])}), not one group per image: "
+                                    f"not a {kind} file{hint}")
+
+
 def h5_number(path, record, group, name: str, positive: bool = False) -> float:
     """A numeric attribute of an HDF5 group (``width``, ``height``), checked."""
     if name not in group.attrs:
@@ -220,6 +243,8 @@ def h5_number(path, record, group, name: str, positive: bool = False) -> float:
     value = group.attrs[name]
     shown = repr(value) if isinstance(value, (str, bytes)) else str(value)
     try:
+        if np.ndim(value) != 0 or isinstance(value, (str, bytes)):
+            raise TypeError
         number = float(value)
     except (TypeError, ValueError):
         raise DataError(path, record, f"attribute '{name}' must be a number, got {shown}") from None

@@ -19,7 +19,7 @@ from clid.model.checkpoints import (
 )
 
 # flags that do not change what a run computes (a resumed run may change them)
-NOT_RECORDED = ("out", "save_every", "eval_every", "eval_images", "log_every", "restart", "force")
+NOT_RECORDED = ("out", "save_every", "eval_every", "eval_images", "log_every", "restart", "force", "max_left_out")
 
 
 # flags naming input files: recorded by the files' size and modification time

@@ -45,7 +45,7 @@ def load_karpathy(path, data=None) -> list[ImageCaptions]:
             raise DataError(path, where, f"unknown split {split!r} (expected one of {', '.join(SPLITS)}: "
                                          "split names are lower case)")
         sentences = _list(item, "sentences", path, where)
-        captions, raw = [], []
+        captions, raw, n_wordless = [], [], 0
         for j, sentence in enumerate(sentences):
             at = f"{where} sentences[{j}]"
             if not isinstance(sentence, dict) or ("raw" not in sentence and "tokens" not in sentence):
@@ -59,12 +59,13 @@ def load_karpathy(path, data=None) -> list[ImageCaptions]:
             caption = preprocess(" ".join(tokens)) if tokens else preprocess(text)
             if not caption:
                 wordless.append(at)
+                n_wordless += 1
                 continue
             captions.append(caption)
             raw.append(text)
         if item.get("filepath"):
             filename = f"{item['filepath']}/{filename}"
-        out.append(ImageCaptions(image_id, filename, split, captions, raw))
+        out.append(ImageCaptions(image_id, filename, split, captions, raw, n_wordless))
     report_wordless(path, wordless)
     return out
 
@@ -114,6 +115,7 @@ def load_coco_captions(path, splits: dict[str, list] | None = None, default_spli
             raise DataError(path, where, f"caption of image {image_id}, which is not in 'images'")
         if not preprocess(caption):
             wordless.append(f"{where} (image {image_id})")
+            records[image_id].wordless += 1
             continue
         records[image_id].raw.append(caption)
         records[image_id].captions.append(preprocess(caption))
@@ -186,6 +188,7 @@ def load_jsonl_captions(path, split: str = "train") -> list[ImageCaptions]:
         text = preprocess(record["caption"], keep_sentences="." in record["caption"].rstrip(". "))
         if not text:
             wordless.append(f"caption {record.get('id', f'#{number}')} (image {image_id})")
+            entry.wordless += 1
             continue
         entry.raw.append(record["caption"])
         entry.captions.append(text)

@@ -23,7 +23,7 @@ from PIL import Image
 from clid.cli import HelpFormatter, non_negative_int, positive_int
 from clid.features.encoder import RegionFeatures, graph_regions
 from clid.features.store import write_features
-from clid.files import DataError
+from clid.files import DataError, check_not_input
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -43,17 +43,25 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> None:
-    from tqdm import tqdm
+    from clid.progress import Progress
 
     args = parse_args(argv)
+    check_not_input(args.out, {"--scene-graphs": args.scene_graphs, "--image-data": args.image_data})
+    if not Path(args.images).is_dir():
+        sys.exit(f"error: {args.images}: image folder not found")
+    if Path(args.out).is_dir():
+        sys.exit(f"error: --out {args.out} is a folder; give the HDF5 file to write")
     try:
         items, skipped = graph_regions(args.scene_graphs, args.image_data, Path(args.images))
     except (DataError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
+    if not items:
+        first = f" (first: {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
+        sys.exit(f"error: {args.scene_graphs}: no image with a scene graph was found in {args.images}{first}")
     extractor = RegionFeatures(args.crop, args.whole, args.colour_bins, args.batch_size)
 
     def groups():
-        with tqdm(total=len(items), desc="region features", unit="img", disable=None) as bar:
+        with Progress(len(items), "region features", "img") as bar:
             for start in range(0, len(items), args.chunk):
                 part, images = [], []
                 for image_id, path, boxes in items[start:start + args.chunk]:
