@@ -35,14 +35,13 @@ in [max(1, 0.1 * len), len]; label-smoothed (0.1) cross-entropy on masked positi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 
 from clid.cli import HelpFormatter
 from clid.features.store import FeatureStore, RegionCache
-from clid.files import DataError, check_not_input, run_main
+from clid.files import DataError, check_not_input, read_json, run_main
 from clid.model.captioner import count_parameters
 from clid.model.checkpoints import check_same_levels, checkpoint_exists, load_init_weights, read_train_state, restore
 from clid.model.inputs import make_examples, training_items
@@ -96,8 +95,10 @@ def continued_schedule(args) -> None:
     if not checkpoint_exists(folder):
         raise SystemExit(f"error: --continue-from {folder}: no checkpoint with a training state there")
     step = int(read_train_state(folder)["step"])
-    config = json.loads((folder / "config.json").read_text())
-    if "levels" in config.get("model", {}):  # (a config without it fails, clearly, when the weights load)
+    config = read_json(folder / "config.json")
+    if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
+        raise DataError(folder / "config.json", None, "no model config: not a checkpoint's config.json")
+    if "levels" in config["model"]:  # (a config without it fails, clearly, when the weights load)
         check_same_levels("--continue-from", folder, config["model"]["levels"], args.levels)
     train = config.get("train", {})
     for name in ("lr", "warmup", "lr_horizon"):

@@ -1277,6 +1277,14 @@ row("stats", "split-without-captions", lambda w, d: [w.captions, "--split", "res
 row("stats", "jsonl-bom", lambda w, d: [write(d, "s.jsonl", b"\xef\xbb\xbf" + w.selfgen.read_bytes())], "captions: 16", "ok")
 row("stats", "karpathy-bom", lambda w, d: [write(d, "c.json", b"\xef\xbb\xbf" + w.captions.read_bytes())], "captions:", "ok")
 
+for name, change, fragment in [("config-garbage", corrupt("config.json", b"{"), "not valid json"),
+                               ("config-a-list", corrupt("config.json", b"[]"), "no model config"),
+                               ("config-bom", lambda f: (f / "config.json").write_bytes(b"\xef\xbb\xbf" + (f / "config.json").read_bytes()),
+                                "its learning rate reached 0 at step 2"),  # (read through its BOM: the schedule's end)
+                               ("train-state-garbage", corrupt("train_state.json", b"{"), "train_state.json")]:
+    row("04", f"continue-from-{name}", lambda w, d, change=change: w.train_args(d / "out", "--continue-from", checkpoint_copy(
+        w.trusted, d, change, "ck"), "--max-steps", "3"), fragment)
+
 
 # ---------------------------------------------------------------------------------------------
 # The test
