@@ -90,7 +90,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--graph-noise", type=unit_interval, default=0.15,
                    help="share of attributes/predicates a scene-graph generator gets wrong (0 = the true graphs)")
     p.add_argument("--captions-per-image", type=positive_int, default=5)
-    p.add_argument("--refs-per-level", type=positive_int, default=3, help="long references per test image and level")
+    p.add_argument("--refs-per-level", type=non_negative_int, default=3, help="long references per test image and level")
     p.add_argument("--long-levels", type=caption_levels, default="3,4,5,6",
                    help="caption levels of the long references, comma-separated")
     p.add_argument("--crop", type=positive_int, default=64, help="object crops are resized to crop x crop for the encoder")

@@ -83,7 +83,7 @@ class Progress:
         rate = (self.done - self.start_count) / max(now - self.started, 1e-9)
         parts = [f"{self.unit} {self.done}/{self.total}" + (f" ({100 * self.done / self.total:.0f}%)" if self.total else "")]
         parts += [f"{k} {shown(v)}" for k, v in self.stats.items()]
-        parts.append(f"{rate:.3g} {self.unit}/s")
+        parts.append(f"{rate:.1f} {self.unit}/s" if rate >= 1 else f"{rate:.2g} {self.unit}/s")
         parts.append(f"{duration(now - self.started)} elapsed")
         if rate > 0 and self.done < self.total:
             parts.append(f"{duration((self.total - self.done) / rate)} left")

@@ -891,7 +891,7 @@ NUMBERS = {  # stage -> (the flags of a valid run, [(flag, bad values)])
             ("--min-ratio", ["-1", "nan"]), ("--chunk-size", ["0"]), ("--shard-id", ["-2"])]),
     "00": (lambda w, d: ["--out", d / "demo", "--small", "--skip-features"],
            [("--size", ["10", "x"]), ("--n-train", ["-1"]), ("--graph-noise", ["2", "nan"]),
-            ("--captions-per-image", ["0"]), ("--refs-per-level", ["0"]), ("--crop", ["0"]), ("--workers", ["0"]),
+            ("--captions-per-image", ["0"]), ("--refs-per-level", ["-1"]), ("--crop", ["0"]), ("--workers", ["0"]),
             ("--chunk", ["0"]), ("--colour-bins", ["-1"]), ("--preview", ["-1"]), ("--seed", ["-1"]),
             ("--long-levels", ["3,x", "9", ""])]),
     "features": (lambda w, d: ["--images", w.images, "--scene-graphs", FIXTURES / "vg_scene_graphs_sample.json",
