@@ -45,12 +45,12 @@ from pathlib import Path
 
 import numpy as np
 
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, non_negative_int, number, positive_int, unit_interval
 from clid.demo import BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report, read_preview_records, write_preview
 from clid.features.store import write_features
 from clid.files import read_json, write_json
 from clid.runs import record_differences, run_record
-from clid.text import caption_lengths, karpathy_tokens
+from clid.text import LEVEL_SETS, caption_lengths, karpathy_tokens
 
 
 def karpathy_json(records: list, sentences_of) -> dict:
@@ -65,32 +65,45 @@ def karpathy_json(records: list, sentences_of) -> dict:
     return {"dataset": "demo", "images": images}
 
 
+def caption_levels(text: str) -> list[int]:
+    """``--long-levels``: comma-separated caption levels (1..7)."""
+    try:
+        levels = [int(x) for x in text.split(",")]
+    except ValueError:
+        levels = []
+    if not levels or any(not 1 <= level <= len(LEVEL_SETS["caption"]) for level in levels):
+        raise argparse.ArgumentTypeError(f"must be caption levels 1..{len(LEVEL_SETS['caption'])}, comma-separated "
+                                         f"(e.g. 3,4,5,6), got {text!r}")
+    return levels
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--out", default="data/demo", help="output folder")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--small", action="store_true", help="a tiny world for tests: 48 train, 12 val, 12 test images")
-    p.add_argument("--n-train", type=int, default=3000)
-    p.add_argument("--n-val", type=int, default=250)
-    p.add_argument("--n-test", type=int, default=250)
-    p.add_argument("--size", type=int, default=160, help="image width and height in pixels")
-    p.add_argument("--graph-noise", type=float, default=0.15,
+    p.add_argument("--n-train", type=non_negative_int, default=3000)
+    p.add_argument("--n-val", type=non_negative_int, default=250)
+    p.add_argument("--n-test", type=non_negative_int, default=250)
+    p.add_argument("--size", type=number(int, low=64, what="an integer >= 64"), default=160, help="image width and height in pixels")
+    p.add_argument("--graph-noise", type=unit_interval, default=0.15,
                    help="share of attributes/predicates a scene-graph generator gets wrong (0 = the true graphs)")
-    p.add_argument("--captions-per-image", type=int, default=5)
-    p.add_argument("--refs-per-level", type=int, default=3, help="long references per test image and level")
-    p.add_argument("--long-levels", default="3,4,5,6", help="caption levels of the long references")
-    p.add_argument("--crop", type=int, default=64, help="object crops are resized to crop x crop for the encoder")
-    p.add_argument("--whole", type=int, default=128, help="the whole image is resized to whole x whole")
-    p.add_argument("--colour-bins", type=int, default=4,
+    p.add_argument("--captions-per-image", type=positive_int, default=5)
+    p.add_argument("--refs-per-level", type=non_negative_int, default=3, help="long references per test image and level")
+    p.add_argument("--long-levels", type=caption_levels, default="3,4,5,6",
+                   help="caption levels of the long references, comma-separated")
+    p.add_argument("--crop", type=positive_int, default=64, help="object crops are resized to crop x crop for the encoder")
+    p.add_argument("--whole", type=positive_int, default=128, help="the whole image is resized to whole x whole")
+    p.add_argument("--colour-bins", type=non_negative_int, default=4,
                    help="each region's features end with two joint RGB histograms, of its box and of what the box "
                         "adds over its surroundings, this many bins per channel (2 * bins**3 values; "
                         "0: EfficientNet features only)")
-    p.add_argument("--batch-size", type=int, default=256, help="encoder batch size")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+    p.add_argument("--batch-size", type=positive_int, default=256, help="encoder batch size")
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="processes drawing and encoding the scenes (one torch thread each)")
-    p.add_argument("--chunk", type=int, default=16, help="images per work unit")
+    p.add_argument("--chunk", type=positive_int, default=16, help="images per work unit")
     p.add_argument("--skip-features", action="store_true", help="write everything but features.h5 (quick looks)")
-    p.add_argument("--preview", type=int, default=0, metavar="N", help="write preview.png with the first N images")
+    p.add_argument("--preview", type=non_negative_int, default=0, metavar="N", help="write preview.png with the first N images")
     p.add_argument("--paragraphs", action="store_true",
                    help="also write paragraphs/: one multi-sentence description per image in the Stanford "
                         "paragraphs' layout (paragraphs_v1.json and its split files), for the paragraph task")
@@ -98,14 +111,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.small:
         args.n_train, args.n_val, args.n_test = 48, 12, 12
-    if not 0.0 <= args.graph_noise <= 1.0:
-        p.error("--graph-noise must be in [0, 1]")
-    if args.n_train < 0 or args.n_val < 0 or args.n_test < 0 or args.n_train + args.n_val + args.n_test == 0:
-        p.error("the split sizes must be >= 0 and not all 0")
-    if args.colour_bins < 0:
-        p.error("--colour-bins must be >= 0")
-    if args.size < 64:
-        p.error("--size must be at least 64 pixels")
+    if args.n_train + args.n_val + args.n_test == 0:
+        p.error("the split sizes must not all be 0")
     return args
 
 
@@ -126,7 +133,7 @@ def describe_world(records: list, splits: list, out: Path, args, seconds: float)
     ref_texts = [t for r in tests for texts in r["refs"].values() for t in texts]
     ref_stats = length_stats(caption_lengths(ref_texts, tokenizer))
     short = {}
-    for level in [int(x) for x in args.long_levels.split(",")]:
+    for level in args.long_levels:
         short[level] = sum(len(r["refs"].get(level, [])) < args.refs_per_level for r in tests)
     objects = [len([o for o in r["clean"]["objects"] if o["names"][0] not in BACKGROUND_NAMES + ("shirt", "dress")])
                for r in records]
@@ -180,7 +187,7 @@ def main(argv=None) -> None:
     jobs = [(i + 1, split) for i, split in enumerate(splits)]  # caption (COCO) ids 1..N
     config = {"out": str(out), "seed": args.seed, "size": args.size, "graph_noise": args.graph_noise,
               "captions_per_image": args.captions_per_image, "refs_per_level": args.refs_per_level,
-              "long_levels": [int(x) for x in args.long_levels.split(",")], "crop": args.crop, "whole": args.whole,
+              "long_levels": args.long_levels, "crop": args.crop, "whole": args.whole,
               "colour_bins": args.colour_bins, "skip_features": args.skip_features, "batch_size": args.batch_size,
               "paragraphs": args.paragraphs}
     (out / "images").mkdir(parents=True, exist_ok=True)

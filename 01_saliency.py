@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from clid import files, runs, shard
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, non_negative_float, non_negative_int, positive_int
 from clid.files import DataError
 from clid.saliency.emlnet import EMLNET_SIZE, EMLNet, normalise01
 from clid.saliency.images import Item, list_items, try_load, unique_items
@@ -154,22 +154,23 @@ def parse_args(argv=None):
     parser.add_argument("--method", default="spectral", choices=["spectral", "emlnet"])
     parser.add_argument("--weights", nargs="+", default=None,
                         help="EML-Net checkpoints: IMAGENET PLACES DECODER, or a single encoder")
-    parser.add_argument("--emlnet-size", type=int, nargs=2, default=list(EMLNET_SIZE), metavar=("H", "W"),
+    parser.add_argument("--emlnet-size", type=positive_int, nargs=2, default=list(EMLNET_SIZE), metavar=("H", "W"),
                         help="EML-Net input size")
-    parser.add_argument("--sigma", type=float, default=2.5, help="spectral residual: Gaussian blur, in 64-px cells")
+    parser.add_argument("--sigma", type=non_negative_float, default=2.5, help="spectral residual: Gaussian blur, in 64-px cells")
     parser.add_argument("--border", default="mirror", choices=["mirror", "wrap"],
                         help="spectral residual: extend the image by its mirror image before the FFT, or not")
-    parser.add_argument("--map-side", type=int, default=64, help="longer side of the stored map, in cells")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--workers", type=int, default=2, help="image-decoding threads")
-    parser.add_argument("--chunk-size", type=int, default=1000, help="images per resumable chunk")
-    parser.add_argument("--preview", type=int, default=0, metavar="N", help="write PNG previews of the first N images")
+    parser.add_argument("--map-side", type=positive_int, default=64, help="longer side of the stored map, in cells")
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--workers", type=positive_int, default=2, help="image-decoding threads")
+    parser.add_argument("--chunk-size", type=positive_int, default=1000, help="images per resumable chunk")
+    parser.add_argument("--preview", type=non_negative_int, default=0, metavar="N", help="write PNG previews of the first N images")
     parser.add_argument("--preview-dir", default=None, help="preview folder (default: OUT without suffix + _preview)")
     parser.add_argument("--scene-graphs", default=None, help="scene_graphs.json whose boxes the previews draw")
     parser.add_argument("--image-data", default=None, help="image_data.json for --scene-graphs (sizes, COCO ids)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     shard.add_shard_args(parser)
     args = parser.parse_args(argv)
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.method == "emlnet" and not args.weights:
         parser.exit(2, "error: --method emlnet needs --weights IMAGENET PLACES DECODER (the released EML-Net "
                        "checkpoints res_imagenet.pth res_places.pth res_decoder.pth), or use --method spectral\n")
@@ -180,7 +181,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     record = runs.run_record(args, inputs=("list", "weights"), settings=(
         "images", "method", "emlnet_size", "sigma", "border", "map_side"))
-    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
+    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".h5", ".hdf5"))
     started = time.time()
     items = read_items(args)
     by_id = {item.image_id: item for item in items}

@@ -33,7 +33,7 @@ The walk (one caption; randomness keyed by (seed, graph id, caption number)):
      phrase; finally a random number of the last mentioned objects (0 .. all but one) is cut off.
 
 Bad graphs never stop the run and are never dropped silently: graphs that cannot be captioned
-(malformed, relationships naming missing objects, boxes outside the image, empty, NaN saliency,
+(malformed, relationships naming missing objects, boxes outside the image, empty, NaN or negative saliency,
 no COCO id, no saliency map) are skipped; self-loops are removed and cycles noted (the walk never
 loops). All are counted by reason, printed, and listed by image id in the problems file.
 """
@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from clid import files, runs, shard
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, non_negative_int, positive_int, unit_interval
 from clid.data.scenegraphs import load_graph_files, load_image_data
 from clid.files import DataError
 from clid.rng import item_rng
@@ -94,17 +94,30 @@ def walk(g: Prepared, rng: np.random.Generator, k: int, t_sal: float, n_attr: in
         chosen = [attrs[j] for j in sorted(rng.choice(len(attrs), size=n, replace=False))] if n else []
         return en.mention(g.nouns[i], chosen)
 
-    def visit(i: int, connector: list[str]) -> None:
+    def enter(i: int, connector: list[str]) -> list | None:
+        """Mention object i; a first visit draws its children and returns them to be walked."""
         if i in visited:  # a re-visit: "the <noun>", no propagation
             mentions.append(Mention(i, connector, en.mention(g.nouns[i], definite=True)))
-            return
+            return None
         visited.add(i)
         mentions.append(Mention(i, connector, first_mention(i)))
         kids = g.children[i]
-        for n, j in enumerate(draw(rng, g.saliency[[c for c, _ in kids]], k)):
-            child, predicates = kids[j]
+        return [kids, draw(rng, g.saliency[[c for c, _ in kids]], k), 0]
+
+    def visit(i: int, connector: list[str]) -> None:
+        """Depth first from object i, with a stack of its own (a chain of thousands of objects is fine):
+        each child's predicate is drawn just before the child is walked."""
+        stack = [frame] if (frame := enter(i, connector)) else []
+        while stack:
+            kids, picks, n = top = stack[-1]
+            if n == len(picks):
+                stack.pop()
+                continue
+            top[2] += 1
+            child, predicates = kids[picks[n]]
             predicate = predicates[int(rng.integers(len(predicates)))]
-            visit(child, (["and"] if n else []) + en.predicate_phrase(predicate).split())
+            if frame := enter(child, (["and"] if n else []) + en.predicate_phrase(predicate).split()):
+                stack.append(frame)
 
     visit(draw(rng, g.saliency, 1)[0], [])
     while True:
@@ -162,31 +175,29 @@ def parse_args(argv=None):
     parser.add_argument("--sizes", default=None, help="generated graphs: image sizes, the benchmark's hw TSV or "
                                                       "VG image_data.json")
     parser.add_argument("--images", default=None, help="generated graphs: image folder, for sizes not in --sizes")
-    parser.add_argument("--min-object-conf", type=float, default=0.2,
+    parser.add_argument("--min-object-conf", type=unit_interval, default=0.2,
                         help="generated graphs: objects below this confidence are left out (the paper is silent; "
                              "0.2 is the benchmark's usual detection score threshold)")
-    parser.add_argument("--min-relation-conf", type=float, default=0.1,
+    parser.add_argument("--min-relation-conf", type=unit_interval, default=0.1,
                         help="generated graphs: relations below this confidence are left out (the paper is silent)")
     parser.add_argument("--saliency", required=True,
                         help="saliency HDF5 of 01_saliency.py, or 'none' for the centre prior")
     parser.add_argument("--out", required=True, help="output JSONL")
-    parser.add_argument("--k", type=int, default=2, help="children visited per object")
-    parser.add_argument("--t-sal", type=float, default=0.8, help="saliency share to cover before the walk may stop")
-    parser.add_argument("--n-attr", type=int, default=4, help="most attributes per object")
-    parser.add_argument("--per-image", type=int, default=5, help="captions per image")
+    parser.add_argument("--k", type=positive_int, default=2, help="children visited per object")
+    parser.add_argument("--t-sal", type=unit_interval, default=0.8, help="saliency share to cover before the walk may stop")
+    parser.add_argument("--n-attr", type=non_negative_int, default=4, help="most attributes per object")
+    parser.add_argument("--per-image", type=positive_int, default=5, help="captions per image")
     parser.add_argument("--paragraph", action="store_true",
                         help="a jump starts a new sentence instead of 'and' (implied by --levels paragraph)")
     parser.add_argument("--levels", default=None, choices=["caption", "paragraph", "labert"],
                         help="length levels for 'level'; paragraph also makes jumps start new sentences "
                              "(default: paragraph with --paragraph, else caption)")
-    parser.add_argument("--chunk-size", type=int, default=2000, help="graphs per resumable chunk")
+    parser.add_argument("--chunk-size", type=positive_int, default=2000, help="graphs per resumable chunk")
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: offline bert-base-uncased)")
     shard.add_shard_args(parser)
     args = parser.parse_args(argv)
     args.levels = args.levels or ("paragraph" if args.paragraph else "caption")
     args.paragraph = args.paragraph or args.levels == "paragraph"  # one switch: the paragraph task
-    if args.k < 1 or args.per_image < 1 or args.n_attr < 0 or not 0 <= args.t_sal <= 1:
-        parser.error("need --k >= 1, --per-image >= 1, --n-attr >= 0 and 0 <= --t-sal <= 1")
     return args
 
 
@@ -199,7 +210,7 @@ def main(argv=None) -> int:
         args, inputs=("scene_graphs", "image_data", "labelmap", "sizes", "saliency", "tokenizer"),
         settings=("graph_format", "images", "min_object_conf", "min_relation_conf", "saliency", "k", "t_sal",
                   "n_attr", "per_image", "paragraph", "levels", "tokenizer", "seed"))
-    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
+    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".jsonl",))
     if job.done:
         print(f"{job.written()} already exists; nothing to do")
         return 0

@@ -31,7 +31,7 @@ from collections import Counter
 from typing import Callable
 
 from clid import files, runs, shard
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, non_negative_float, positive_int
 from clid.data.records import report_wordless
 from clid.files import DataError
 from clid.selfgen import english as en
@@ -174,18 +174,18 @@ def parse_args(argv=None):
     parser.add_argument("--in", dest="inp", required=True, help="self-generated captions (JSONL of 02)")
     parser.add_argument("--out", required=True, help="output JSONL")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="'rules', or a seq2seq model folder or hub name")
-    parser.add_argument("--num-beams", type=int, default=10, help="beam width")
-    parser.add_argument("--batch-size", type=int, default=32, help="pieces per generate() call")
-    parser.add_argument("--max-length", type=int, default=60, help="model tokens read and written per piece")
-    parser.add_argument("--piece-tokens", type=int, default=50,
+    parser.add_argument("--num-beams", type=positive_int, default=10, help="beam width")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="pieces per generate() call")
+    parser.add_argument("--max-length", type=positive_int, default=60, help="model tokens read and written per piece")
+    parser.add_argument("--piece-tokens", type=positive_int, default=50,
                         help="split captions into pieces of at most this many model tokens")
-    parser.add_argument("--min-ratio", type=float, default=0.5,
+    parser.add_argument("--min-ratio", type=non_negative_float, default=0.5,
                         help="reject paraphrases shorter than this share of the original")
     parser.add_argument("--levels", default="caption", choices=["caption", "paragraph", "labert"],
                         help="length levels for 'level' (paragraph: sentence breaks count as tokens)")
-    parser.add_argument("--chunk-size", type=int, default=2000, help="captions per resumable chunk")
+    parser.add_argument("--chunk-size", type=positive_int, default=2000, help="captions per resumable chunk")
     parser.add_argument("--tokenizer", default=None, help="length tokenizer folder (default: offline bert-base-uncased)")
-    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--device", default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     shard.add_shard_args(parser)
     return parser.parse_args(argv)
 
@@ -194,7 +194,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     record = runs.run_record(args, inputs=("inp", "tokenizer"), settings=(
         "model", "num_beams", "max_length", "piece_tokens", "min_ratio", "levels", "tokenizer"))
-    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
+    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".jsonl",))
     if job.done:
         print(f"{job.written()} already exists; nothing to do")
         return 0

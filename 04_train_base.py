@@ -35,14 +35,13 @@ in [max(1, 0.1 * len), len]; label-smoothed (0.1) cross-entropy on masked positi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 
 from clid.cli import HelpFormatter
 from clid.features.store import FeatureStore, RegionCache
-from clid.files import DataError, check_not_input, run_main
+from clid.files import DataError, check_not_input, read_json, run_main
 from clid.model.captioner import count_parameters
 from clid.model.checkpoints import check_same_levels, checkpoint_exists, load_init_weights, read_train_state, restore
 from clid.model.inputs import make_examples, training_items
@@ -50,12 +49,14 @@ from clid.model.train import (
     Trainer,
     add_train_args,
     balanced_batches,
+    check_train_args,
     epoch_batches,
     finish_distributed,
     new_model,
     settings_from_args,
     standardize_regions,
     start_run,
+    train_arg_groups,
     validation_check,
 )
 from clid.runs import training_record
@@ -63,18 +64,21 @@ from clid.runs import training_record
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--captions", required=True, help="trusted captions (Karpathy JSON or COCO captions JSON)")
-    p.add_argument("--data", choices=["trusted", "extended"], default="trusted")
-    p.add_argument("--selfgen", help="self-generated captions JSONL (required for --data extended)")
-    p.add_argument("--continue-from", metavar="CKPT",
-                   help="continue this checkpoint: its weights, optimizer state, step and learning-rate schedule "
-                        "(the authors' code: M_theta continues M_theta~); --max-steps is then the last step")
-    p.add_argument("--init-from", metavar="CKPT", help="start from this checkpoint's weights only")
-    p.add_argument("--balanced", action="store_true",
-                   help="every length level an equal share of the batches, as the authors' balanced_training "
-                        "(the length-balanced baseline; default: shuffled epochs)")
-    add_train_args(p)
+    groups = train_arg_groups(p)
+    groups["data"].add_argument("--captions", required=True, help="trusted captions (Karpathy JSON or COCO captions JSON)")
+    groups["data"].add_argument("--data", choices=["trusted", "extended"], default="trusted")
+    groups["data"].add_argument("--selfgen", help="self-generated captions JSONL (required for --data extended)")
+    groups["data"].add_argument("--balanced", action="store_true",
+                                help="every length level an equal share of the batches, as the authors' "
+                                     "balanced_training (the length-balanced baseline; default: shuffled epochs)")
+    groups["model"].add_argument("--continue-from", metavar="CKPT",
+                                 help="continue this checkpoint: its weights, optimizer state, step and learning-rate "
+                                      "schedule (the authors' code: M_theta continues M_theta~); --max-steps is then "
+                                      "the last step")
+    groups["model"].add_argument("--init-from", metavar="CKPT", help="start from this checkpoint's weights only")
+    add_train_args(groups)
     args = p.parse_args(argv)
+    check_train_args(p, args)
     if args.data == "extended" and not args.selfgen:
         p.error("--data extended needs --selfgen FILE")
     if args.continue_from and args.init_from:
@@ -91,8 +95,10 @@ def continued_schedule(args) -> None:
     if not checkpoint_exists(folder):
         raise SystemExit(f"error: --continue-from {folder}: no checkpoint with a training state there")
     step = int(read_train_state(folder)["step"])
-    config = json.loads((folder / "config.json").read_text())
-    if "levels" in config.get("model", {}):  # (a config without it fails, clearly, when the weights load)
+    config = read_json(folder / "config.json")
+    if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
+        raise DataError(folder / "config.json", None, "no model config: not a checkpoint's config.json")
+    if "levels" in config["model"]:  # (a config without it fails, clearly, when the weights load)
         check_same_levels("--continue-from", folder, config["model"]["levels"], args.levels)
     train = config.get("train", {})
     for name in ("lr", "warmup", "lr_horizon"):
@@ -105,6 +111,10 @@ def continued_schedule(args) -> None:
     if horizon <= step:
         raise SystemExit(f"error: --continue-from {folder}: its learning rate reached 0 at step {horizon}; train it "
                          f"with --lr-horizon {args.max_steps} (its steps and the continued ones) to continue it")
+    if horizon < args.max_steps:
+        raise SystemExit(f"error: --continue-from {folder}: its learning rate reaches 0 at step {horizon}, before "
+                         f"--max-steps {args.max_steps}; train it with --lr-horizon {args.max_steps} to continue it "
+                         f"that far, or give --max-steps {horizon}")
     args.lr_horizon = horizon
 
 
@@ -116,6 +126,7 @@ def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
     more, more_skipped = make_examples(items.selfgen, tokenizer, levels, "selfgen", features)
     examples.extend(more)
     skipped.update(items.skipped + more_skipped)
+    items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, levels)
     if rank == 0:
         kinds = Counter(examples.sources)
         for note in items.notes:

@@ -30,13 +30,14 @@ import numpy as np
 import torch
 
 from clid import runs, shard
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, positive_int
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
 from clid.files import DataError, read_arrays, read_jsonl, run_main, write_quality
 from clid.model.checkpoints import load_checkpoint
-from clid.model.inputs import make_examples, training_items
+from clid.model.inputs import add_left_out_arg, check_left_out, make_examples, training_items
 from clid.model.scoring import MODES, caption_logprobs
+from clid.text import preprocess
 
 
 def parse_args(argv=None):
@@ -44,7 +45,7 @@ def parse_args(argv=None):
     p.add_argument("--trusted", required=True, help="checkpoint of the model trained on trusted captions")
     p.add_argument("--extended", required=True, help="checkpoint of the model trained on the extended set")
     p.add_argument("--selfgen", required=True, help="self-generated (paraphrased) captions JSONL")
-    p.add_argument("--features", required=True)
+    p.add_argument("--features", required=True, help="region features HDF5 (the file 04 trained on)")
     add_bad_features_arg(p)
     p.add_argument("--out", required=True, help="quality HDF5")
     p.add_argument("--mode", choices=MODES, default="prefix")
@@ -53,12 +54,15 @@ def parse_args(argv=None):
                         'default: over the caption\'s own tokens and its final "." (the paper)')
     p.add_argument("--captions", help="trusted caption file: score only captions of its train-split images")
     p.add_argument("--include-trusted", action="store_true", help="also score the trusted captions (needs --captions)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--chunk-size", type=int, default=4096, help="captions per resumable chunk")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--chunk-size", type=positive_int, default=4096, help="captions per resumable chunk")
+    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     add_split_args(p)
+    add_left_out_arg(p)
     shard.add_shard_args(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return args
 
 
 def load_items(args):
@@ -74,6 +78,25 @@ def load_items(args):
     if args.include_trusted:
         items += [(f"trusted:{c}", i, t, "trusted") for c, i, t in found.trusted]
     return items, found.skipped
+
+
+def same_weights(a, b) -> bool:
+    """Whether two models hold identical weights (the same checkpoint given twice, or a copy of it)."""
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(sa[k].shape == sb[k].shape and torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def check_items_left_out(items, skipped: Counter, features: FeatureStore, args) -> None:
+    """Stop before any scoring when more than --max-left-out of the captions of a source would be left
+    out (their images missing from the feature file, or no word left)."""
+    for source in ("selfgen", "trusted"):
+        mine = [(c, i, t) for c, i, t, s in items if s == source]
+        lost = Counter(f"{source}: no word left after preprocessing" if not preprocess(t)
+                       else f"{source}: no region features for the image" for _, i, t in mine
+                       if not preprocess(t) or not features.holds(i))
+        offered = len(mine) + sum(n for reason, n in skipped.items() if reason.startswith(source + ":"))
+        path = args.selfgen if source == "selfgen" else args.captions
+        check_left_out(source, offered, skipped + lost, args.max_left_out, path, mine, features)
 
 
 def score_chunk(chunk, models, features, regions, args):
@@ -125,18 +148,22 @@ def main(argv=None):
     args = parse_args(argv)
     record = runs.run_record(args, inputs=("trusted", "extended", "selfgen", "features", "captions", "test_ids"),
                               settings=("mode", "count_padding", "include_trusted", "test_ids", "no_split_check"))
-    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
+    job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".h5", ".hdf5"))
     try:
         items, skipped = load_items(args)
         features = FeatureStore(args.features, bad=args.bad_features)
     except (DataError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
+    check_items_left_out(items, skipped, features, args)
     if not job.done:
         models = [load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)]
         if any(getattr(models[0].config, name) != getattr(models[1].config, name)
                for name in ("levels", "output_vocab", "num_classes")):
             sys.exit("error: the trusted and extended checkpoints use different length levels, output vocabularies "
                      "or region class counts")
+        if same_weights(*models):
+            sys.exit(f"error: --trusted {args.trusted} and --extended {args.extended} hold the same weights: every u "
+                     "would be 0; give the model trained on trusted captions and the one trained on the extended set")
         regions = RegionCache(features, models[0].config.num_classes)
         print(f"scoring {len(job.spec.select(items))} of {len(items)} captions (shard {job.spec.shard_id}/"
               f"{job.spec.num_shards}) in {args.mode} mode on {args.device}")

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from clid import ops
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, number, positive_float, positive_int
 from clid.features.store import RegionCache
 from clid.files import DataError, atomic_path, read_quality, run_main
 from clid.model.captioner import count_parameters
@@ -53,12 +53,14 @@ from clid.model.inputs import make_examples, training_items
 from clid.model.train import (
     Trainer,
     add_train_args,
+    check_train_args,
     epoch_batches,
     finish_distributed,
     new_model,
     settings_from_args,
     standardize_regions,
     start_run,
+    train_arg_groups,
     validation_check,
 )
 from clid.runs import training_record
@@ -68,23 +70,30 @@ CAPTION_ETA, PARAGRAPH_ETA = 1200, 200
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--captions", required=True)
-    p.add_argument("--selfgen", required=True)
-    p.add_argument("--quality", required=True, help="quality HDF5 from 05")
-    p.add_argument("--c", type=float, default=2.0, help="percent of the pool dropped per iteration")
-    p.add_argument("--s", type=float, default=1.0, help="smoothness of the weighting")
-    p.add_argument("--eta", type=int, default=None,
-                   help="optimizer steps per iteration (the paper: 1200 for captions, 200 for paragraphs)")
-    p.add_argument("--full-epochs", action="store_true",
-                   help="one epoch of trusted + drawn captions per iteration instead of --eta steps (an option of "
-                        "the authors' code, off in their configuration, which trains 1200 steps per iteration)")
-    p.add_argument("--schedule", choices=["smooth", "constant", "hard", "none"], default="smooth")
-    p.add_argument("--init", default="random",
-                   help="random (the authors' code re-initialises the model) | bert (as 04 starts) | "
-                        "a checkpoint folder")
-    add_train_args(p)
+    groups = train_arg_groups(p)
+    data, schedule = groups["data"], groups["schedule"]
+    data.add_argument("--captions", required=True, help="trusted captions (Karpathy JSON, or any caption file with "
+                                                        "--test-ids)")
+    data.add_argument("--selfgen", required=True, help="self-generated (paraphrased) captions JSONL, the pool scored "
+                                                       "by 05")
+    data.add_argument("--quality", required=True, help="quality HDF5 from 05")
+    schedule.add_argument("--c", type=number(float, low=0, high=100, low_open=True), default=2.0,
+                          help="percent of the pool dropped per iteration")
+    schedule.add_argument("--s", type=positive_float, default=1.0, help="smoothness of the weighting")
+    schedule.add_argument("--eta", type=positive_int, default=None,
+                          help="optimizer steps per iteration (the paper: 1200 for captions, 200 for paragraphs)")
+    schedule.add_argument("--full-epochs", action="store_true",
+                          help="one epoch of trusted + drawn captions per iteration instead of --eta steps (an option "
+                               "of the authors' code, off in their configuration, which trains 1200 steps per "
+                               "iteration)")
+    schedule.add_argument("--schedule", choices=["smooth", "constant", "hard", "none"], default="smooth")
+    groups["model"].add_argument("--init", default="random",
+                                 help="random (the authors' code re-initialises the model) | bert (as 04 starts) | "
+                                      "a checkpoint folder")
+    add_train_args(groups)
     p.set_defaults(lr_horizon=300_000)  # the authors' schedule: a 300,000-step cosine, of which 06 trains 100,000
     args = p.parse_args(argv)
+    check_train_args(p, args)
     if args.eta is None:  # the paper's eta: 200 on the (much smaller) paragraph set, else 1200
         args.eta = PARAGRAPH_ETA if args.levels == "paragraph" else CAPTION_ETA
     if args.init not in ("bert", "random") and not Path(args.init).is_dir():
@@ -198,8 +207,9 @@ def main(argv=None):
     items = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check)
     trusted, skipped = make_examples(items.trusted, model.tokenizer, config.levels, "trusted", features)
     pool, pool_skipped = make_examples(items.selfgen, model.tokenizer, config.levels, "selfgen", features)
-    u = scores_for(pool.caption_ids, args.quality)
     skipped.update(items.skipped + pool_skipped)
+    items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, config.levels)
+    u = scores_for(pool.caption_ids, args.quality)
     n_trusted = len(trusted)
     examples = trusted.extend(pool)  # trusted captions first, then the pool
     if args.init in ("bert", "random"):  # (a checkpoint brings its own statistics)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, non_negative_int, number, positive_int
 from clid.eval.metrics import (
     CocoScorer,
     counts_sentences,
@@ -46,7 +46,7 @@ from clid.eval.metrics import (
     read_generated,
     write_generated,
 )
-from clid.eval.report import FIGURES, combine, length_histograms, write_outputs
+from clid.eval.report import FIGURES, combine, length_histograms, selfgen_captions, write_outputs
 from clid.features.store import FeatureStore, add_bad_features_arg
 from clid.files import DataError, check_not_input, check_output_folder, natural_key, read_json, run_main, write_json
 from clid.runs import file_state
@@ -77,13 +77,13 @@ def parse_args(argv=None):
                    help="which captions get quality scores (in-range: the paper)")
     p.add_argument("--spice", default="auto", choices=["auto", "off"],
                    help="auto: run SPICE when Stanford CoreNLP is there or can be downloaded")
-    p.add_argument("--examples", type=int, default=3, help="test images shown with their captions in report.md (default: 3)")
-    p.add_argument("--batch-size", type=int, default=64, help="generation batch size (default: 64)")
+    p.add_argument("--examples", type=non_negative_int, default=3, help="test images shown with their captions in report.md (default: 3)")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="generation batch size (default: 64)")
     p.add_argument("--device", default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
-    p.add_argument("--decode-steps", type=int, nargs="+", default=None, metavar="N",
+    p.add_argument("--decode-steps", type=positive_int, nargs="+", default=None, metavar="N",
                    help="mask-predict iterations, one number per level or one for every level (default: the "
                         "paper's 10, 15, ..., 40)")
-    p.add_argument("--eos-decay", type=float, default=1.0,
+    p.add_argument("--eos-decay", type=number(float, low=0, high=1, low_open=True), default=1.0,
                    help="penalty on '.' inside a level's range, decay ** (distance to the level's end); "
                         "1.0: none, as in the authors' configuration")
     p.add_argument("--labert-average", action=argparse.BooleanOptionalAction, default=True,
@@ -104,10 +104,6 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not args.refs and not args.combine:
         p.error("--refs is required (or --combine EVAL_DIR ...)")
-    if args.decode_steps is not None and min(args.decode_steps) < 1:
-        p.error("--decode-steps must be at least 1")
-    if not 0.0 < args.eos_decay <= 1.0:
-        p.error("--eos-decay must be in (0, 1]")
     return args
 
 
@@ -272,11 +268,13 @@ def main(argv=None) -> None:
     for reason, count in skipped.items():
         if count:
             print(f"warning: left out {count} {reason}")
+    selfgen_texts = selfgen_captions(args.selfgen)  # (read now: a bad line stops the run before any work)
 
     # 2. the runs' captions: generated from checkpoints (cached), or read from generated files
     levels, captions, sources, run_skips = collect_captions(runs, ids, args, image_ids, out)
     level_set = next((k for k, v in LEVEL_SETS.items() if v == levels), "custom")
     keep_sentences = counts_sentences(levels)
+    histograms = length_histograms(trusted, selfgen_texts, tokenizer, keep_sentences)
     long_refs = long_refs_for(args.long_refs, refs, levels, skipped)
 
     # 3. every run's lengths as counted, control precision and quality per level (one PTB / METEOR process)
@@ -305,7 +303,6 @@ def main(argv=None) -> None:
             "long_refs": args.long_refs, "skipped": skipped,
             "runs": {run: {"method": name, "source": sources[run], "skipped": run_skips[run]}
                      for run, (name, _, _) in zip(ids, runs)}}
-    histograms = length_histograms(trusted, args.selfgen, tokenizer, keep_sentences)
     write_outputs(out, meta, methods, results, {run: c[0] for run, c in captions.items()}, refs, long_refs,
                   levels, histograms, args.examples)
 

@@ -5,9 +5,13 @@ The numbered scripts, the bench scripts and the ``python -m clid.X`` tools build
 "(default: VALUE)" to every flag's help, also to a flag written without help text. It leaves the
 help as written when the default is None or an empty list (nothing is used unless the flag is
 given; the help says what happens then), or when the help already states its default.
+
+It also holds the ``type=`` functions that check every numeric flag where it is parsed
+(:func:`number` and the common cases built from it: ``positive_int``, ``probability``, ...).
 """
 import argparse
 import copy
+import math
 
 
 def shows_default(action: argparse.Action) -> bool:
@@ -29,3 +33,48 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
             action = copy.copy(action)
             action.help = "(default: %(default)s)"
         return super()._format_action(action)
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers checked where they are parsed: ``type=`` functions whose error is argparse's one line,
+# "argument --lr: must be a positive finite number, got 'nan'".
+
+
+def number(kind=float, low=None, high=None, low_open=False, high_open=False, what: str | None = None):
+    """An argparse ``type=`` for a finite ``kind`` (int or float) within [low, high] (a bound open with
+    ``low_open`` / ``high_open``; None: unbounded). ``what`` words the error ("a positive integer")."""
+    if what is None:
+        noun = "an integer" if kind is int else "a finite number"
+        if low is not None and high is not None:
+            what = f"{noun} in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        elif low is not None:
+            what = f"{noun} {'>' if low_open else '>='} {low:g}"
+        elif high is not None:
+            what = f"{noun} {'<' if high_open else '<='} {high:g}"
+        else:
+            what = noun
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        if low is not None and (value < low or (low_open and value == low)):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        if high is not None and (value > high or (high_open and value == high)):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    parse.__name__ = what  # (argparse names a type by it in some messages)
+    return parse
+
+
+positive_int = number(int, low=1, what="a positive integer")
+non_negative_int = number(int, low=0, what="an integer >= 0")
+finite_float = number(float, what="a finite number")
+positive_float = number(float, low=0, low_open=True, what="a positive finite number")
+non_negative_float = number(float, low=0, what="a finite number >= 0")
+probability = number(float, low=0, high=1, high_open=True, what="a probability in [0, 1)")
+unit_interval = number(float, low=0, high=1, what="a number in [0, 1]")

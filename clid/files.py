@@ -14,6 +14,7 @@ is complete, so a crash never leaves a half-written file behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -41,7 +42,13 @@ def run_main(main, argv=None):
     """
     try:
         return main(argv)
-    except (DataError, OSError) as err:
+    except OSError as err:
+        if err.errno == errno.ENOSPC:  # (atomic writes leave no half-written file behind)
+            where = f" writing {err.filename}" if err.filename else ""
+            sys.exit(f"error: no space left on the device{where}; no output was left half-written: free some space "
+                     "and run the same command again (a sharded stage resumes)")
+        sys.exit(f"error: {err}")
+    except DataError as err:
         sys.exit(f"error: {err}")
 
 
@@ -64,6 +71,10 @@ def atomic_path(path) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as err:
+        if err.filename is None:  # (a failed write names no file: name the one being written)
+            raise OSError(err.errno, err.strerror, str(path)) from None
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -127,12 +138,16 @@ def read_json(path):
 # ---------------------------------------------------------------------------------------------
 # JSONL
 
-def read_jsonl(path, required: Iterable[str] = ()) -> Iterator[dict]:
+def read_jsonl(path, required: Iterable[str] = (), unique_id: bool | None = None) -> Iterator[dict]:
     """Yield the records of a JSONL file; a bad line or a missing key names the file and line.
 
     Required ``id`` / ``image_id`` must be strings or integers and a required ``caption`` a string.
+    ``unique_id`` (the default when ``id`` is required): a record id seen before is a DataError
+    naming both lines, also when one is written 7 and the other "7" (ids are compared as strings).
     """
     required = tuple(required)
+    unique_id = "id" in required if unique_id is None else unique_id
+    seen: dict[str, tuple[int, object]] = {}
     number = 0
     try:
         with open(path, encoding="utf-8-sig") as f:
@@ -155,6 +170,15 @@ def read_jsonl(path, required: Iterable[str] = ()) -> Iterator[dict]:
                 if "caption" in required and not isinstance(record["caption"], str):
                     raise DataError(path, f"line {number}",
                                     f"'caption' must be a string, got {json.dumps(record['caption'])[:40]}")
+                if unique_id and "id" in record:
+                    key = str(record["id"])
+                    if key in seen:
+                        line, first = seen[key]
+                        shown = json.dumps(record["id"])
+                        also = f"line {line}" + (f" (written {json.dumps(first)})" if first != record["id"] else "")
+                        raise DataError(path, f"line {number}", f"id {shown} appears twice (also at {also}); "
+                                                                "every record needs its own id")
+                    seen[key] = (number, record["id"])
                 yield record
     except UnicodeDecodeError:
         raise DataError(path, f"line {number + 1}", "not UTF-8 text (is this the right file?)") from None
@@ -200,6 +224,18 @@ def open_h5(path, what: str = "HDF5 file"):
         raise DataError(path, None, f"not an HDF5 file, or a truncated one ({err})") from None
 
 
+def check_image_groups(f, path, kind: str) -> None:
+    """Refuse an open HDF5 file that holds flat arrays where one group per image id belongs (a quality
+    file given as a region-feature or saliency file); ``kind`` names what was expected."""
+    import h5py
+
+    arrays = [name for name, item in f.items() if isinstance(item, h5py.Dataset)]
+    if arrays and len(arrays) == len(f):
+        hint = " (a quality file from 05?)" if "u" in arrays else ""
+        raise DataError(path, None, f"holds flat arrays ({', '.join(sorted(arrays)[:4])}), not one group per image: "
+                                    f"not a {kind} file{hint}")
+
+
 def h5_number(path, record, group, name: str, positive: bool = False) -> float:
     """A numeric attribute of an HDF5 group (``width``, ``height``), checked."""
     if name not in group.attrs:
@@ -207,6 +243,8 @@ def h5_number(path, record, group, name: str, positive: bool = False) -> float:
     value = group.attrs[name]
     shown = repr(value) if isinstance(value, (str, bytes)) else str(value)
     try:
+        if np.ndim(value) != 0 or isinstance(value, (str, bytes)):
+            raise TypeError
         number = float(value)
     except (TypeError, ValueError):
         raise DataError(path, record, f"attribute '{name}' must be a number, got {shown}") from None
@@ -263,7 +301,25 @@ def read_quality(path) -> dict[str, np.ndarray]:
     lengths = {name: len(arrays[name]) for name in ("id",) + QUALITY_FIELDS}
     if len(set(lengths.values())) > 1:
         raise DataError(path, None, f"datasets differ in lengths {lengths}")
+    for name in QUALITY_FIELDS:
+        if arrays[name].dtype.kind not in "fiu":
+            raise DataError(path, f"dataset '{name}'", f"holds {arrays[name].dtype}, not numbers")
+    repeated = repeated_values(arrays["id"])
+    if repeated:
+        raise DataError(path, None, f"{len(repeated)} caption id(s) have more than one score (e.g. "
+                                    f"{', '.join(repeated[:3])}): each caption must be scored once")
     return arrays
+
+
+def repeated_values(values) -> list[str]:
+    """The values (as strings) that occur more than once, in order of first repeat."""
+    seen, repeated = set(), {}
+    for value in values:
+        key = str(value)
+        if key in seen:
+            repeated[key] = None
+        seen.add(key)
+    return list(repeated)
 
 
 def write_arrays(path, arrays: dict[str, np.ndarray]) -> None:
@@ -287,7 +343,14 @@ def read_arrays(path) -> dict[str, np.ndarray]:
 
     out = {}
     with open_h5(path) as f:
+        groups = [name for name, item in f.items() if not isinstance(item, h5py.Dataset)]
+        if groups:
+            raise DataError(path, None, f"holds groups ({', '.join(groups[:3])}{', ...' if len(groups) > 3 else ''}), "
+                                        "not flat arrays: is this a region-feature or saliency file (one group per "
+                                        "image) given where a quality file (05's output) belongs?")
         for name, ds in f.items():
+            if ds.ndim != 1:
+                raise DataError(path, f"dataset '{name}'", f"has shape {ds.shape}, not one value per row")
             if ds.dtype.kind == "O" or h5py.check_string_dtype(ds.dtype):
                 out[name] = np.asarray(ds.asstr()[()], dtype=object)
             else:

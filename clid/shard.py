@@ -28,24 +28,24 @@ import argparse
 import json
 import os
 import sys
-import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 from clid import files
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, non_negative_int, positive_int
 from clid.runs import record_differences
 
 
 def add_shard_args(parser: argparse.ArgumentParser, seed: int = 0) -> None:
     """``--shard-id``/``--num-shards`` (defaults from SLURM array variables) and ``--seed``."""
     env = os.environ
-    parser.add_argument("--shard-id", type=int, default=int(env.get("SLURM_ARRAY_TASK_ID", 0)),
+    parser.add_argument("--shard-id", type=non_negative_int, default=env.get("SLURM_ARRAY_TASK_ID", "0"),
                         help="this shard's index ($SLURM_ARRAY_TASK_ID when set)")
-    parser.add_argument("--num-shards", type=int, default=int(env.get("SLURM_ARRAY_TASK_COUNT", 1)),
+    parser.add_argument("--num-shards", type=positive_int, default=env.get("SLURM_ARRAY_TASK_COUNT", "1"),
                         help="number of shards ($SLURM_ARRAY_TASK_COUNT when set)")
-    parser.add_argument("--seed", type=int, default=seed, help="random seed; randomness is keyed by (seed, item id)")
+    parser.add_argument("--seed", type=non_negative_int, default=seed, help="random seed; randomness is keyed by (seed, item id)")
     parser.add_argument("--restart", action="store_true",
                         help="discard this shard's chunks, part and output left by an earlier run with other inputs "
                              "or settings, instead of refusing to mix them")
@@ -161,13 +161,22 @@ class Job:
             final = job.run(items, process, "captions", "graph")   # process(chunk: Chunk)
     """
 
-    def __init__(self, out, spec: Shard, chunk_size: int, record: dict, restart: bool = False):
+    def __init__(self, out, spec: Shard, chunk_size: int, record: dict, restart: bool = False,
+                 suffixes: Sequence[str] = (".jsonl", ".h5", ".hdf5")):
         if chunk_size < 1:
             raise SystemExit(f"error: --chunk-size must be at least 1, not {chunk_size}")
+        check_suffix(out, suffixes)
         self.out, self.spec, self.chunk_size = Path(out), spec, chunk_size
         self.part = part_path(out, spec.shard_id, spec.num_shards)
         self.record = {**record, "settings": {**record.get("settings", {}), "--chunk-size": chunk_size}}
         self.shard_items = self.done_before = 0  # this shard's items, those done by an earlier run (set by run)
+        if Path(out).is_dir():
+            raise SystemExit(f"error: --out {out} is a folder; give the file to write")
+        self.lock = ShardLock(self.part)  # before anything of an earlier run is removed
+        if not self.lock.acquire():
+            print(f"note: {self.lock.holder()} is already running shard {spec.shard_id} of {spec.num_shards} of {out}; "
+                  "this copy stops and leaves the work to it", flush=True)
+            raise SystemExit(0)
         self._remove_temporary_files()
         self._check_earlier_run(restart)
         self.done = self.out.exists() or self.part.exists()
@@ -225,7 +234,7 @@ class Job:
     def run(self, items: Sequence, process: Callable[[Chunk], None], desc: str, unit: str) -> Path | None:
         """Run ``process`` over the pending chunks, join them into the part, merge when all shards are
         done. Returns the output path once it exists, else None (other shards still running)."""
-        from tqdm import tqdm
+        from clid.progress import Progress
 
         mine = self.spec.select(items)
         total = count_chunks(items, self.spec, self.chunk_size)
@@ -238,11 +247,8 @@ class Job:
             print(f"{self.part if self.part.exists() else self.out} already exists")
         elif len(pending) < total:
             print(f"resuming: {total - len(pending)} of {total} chunks already done")
-        plain = not sys.stderr.isatty()  # a log file: a plain line per chunk instead of the bar
-        started = time.time()
-        done = self.done_before
-        with tqdm(total=len(mine), initial=done, desc=desc, unit=unit, disable=None) as bar:
-            for n, index in enumerate(pending, 1):
+        with Progress(len(mine), desc, unit, initial=self.done_before, disable=self.done) as bar:
+            for index in pending:
                 chunk_items = self._items(mine, index)
                 reported = [0]
 
@@ -252,11 +258,10 @@ class Job:
 
                 process(Chunk(index, chunk_items, chunk_path(self.part, index), progress))
                 bar.update(max(0, len(chunk_items) - reported[0]))
-                done += len(chunk_items)
-                if plain:
-                    print(f"{desc}: chunk {n} of {len(pending)} done ({done} of {len(mine)} {unit}s, "
-                          f"{time.time() - started:.0f}s)", flush=True)
-        return finish_shard(items, self.out, self.spec, self.chunk_size)
+        try:
+            return finish_shard(items, self.out, self.spec, self.chunk_size)
+        finally:
+            self.lock.release()
 
     def _items(self, mine: list, index: int) -> list:
         return mine[index * self.chunk_size:(index + 1) * self.chunk_size]
@@ -264,6 +269,71 @@ class Job:
     def written(self) -> Path:
         """The merged output if it exists, else this shard's part."""
         return self.out if self.out.exists() else self.part
+
+
+def check_suffix(out, suffixes: Sequence[str]) -> None:
+    """Refuse, before any work, an output whose kind the final join cannot tell from its name."""
+    if Path(out).suffix.lower() not in suffixes:
+        raise SystemExit(f"error: --out {out} must end in {' or '.join(suffixes)} (the file's kind is read from its name "
+                         "when the chunks and shards are joined)")
+
+
+class ShardLock:
+    """An exclusive lock per shard (``.PART.lock`` beside the output, holding the holder's host and pid), so
+    that two copies of one shard (a SLURM task run twice) do not both write it. A POSIX record lock: it
+    works across the machines of an NFS share and is released when the process ends, however it ends."""
+
+    def __init__(self, part: Path):
+        self.path = part.with_name(f".{part.name}.lock")
+        self.file = None
+        self._holder = [None]  # the open lock file, shared with the finalizer (which must not hold self)
+        self._finalizer = weakref.finalize(self, ShardLock._drop, self.path, self._holder)
+
+    @staticmethod
+    def _drop(path: Path, holder: list) -> None:
+        """Remove the lock file when its owner is gone (an error before the shard finished)."""
+        if holder[0] is not None:
+            path.unlink(missing_ok=True)
+            try:
+                holder[0].close()
+            except OSError:  # (its holder line could not be written: a full disk)
+                pass
+            holder[0] = None
+
+    def acquire(self) -> bool:
+        import fcntl
+        import socket
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")
+        try:
+            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            return False
+        try:  # (who holds it, for the other copy's message; a full disk leaves it empty)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{socket.gethostname()} {os.getpid()}\n")
+            handle.flush()
+        except OSError:
+            pass
+        self.file = handle
+        self._holder[0] = handle  # (the finalizer releases it, unless release() did)
+        return True
+
+    def holder(self) -> str:
+        try:
+            host, pid = self.path.read_text().split()[:2]
+            return f"process {pid} on {host}"
+        except (OSError, ValueError):
+            return "another process"
+
+    def release(self) -> None:
+        """Remove the lock file and let go of the lock (the file first: a copy that opened it before is
+        refused while the lock is held)."""
+        self._finalizer()
+        self.file = None
 
 
 def _alive(pid: int) -> bool:
@@ -312,7 +382,14 @@ def join_files(paths: Sequence[Path], out) -> None:
     join_tables(paths, Path(out))
     suffix = Path(Path(out).name.split(".part-")[0].split(".chunk-")[0]).suffix  # of the final output
     if suffix == ".jsonl":
-        records = [r for p in paths for r in files.read_jsonl(p)]
+        records, seen = [], {}
+        for p in paths:
+            for r in files.read_jsonl(p):
+                if "id" in r:  # a record in two parts (two copies of a shard, mixed settings): refused
+                    if str(r["id"]) in seen:
+                        raise files.DataError(p, f"record {r['id']}", f"appears in two parts (also in {seen[str(r['id'])]})")
+                    seen[str(r["id"])] = p.name
+                records.append(r)
         records.sort(key=files.jsonl_order_key)  # stable: ties keep the order written
         files.write_jsonl(out, records)
     elif suffix in (".h5", ".hdf5"):
@@ -327,7 +404,7 @@ def _join_h5(paths: Sequence[Path], out) -> None:
 
     kinds = set()  # "groups" (one group per image id) or "arrays" (flat arrays); an empty part has neither
     for p in paths:
-        with h5py.File(p, "r") as f:
+        with files.open_h5(p, "part file") as f:
             kinds.update("groups" if isinstance(v, h5py.Group) else "arrays" for v in f.values())
     if len(kinds) > 1:
         raise files.DataError(paths[0], None, "parts mix image groups and flat arrays")
@@ -343,14 +420,32 @@ def _join_h5(paths: Sequence[Path], out) -> None:
     arrays = [a for a in (files.read_arrays(p) for p in paths) if a]  # empty parts add no rows
     names = list(arrays[0])
     joined = {n: np.concatenate([a[n] for a in arrays]) for n in names}
+    if "id" in joined and (repeated := files.repeated_values(joined["id"])):
+        raise files.DataError(out, f"record {repeated[0]}", f"appears in two parts ({len(repeated)} records do): "
+                                                             "were two copies of a shard, or runs with other settings, "
+                                                             "mixed?")
     if "id" in joined:
         order = sorted(range(len(joined["id"])), key=lambda i: files.natural_key(joined["id"][i]))
         joined = {n: v[order] for n, v in joined.items()}
     files.write_arrays(out, joined)
 
 
-def merge(out, num_shards: int) -> Path:
-    """Join the parts of all shards into ``out``, then remove the parts."""
+def merge(out, num_shards: int) -> Path | None:
+    """Join the parts of all shards into ``out``, then remove the parts. None when another process is
+    merging them (it finishes the output)."""
+    lock = ShardLock(Path(out).with_name(Path(out).name + ".merge"))
+    if not lock.acquire():
+        print(f"note: {lock.holder()} is merging the parts of {out}")
+        return None
+    try:
+        if Path(out).exists():  # (another process merged them meanwhile)
+            return Path(out)
+        return _merge(out, num_shards)
+    finally:
+        lock.release()
+
+
+def _merge(out, num_shards: int) -> Path:
     parts = [part_path(out, i, num_shards) for i in range(num_shards)]
     missing = [str(p) for p in parts if not p.exists()]
     if missing:
@@ -374,18 +469,21 @@ def main(argv=None) -> None:
                                      formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("merge", help="join OUT.part-*-of-N into OUT", formatter_class=HelpFormatter)
-    m.add_argument("out")
-    m.add_argument("--num-shards", type=int, required=True)
+    m.add_argument("out", help="the output the shards wrote (the same --out they were given); its parts "
+                               "OUT.part-*-of-N are joined into it and removed")
+    m.add_argument("--num-shards", type=positive_int, required=True, help="the number of shards that wrote the parts")
     args = parser.parse_args(argv)
+    check_suffix(args.out, (".jsonl", ".h5", ".hdf5"))
     if Path(args.out).exists():
         print(f"{args.out} already exists; nothing to merge")
         return
     try:
-        merge(args.out, args.num_shards)
+        merged = merge(args.out, args.num_shards)
     except FileNotFoundError as err:
         sys.exit(f"error: {err}")
-    print(f"merged {args.num_shards} parts into {args.out}")
+    if merged is not None:
+        print(f"merged {args.num_shards} parts into {args.out}")
 
 
 if __name__ == "__main__":
-    main()
+    files.run_main(main)

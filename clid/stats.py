@@ -84,6 +84,20 @@ def format_table(stats: dict, title: str = "") -> str:
     return "\n".join(lines)
 
 
+def above_note(stats: dict, levels) -> str | None:
+    """A warning when more than the training stages' --max-left-out default of the captions are longer than the
+    last level (04 and 06 would stop on such a file), naming --levels paragraph for what looks like paragraphs."""
+    from clid.model.inputs import MAX_LEFT_OUT
+
+    if not stats["n"] or stats["above"] <= MAX_LEFT_OUT * stats["n"]:
+        return None
+    last = get_levels(levels)[-1][1]
+    hint = ": paragraphs? Give --levels paragraph" if get_levels(levels) != get_levels("paragraph") else ""
+    return (f"warning: {stats['above']} of {stats['n']} captions ({100 * stats['above'] / stats['n']:.0f}%) are longer "
+            f"than the last level ({last} tokens); training leaves them out, and stops on more than "
+            f"{100 * MAX_LEFT_OUT:g}% (--max-left-out){hint}")
+
+
 def file_lengths(path, split: str | None = None, tokenizer=None) -> list[int]:
     """Lengths of every caption in a supported caption file (optionally of one split, "train" with
     the Karpathy split's "restval"). A file without splits, or no caption at all, raises :class:`DataError`."""
@@ -122,6 +136,8 @@ def main(argv=None) -> None:
     lengths = file_lengths(args.path, args.split, load_tokenizer(args.tokenizer))
     stats = length_stats(lengths, args.levels)
     print(format_table(stats, f"{args.path} ({args.levels} levels)"))
+    if line := above_note(stats, args.levels):
+        print(line)
     if args.levels == "paragraph":
         stats["bands"] = paragraph_bands(lengths)
         print(format_bands(stats["bands"]))

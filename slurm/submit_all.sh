@@ -4,11 +4,14 @@
 #   -> 04 extended (M_theta~) -> 04 scoring (M_theta, continuing M_theta~) -> 05 (array) -> merge
 #   -> 06 -> 07 (with 04 trusted, the trusted-only baseline, trained meanwhile after 00)
 # Run from the repository root after `make venv` (on a node with the GPU nodes' CUDA toolkit, so
-# that clid._C has CUDA kernels) and the downloads of README.md.
+# that clid._C has CUDA kernels) and the downloads of README.md. Flags given to this script go to
+# every sbatch call (account, partition, QOS, ...):
+#   bash slurm/submit_all.sh --account=proj123 --partition=gpu --qos=normal
 set -euo pipefail
-source slurm/common.sh
-submit() { sbatch --parsable --output="$RUNS/logs/%x-%j.out" "$@"; }
-array() { sbatch --parsable --output="$RUNS/logs/%x-%A_%a.out" --array=0-$((SHARDS - 1)) "$@"; }
+SBATCH_FLAGS=("$@")
+source slurm/common.sh                          # (creates $RUNS/logs, where every job's log goes)
+submit() { sbatch --parsable "${SBATCH_FLAGS[@]}" --output="$RUNS/logs/%x-%j.out" "$@"; }
+array() { sbatch --parsable "${SBATCH_FLAGS[@]}" --output="$RUNS/logs/%x-%A_%a.out" --array=0-$((SHARDS - 1)) "$@"; }
 
 c00=$(submit slurm/00_convert.sbatch)
 s01=$(array --dependency=afterok:$c00 slurm/01_saliency.sbatch)

@@ -28,9 +28,11 @@ import pytest
 from conftest import FIXTURES, ROOT
 from toyworld import make_toy_world
 
-SCRIPTS = {"01": "01_saliency.py", "02": "02_scenegraph_captions.py", "03": "03_paraphrase.py",
-           "04": "04_train_base.py", "05": "05_score_quality.py", "06": "06_train_selection.py",
-           "07": "07_eval.py", "stats": "clid.stats", "data": "clid.data", "caption": "clid.caption"}
+SCRIPTS = {"00": "00_demo_data.py", "01": "01_saliency.py", "02": "02_scenegraph_captions.py",
+           "03": "03_paraphrase.py", "04": "04_train_base.py", "05": "05_score_quality.py",
+           "06": "06_train_selection.py", "07": "07_eval.py", "stats": "clid.stats", "data": "clid.data",
+           "shard": "clid.shard", "features": "clid.features", "emlnet": "clid.saliency.emlnet",
+           "caption": "clid.caption"}
 NEEDS = {"stages": "needs h-stages", "ops": "needs h-ops"}
 
 
@@ -633,7 +635,8 @@ for name, make, fragment, kind, needs in FEATURE_CASES[:5] + FEATURE_CASES[9:10]
     row("05", f"features-{name}", lambda w, d, make=make: w.score_args(d / "out.h5", "--features", make(w, d)), fragment, kind, needs)
 for name, make, fragment, kind, needs in FEATURE_CASES[:4]:
     row("06", f"features-{name}", lambda w, d, make=make: w.selection_args(d / "out", "--features", make(w, d)), fragment, kind, needs)
-row("04", "features-image-missing", lambda w, d: w.train_args(d / "out", "--features", h5_changed(w.features, d, lambda f: f.__delitem__("1"))),
+row("04", "features-image-missing", lambda w, d: w.train_args(d / "out", "--max-left-out", "0.2", "--features",
+                                                              h5_changed(w.features, d, lambda f: f.__delitem__("1"))),
     "no region features for the image", "skip")
 
 # -- self-generated captions JSONL: 04 extended, 05, 06 --------------------------------------------------
@@ -647,9 +650,12 @@ SELFGEN_CASES = [
     ("caption-null", lambda w, d: jsonl_lines(w.selfgen, d, first(caption=None)), "'caption' must be a string", "error"),
     ("caption-no-word", lambda w, d: jsonl_lines(w.selfgen, d, first(caption="\U0001F600 !!")), "no word left", "skip"),
 ]
+SHARE = ["--max-left-out", "0.2"]  # (one caption of the toy world is more than the default 5%)
 for name, make, fragment, kind in SELFGEN_CASES:
-    row("04", f"selfgen-{name}", lambda w, d, make=make: w.train_args(d / "out", "--data", "extended", "--selfgen", make(w, d)), fragment, kind)
-    row("05", f"selfgen-{name}", lambda w, d, make=make: w.score_args(d / "out.h5", "--selfgen", make(w, d)), fragment, kind)
+    share = SHARE if kind == "skip" else []
+    row("04", f"selfgen-{name}", lambda w, d, make=make, share=share: w.train_args(d / "out", "--data", "extended", "--selfgen", make(w, d), *share),
+        fragment, kind)
+    row("05", f"selfgen-{name}", lambda w, d, make=make, share=share: w.score_args(d / "out.h5", "--selfgen", make(w, d), *share), fragment, kind)
 for name, make, fragment, kind in SELFGEN_CASES[:1] + SELFGEN_CASES[4:6]:
     row("06", f"selfgen-{name}", lambda w, d, make=make: w.selection_args(d / "out", "--selfgen", make(w, d)), fragment, kind)
 
@@ -725,7 +731,7 @@ CHECKPOINT_CASES = [
     ("config-unknown-field", lambda w, d: checkpoint_copy(w.trusted, d, lambda f: (f / "config.json").write_text(json.dumps({"model": {"wings": 2}})), "ck"), "config.json"),
     ("weights-garbage", lambda w, d: checkpoint_copy(w.trusted, d, corrupt("model.safetensors"), "ck"), "model.safetensors"),
     ("weights-empty", lambda w, d: checkpoint_copy(w.trusted, d, corrupt("model.safetensors", b""), "ck"), "model.safetensors"),
-    ("weights-of-another-model", lambda w, d: checkpoint_copy(w.trusted, d, narrower, "ck"), "model.safetensors"),
+    ("weights-of-another-model", lambda w, d: checkpoint_copy(w.trusted, d, narrower, "ck"), "does not describe the weights"),
 ]
 for name, make, fragment in CHECKPOINT_CASES:
     row("05", f"checkpoint-{name}", lambda w, d, make=make: w.score_args(d / "out.h5", "--trusted", make(w, d)), fragment)
@@ -733,7 +739,8 @@ for name, make, fragment in CHECKPOINT_CASES:
                                                             "--out", d / "out", "--spice", "off"], fragment)
 row("05", "include-trusted-no-captions", lambda w, d: w.score_args(d / "out.h5", "--include-trusted"), "needs --captions")
 row("05", "captions-split-null", lambda w, d: w.score_args(d / "out.h5", "--captions", karpathy(w, d, set_in(0, split=None))), "'split' must be a string")
-row("05", "features-image-missing", lambda w, d: w.score_args(d / "out.h5", "--features", h5_changed(w.features, d, lambda f: f.__delitem__("1"))),
+row("05", "features-image-missing", lambda w, d: w.score_args(d / "out.h5", "--max-left-out", "0.2", "--features",
+                                                              h5_changed(w.features, d, lambda f: f.__delitem__("1"))),
     "no region features for the image", "skip")
 row("05", "empty-shard", lambda w, d: w.score_args(d / "out.h5", "--num-shards", "40", "--shard-id", "39"), "", "ok")
 
@@ -920,6 +927,433 @@ row("04", "split-capitalised", lambda w, d: w.train_args(d / "out", "--captions"
     "unknown split 'train'")
 row("stats", "split-unknown", lambda w, d: [karpathy(w, d, set_in(0, split="validation"))], "unknown split 'validation'")
 row("04", "test-ids-binary", lambda w, d: w.train_args(d / "out", "--test-ids", write(d, "ids.txt", BINARY)), "utf-8")
+
+
+# -- numbers checked where they are parsed: argparse's one line, naming the flag --------------------------
+NUMBERS = {  # stage -> (the flags of a valid run, [(flag, bad values)])
+    "04": (lambda w, d: w.train_args(d / "out"),
+           [("--lr", ["0", "-1e-4", "nan", "inf"]), ("--weight-decay", ["-0.1", "nan"]), ("--warmup", ["-1", "1.5"]),
+            ("--max-steps", ["0", "-5"]), ("--lr-horizon", ["-1"]), ("--batch-size", ["0", "-4"]),
+            ("--grad-clip", ["-1", "nan"]), ("--label-smoothing", ["2", "1", "-0.1"]), ("--eos-weight", ["0", "nan"]),
+            ("--dropout", ["1.5", "1", "-0.1"]), ("--save-every", ["0", "-1"]), ("--eval-every", ["-1"]),
+            ("--eval-images", ["0"]), ("--log-every", ["0", "-3"]), ("--seed", ["-1", "x"])]),
+    "06": (lambda w, d: w.selection_args(d / "out"),
+           [("--c", ["0", "-2", "101", "nan"]), ("--s", ["0", "-1", "inf"]), ("--eta", ["0", "-1"]),
+            ("--lr", ["nan", "0"]), ("--batch-size", ["0"]), ("--max-steps", ["0", "-1"]), ("--save-every", ["0"]),
+            ("--log-every", ["0"]), ("--label-smoothing", ["2"]), ("--dropout", ["1.5"]), ("--warmup", ["-1"])]),
+    "05": (lambda w, d: w.score_args(d / "out.h5"),
+           [("--batch-size", ["0", "-1", "x"]), ("--chunk-size", ["0"]), ("--shard-id", ["-1"]),
+            ("--num-shards", ["0", "-2"]), ("--seed", ["-1"])]),
+    "07": (lambda w, d: ["--refs", w.captions, "--features", w.features, "--checkpoint", w.trusted, "--out", d / "out",
+                         "--spice", "off"],
+           [("--batch-size", ["0", "-1"]), ("--examples", ["-1"]), ("--decode-steps", ["0", "-2"]),
+            ("--eos-decay", ["0", "1.5", "nan"])]),
+    "01": (lambda w, d: ["--images", w.images, "--out", d / "out.h5"],
+           [("--map-side", ["0"]), ("--batch-size", ["0"]), ("--workers", ["0"]), ("--chunk-size", ["0", "-1"]),
+            ("--sigma", ["-1", "nan"]), ("--emlnet-size", ["0"]), ("--preview", ["-1"]), ("--num-shards", ["0"]),
+            ("--shard-id", ["-1"])]),
+    "02": (lambda w, d: sg_args(w, d),
+           [("--k", ["0", "-1"]), ("--per-image", ["0"]), ("--n-attr", ["-1"]), ("--t-sal", ["1.5", "nan", "-0.1"]),
+            ("--min-object-conf", ["2", "nan"]), ("--min-relation-conf", ["-0.5"]), ("--chunk-size", ["0"]),
+            ("--seed", ["-1"]), ("--num-shards", ["0"])]),
+    "03": (lambda w, d: para_args(w, d, w.selfgen),
+           [("--num-beams", ["0"]), ("--batch-size", ["0"]), ("--max-length", ["0"]), ("--piece-tokens", ["0"]),
+            ("--min-ratio", ["-1", "nan"]), ("--chunk-size", ["0"]), ("--shard-id", ["-2"])]),
+    "00": (lambda w, d: ["--out", d / "demo", "--small", "--skip-features"],
+           [("--size", ["10", "x"]), ("--n-train", ["-1"]), ("--graph-noise", ["2", "nan"]),
+            ("--captions-per-image", ["0"]), ("--refs-per-level", ["-1"]), ("--crop", ["0"]), ("--workers", ["0"]),
+            ("--chunk", ["0"]), ("--colour-bins", ["-1"]), ("--preview", ["-1"]), ("--seed", ["-1"]),
+            ("--long-levels", ["3,x", "9", ""])]),
+    "features": (lambda w, d: ["--images", w.images, "--scene-graphs", FIXTURES / "vg_scene_graphs_sample.json",
+                               "--out", d / "f.h5"],
+                 [("--crop", ["0"]), ("--whole", ["-1"]), ("--colour-bins", ["-1"]), ("--batch-size", ["0"]),
+                  ("--chunk", ["0"])]),
+    "data": (lambda w, d: ["convert-coco", "--captions", coco_captions(w, d, "a dog"), "--out", d / "k.json"],
+             [("--val-size", ["-1", "x"])]),
+    "shard": (lambda w, d: ["merge", d / "out.jsonl"], [("--num-shards", ["0", "-1", "x"])]),
+}
+for stage, (valid, flags) in NUMBERS.items():
+    for flag, values in flags:
+        for value in values:
+            row(stage, f"number{flag}={value}", lambda w, d, valid=valid, flag=flag, value=value: [*valid(w, d), f"{flag}={value}"],
+                f"argument {flag}")
+row("04", "lr-horizon-below-max-steps", lambda w, d: w.train_args(d / "out", "--lr-horizon", "1"), "--lr-horizon 1 is below --max-steps 2")
+row("06", "lr-horizon-below-max-steps", lambda w, d: w.selection_args(d / "out", "--lr-horizon", "1"), "--lr-horizon 1 is below --max-steps 2")
+row("06", "c-0-eta-0", lambda w, d: w.selection_args(d / "out", "--c", "0", "--eta", "0"), "argument --c")
+row("emlnet", "source-missing", lambda w, d: ["convert", d / "nope.pth", "--out", d / "w.safetensors"], "not found")
+row("emlnet", "source-folder", lambda w, d: ["convert", d, "--out", d / "w.safetensors"], "a folder")
+row("emlnet", "source-garbage", lambda w, d: ["convert", write(d, "w.pth", BINARY), "--out", d / "w.safetensors"], "cannot read")
+row("emlnet", "source-pickle-payload", lambda w, d: ["convert", write(d, "w.pth", pickle.dumps(Payload(d / "pwned"))),
+                                                      "--out", d / "w.safetensors"], "--trust-pickle")
+row("emlnet", "out-is-source", lambda w, d: ["convert", (p := write(d, "w.pth", BINARY)), "--out", p], "is also the input")
+row("emlnet", "out-is-a-folder", lambda w, d: ["convert", write(d, "w.pth", BINARY), "--out", d], "is a folder")
+row("00", "all-splits-empty", lambda w, d: ["--out", d / "demo", "--n-train", "0", "--n-val", "0", "--n-test", "0"], "must not all be 0")
+
+
+# -- repeated ids: one clear line, or a counted skip naming them -----------------------------------------
+def twice(records):
+    return records + records
+
+
+def seven_and_seven(records):
+    """The first two records' ids made 7 and "7" (one id as an integer and as a string)."""
+    records[0]["id"], records[1]["id"] = 7, "7"
+    return records
+
+
+for name, change, fragment in [("every-line-twice", twice, "appears twice"),
+                               ("ids-7-and-string-7", seven_and_seven, 'id "7" appears twice (also at line 1 (written 7))')]:
+    row("04", f"selfgen-{name}", lambda w, d, c=change: w.train_args(d / "out", "--data", "extended", "--selfgen",
+                                                                     jsonl_lines(w.selfgen, d, c)), fragment)
+    row("05", f"selfgen-{name}", lambda w, d, c=change: w.score_args(d / "out.h5", "--selfgen", jsonl_lines(w.selfgen, d, c)), fragment)
+    row("05", f"selfgen-{name}-with-captions", lambda w, d, c=change: w.score_args(d / "out.h5", "--captions", w.captions,
+                                                                                  "--selfgen", jsonl_lines(w.selfgen, d, c)), fragment)
+    row("06", f"selfgen-{name}", lambda w, d, c=change: w.selection_args(d / "out", "--selfgen", jsonl_lines(w.selfgen, d, c)), fragment)
+    row("07", f"selfgen-{name}", lambda w, d, c=change: w.eval_args(d / "out", "--selfgen", jsonl_lines(w.selfgen, d, c)), fragment)
+    row("03", f"{name}", lambda w, d, c=change: para_args(w, d, jsonl_lines(w.selfgen, d, c)), fragment)
+    row("stats", f"jsonl-{name}", lambda w, d, c=change: [jsonl_lines(w.selfgen, d, c)], fragment)
+
+
+def repeated_quality_ids(f):
+    ids = f["id"].asstr()[()].tolist()
+    ids[1] = ids[0]
+    del f["id"]
+    f.create_dataset("id", data=ids)
+
+
+row("06", "quality-repeated-ids", lambda w, d: w.selection_args(d / "out", "--quality", h5_changed(w.quality, d, repeated_quality_ids)),
+    "have more than one score")
+row("06", "quality-u-strings", lambda w, d: w.selection_args(d / "out", "--quality", h5_changed(
+    w.quality, d, lambda f: f.__delitem__("u") or f.create_dataset("u", data=np.array([b"x"] * len(f["id"]))))), "not numbers")
+row("06", "quality-u-2d", lambda w, d: w.selection_args(d / "out", "--quality", h5_changed(
+    w.quality, d, lambda f: f.__delitem__("u") or f.create_dataset("u", data=np.zeros((len(f["id"]), 2), np.float32)))),
+    "not one value per row")
+row("07", "generated-ids-7-and-string-7", lambda w, d: w.eval_args(d / "out", "--generated", write(
+    d, "g.jsonl", '{"image_id": 11, "level": 1, "caption": "a dog"}\n{"image_id": "11", "level": 1, "caption": "a cat"}\n')),
+    "a second caption for image 11")
+row("stats", "karpathy-cocoid-7-and-string-7", lambda w, d: [karpathy(w, d, set_in(1, cocoid="1"))], "duplicate image id 1")
+row("stats", "coco-image-7-and-string-7", lambda w, d: [write(d, "c.json", {"images": [IMG1, {"id": "1", "file_name": "b.jpg"}],
+                                                                             "annotations": []})], "duplicate image id 1")
+row("stats", "paragraph-repeated-named", lambda w, d: write(d, "p.json", [PARA1, PARA1, {"image_id": 2, "paragraph": "A cat."},
+                                                                         {"image_id": "2", "paragraph": "A cat."}]) and
+    [d / "p.json"], "2 repeated image id(s) (1, 2", "skip")
+row("02", "image-data-duplicate-id", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x.append(dict(x[0])))), "duplicate image id")
+row("02", "image-data-id-7-and-string-7", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x.append(dict(x[0], image_id=str(x[0]["image_id"]))))),
+    "duplicate image id")
+row("02", "image-data-id-null", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x[0].update(image_id=None))), "'image_id' must be")
+row("02", "image-data-id-list", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x[0].update(image_id=[1]))), "'image_id' must be")
+row("02", "image-data-width-zero", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x[0].update(width=0))), "positive numbers")
+row("02", "image-data-height-negative", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x[0].update(height=-5))), "positive numbers")
+row("02", "image-data-coco-id-list", lambda w, d: sg_args(w, d, data=image_data(d, lambda x: x[0].update(coco_id=[1, 2]))), "'coco_id' must be")
+row("01", "image-data-id-object", lambda w, d: ["--images", w.images, "--list", write(d, "l.json", [{"image_id": {"a": 1}, "width": 5}]),
+                                                "--out", d / "out.h5"], "'image_id' must be")
+row("01", "list-repeated-names-counted", lambda w, d: ["--images", w.images, "--list", write(d, "l.txt", "1.png\n1.png\n107899.png\n"),
+                                                       "--out", d / "out.h5"], "1 repeated entries of the image list are processed once (image 1)", "skip")
+
+
+# -- features, checkpoints and scores that are wrong but readable -----------------------------------------
+def many_regions(n):
+    def change(group):
+        for name, width in (("features", 16), ("boxes", 4)):
+            del group[name]
+            group.create_dataset(name, data=np.full((n, width), 1.0, np.float32))
+    return change
+
+
+def features_a_group(group):
+    del group["features"]
+    group.create_group("features")
+
+
+def in_test_image(change):
+    """A change of image 11, a test image of the toy world (07 reads only test images)."""
+    def apply(f):
+        change(f["11"])
+    return apply
+
+
+def group_as_dataset_at(key):
+    def change(f):
+        del f[key]
+        f.create_dataset(key, data=np.zeros((3, 16), np.float32))
+    return change
+
+
+FEATURE_CASES_2 = [  # (name, make(w, d, pick), fragment): pick is first_group (a train image) or in_test_image
+    ("zero-regions", lambda w, d, pick: h5_changed(w.features, d, pick(many_regions(0))), "at least one region"),
+    ("x2-below-x1", lambda w, d, pick: h5_changed(w.features, d, pick(poke("boxes", (0, 2), 0.5))), "ends before it starts"),
+    ("y2-below-y1", lambda w, d, pick: h5_changed(w.features, d, pick(poke("boxes", (0, 3), 0.5))), "ends before it starts"),
+    ("negative-x1", lambda w, d, pick: h5_changed(w.features, d, pick(poke("boxes", (0, 0), -20.0))), "is not inside"),
+    ("negative-y1-small", lambda w, d, pick: h5_changed(w.features, d, pick(poke("boxes", (0, 1), -3.0))), "is not inside"),
+    ("width-array", lambda w, d, pick: h5_changed(w.features, d, pick(set_attr("width", np.array([160.0, 160.0])))), "is not a number"),
+    ("width-array-of-one", lambda w, d, pick: h5_changed(w.features, d, pick(set_attr("width", np.array([160.0])))), "is not a number"),
+    ("height-bytes", lambda w, d, pick: h5_changed(w.features, d, pick(set_attr("height", b"160"))), "is not a number"),
+    ("group-is-a-dataset", lambda w, d, pick: h5_changed(w.features, d, group_as_dataset_at("1" if pick is first_group else "11")),
+     "is a dataset, not a group"),
+    ("features-is-a-group", lambda w, d, pick: h5_changed(w.features, d, pick(features_a_group)), "'features' is a group"),
+    ("quality-file", lambda w, d, pick: w.quality, "flat arrays"),
+    ("saliency-file", lambda w, d, pick: w.saliency, "a saliency file?"),
+    ("10000-regions", lambda w, d, pick: h5_changed(w.features, d, pick(many_regions(10_000))), "at most 1000 per image"),
+]
+for name, make, fragment in FEATURE_CASES_2:
+    row("04", f"features-{name}", lambda w, d, make=make: w.train_args(d / "out", "--features", make(w, d, first_group)), fragment)
+    row("05", f"features-{name}", lambda w, d, make=make: w.score_args(d / "out.h5", "--features", make(w, d, first_group)), fragment)
+    row("07", f"features-{name}", lambda w, d, make=make: ["--refs", w.captions, "--features", make(w, d, in_test_image), "--checkpoint",
+                                                            w.trusted, "--out", d / "out", "--spice", "off"], fragment)
+row("06", "features-quality-file", lambda w, d: w.selection_args(d / "out", "--features", w.quality), "flat arrays")
+row("04", "features-10000-regions-skipped-over-the-share", lambda w, d: w.train_args(d / "out", "--bad-features", "skip", "--features",
+                                                                                     h5_changed(w.features, d, first_group(many_regions(10_000)))),
+    "1 image(s) have bad region features (--bad-features skip), e.g. image 1: 10000 regions")
+row("04", "features-10000-regions-skipped", lambda w, d: w.train_args(d / "out", "--bad-features", "skip", *SHARE, "--features",
+                                                                      h5_changed(w.features, d, first_group(many_regions(10_000)))),
+    "at most 1000 per image", "skip")
+row("06", "quality-is-a-feature-file", lambda w, d: w.selection_args(d / "out", "--quality", w.features), "holds groups")
+row("06", "quality-is-a-saliency-file", lambda w, d: w.selection_args(d / "out", "--quality", w.saliency), "holds groups")
+row("02", "saliency-is-a-feature-file", lambda w, d: sg_args(w, d, saliency=w.features), "a region-feature file?")
+row("02", "saliency-is-a-quality-file", lambda w, d: sg_args(w, d, saliency=w.quality), "flat arrays")
+row("02", "saliency-group-is-a-dataset", lambda w, d: sg_args(w, d, saliency=h5_changed(w.saliency, d, group_as_dataset_at("1"))),
+    "is a dataset, not a group")
+row("02", "saliency-width-array", lambda w, d: sg_args(w, d, saliency=h5_changed(w.saliency, d, first_group(set_attr("width", np.array([1.0, 2.0]))))),
+    "'width' must be a number")
+row("02", "saliency-negative", lambda w, d: sg_args(w, d, saliency=h5_changed(
+    w.saliency, d, first_group(replace_dataset("map", np.full((6, 8), -0.5, np.float16))))), "negative saliency", "skip")
+row("02", "saliency-partly-negative", lambda w, d: sg_args(w, d, saliency=h5_changed(
+    w.saliency, d, first_group(poke("map", (0, 0), -1.0)))), "negative saliency", "skip")
+
+
+def edit_config(**fields):
+    """A change of a checkpoint's config.json: model fields set as the weights were not trained."""
+    def change(folder):
+        config = json.loads((folder / "config.json").read_text())
+        config["model"].update(fields)
+        (folder / "config.json").write_text(json.dumps(config))
+    return change
+
+
+CONFIG_EDITS = [("num-heads", {"num_heads": 2}), ("layer-norm-eps", {"layer_norm_eps": 1e-5}),
+                ("region-norm", {"region_norm": "standardize"})]
+for name, fields in CONFIG_EDITS:
+    fragment = "does not describe the weights"
+    row("05", f"checkpoint-config-{name}-edited", lambda w, d, f=fields: w.score_args(
+        d / "out.h5", "--extended", checkpoint_copy(w.extended, d, edit_config(**f), "ck")), fragment)
+    row("07", f"checkpoint-config-{name}-edited", lambda w, d, f=fields: [
+        "--refs", w.captions, "--features", w.features, "--checkpoint", checkpoint_copy(w.trusted, d, edit_config(**f), "ck"),
+        "--out", d / "out", "--spice", "off"], fragment)
+row("04", "init-from-config-edited", lambda w, d: w.train_args(d / "out", "--init-from", checkpoint_copy(
+    w.trusted, d, edit_config(num_heads=2), "init")), "does not describe the weights")
+row("04", "resume-config-edited", lambda w, d: w.train_args(checkpoint_copy(w.trusted, d, unfinished(edit_config(layer_norm_eps=1e-6)))),
+    "does not describe the weights")
+row("06", "resume-config-edited", lambda w, d: w.selection_args(checkpoint_copy(w.selection, d, unfinished(edit_config(num_heads=2)))),
+    "does not describe the weights")
+row("05", "same-checkpoint-twice", lambda w, d: w.score_args(d / "out.h5", "--extended", w.trusted), "hold the same weights")
+row("05", "copy-of-the-same-checkpoint", lambda w, d: w.score_args(d / "out.h5", "--extended", checkpoint_copy(w.trusted, d, name="copy")),
+    "hold the same weights")
+
+
+# -- a fraction of the data left out: more than --max-left-out (5%) stops with how many, why, a likely cause --
+def features_of(w: World, d: Path, keep: set, rename=None) -> Path:
+    """The toy world's features holding only the images ``keep`` (``rename``: id -> the id it is stored under)."""
+    def change(f):
+        for key in list(f.keys()):
+            if key not in keep:
+                del f[key]
+            elif rename:
+                f.move(key, rename(key))
+    return h5_changed(w.features, d, change, "f.h5")
+
+
+def paragraphs(w: World, d: Path, sentences: int = 6) -> Path:
+    """The toy world's images as Stanford paragraphs (its split files beside it), each ``sentences`` long."""
+    data = json.loads(w.captions.read_text())
+    text = " ".join(["A red dog sits on the green grass next to a small tree in the big park."] * sentences)
+    folder = d / "paragraphs"
+    for split in ("train", "val", "test"):
+        write(folder, f"{split}_split.json", [im["cocoid"] for im in data["images"] if im["split"] == split])
+    return write(folder, "paragraphs_v1.json", [{"image_id": im["cocoid"], "paragraph": text} for im in data["images"]])
+
+
+MOSTLY_MISSING = {"1", "11", "12", "13"}  # one train image and the test images
+OTHER_SCHEME = lambda key: f"COCO_train2014_{int(key):012d}"  # noqa: E731
+row("04", "features-of-most-images-missing", lambda w, d: w.train_args(d / "out", "--features", features_of(w, d, MOSTLY_MISSING)),
+    "21 of 24 trusted captions (88%) would be left out (21 no region features for the image)")
+row("04", "features-another-id-scheme", lambda w, d: w.train_args(d / "out", "--features", features_of(
+    w, d, {str(i) for i in range(1, 14)}, OTHER_SCHEME)), "its images are named 1, 2, 3, the feature file's coco_train2014_000000000001")
+row("04", "features-another-id-scheme-selfgen", lambda w, d: w.train_args(d / "out", "--data", "extended", "--selfgen", w.selfgen,
+                                                                          "--max-left-out", "1", "--features", features_of(w, d, {"1", "2", "3"})),
+    "", "ok")
+row("04", "selfgen-of-most-images-missing", lambda w, d: w.train_args(
+    d / "out", "--data", "extended", "--max-left-out", "0.2", "--features", features_of(w, d, set(map(str, range(1, 14))) - {"8"}),
+    "--selfgen", jsonl_lines(w.selfgen, d, lambda r: [dict(x, image_id=8) for x in r])), "16 of 16 selfgen captions (100%)")
+row("04", "features-image-missing-over-the-share", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
+    w.features, d, lambda f: f.__delitem__("1"))), "3 of 24 trusted captions (12%) would be left out")
+row("04", "max-left-out-1-goes-on", lambda w, d: w.train_args(d / "out", "--max-left-out", "1", "--features", features_of(w, d, MOSTLY_MISSING)),
+    "skipped 21: trusted: no region features for the image", "skip")
+row("04", "paragraphs-without-levels-paragraph", lambda w, d: w.train_args(d / "out", "--captions", paragraphs(w, d)),
+    "give --levels paragraph")
+row("06", "paragraphs-without-levels-paragraph", lambda w, d: w.selection_args(d / "out", "--captions", paragraphs(w, d)),
+    "give --levels paragraph")
+row("06", "features-of-most-images-missing", lambda w, d: w.selection_args(d / "out", "--features", features_of(w, d, MOSTLY_MISSING)),
+    "would be left out (21 no region features")
+row("06", "features-another-id-scheme", lambda w, d: w.selection_args(d / "out", "--features", features_of(
+    w, d, {str(i) for i in range(1, 14)}, OTHER_SCHEME)), "one id scheme")
+row("05", "features-of-most-images-missing", lambda w, d: w.score_args(d / "out.h5", "--features", features_of(w, d, MOSTLY_MISSING)),
+    "14 of 16 selfgen captions (88%) would be left out")
+row("05", "features-another-id-scheme", lambda w, d: w.score_args(d / "out.h5", "--features", features_of(
+    w, d, {str(i) for i in range(1, 14)}, OTHER_SCHEME)), "one id scheme")
+row("05", "include-trusted-features-missing", lambda w, d: w.score_args(
+    d / "out.h5", "--captions", w.captions, "--include-trusted", "--max-left-out", "0.2", "--features",
+    features_of(w, d, set(map(str, range(1, 14))) - {"2", "3"})), "4 of 16 selfgen captions (25%)")
+row("04", "trusted-mostly-another-script", lambda w, d: w.train_args(d / "out", "--captions", karpathy(
+    w, d, lambda x: [s.update(raw="一只狗", tokens=["一只狗"]) for im in x["images"][:4] for s in im["sentences"]])),
+    "no word left|another script")
+row("stats", "paragraphs-above-the-last-level", lambda w, d: [paragraphs(w, d)], "give --levels paragraph", "skip")
+row("stats", "paragraphs-with-levels-paragraph", lambda w, d: [paragraphs(w, d), "--levels", "paragraph"], "paragraph bands", "ok")
+row("04", "number--max-left-out=1.5", lambda w, d: w.train_args(d / "out", "--max-left-out=1.5"), "argument --max-left-out")
+row("05", "number--max-left-out=-0.1", lambda w, d: w.score_args(d / "out.h5", "--max-left-out=-0.1"), "argument --max-left-out")
+row("06", "number--max-left-out=nan", lambda w, d: w.selection_args(d / "out", "--max-left-out=nan"), "argument --max-left-out")
+
+
+# -- crashes after the work is done, and in the middle of it ---------------------------------------------
+for stage, valid, good in [("01", lambda w, d, out: ["--images", w.images, "--out", out], ".h5"),
+                           ("02", lambda w, d, out: sg_args(w, d)[:-1] + [out], ".jsonl"),
+                           ("03", lambda w, d, out: ["--in", w.selfgen, "--out", out, "--model", "rules"], ".jsonl"),
+                           ("05", lambda w, d, out: w.score_args(out), ".h5")]:
+    for name in ("selfgen.json", "quality", "saliency.hdf", "out.txt", "out.jsonl" if good == ".h5" else "out.h5"):
+        row(stage, f"out-suffix-{name}", lambda w, d, valid=valid, name=name: valid(w, d, d / name), "must end in")
+    row(stage, "out-is-a-folder", lambda w, d, valid=valid, good=good: valid(w, d, (d / f"x{good}").mkdir() or d / f"x{good}"),
+        "is a folder")
+for name in ("quality", "selfgen.json", "x.hdf"):
+    row("shard", f"merge-out-suffix-{name}", lambda w, d, name=name: ["merge", d / name, "--num-shards", "2"], "must end in")
+
+
+def parts(w: World, d: Path, records_of: list) -> Path:
+    """Two part files of ``out.jsonl`` (2 shards) holding ``records_of[k]``; returns the output path."""
+    out = d / "out.jsonl"
+    from clid.files import write_jsonl
+    for k, records in enumerate(records_of):
+        write_jsonl(out.with_name(f"out.jsonl.part-{k:05d}-of-{len(records_of):05d}"), records)
+    return out
+
+
+def h5_parts(w: World, d: Path, source: Path, name="out.h5") -> Path:
+    """Two part files of OUT (2 shards), both copies of ``source``: every record in both."""
+    out = d / name
+    for k in range(2):
+        shutil.copy(source, out.with_name(f"{name}.part-{k:05d}-of-00002"))
+    return out
+
+
+SELFGEN_RECORDS = lambda w: [json.loads(line) for line in w.selfgen.read_text().splitlines()]  # noqa: E731
+row("shard", "merge-duplicate-across-jsonl-parts", lambda w, d: ["merge", parts(w, d, [SELFGEN_RECORDS(w)[:3], SELFGEN_RECORDS(w)[2:5]]),
+                                                                  "--num-shards", "2"], "appears in two parts", leaves_output=True)
+row("shard", "merge-two-copies-of-a-shard", lambda w, d: ["merge", parts(w, d, [SELFGEN_RECORDS(w), SELFGEN_RECORDS(w)]),
+                                                           "--num-shards", "2"], "appears in two parts", leaves_output=True)
+row("shard", "merge-duplicate-quality-rows", lambda w, d: ["merge", h5_parts(w, d, w.quality), "--num-shards", "2"],
+    "appears in two parts", leaves_output=True)
+row("shard", "merge-duplicate-image-groups", lambda w, d: ["merge", h5_parts(w, d, w.saliency), "--num-shards", "2"],
+    "appears in two parts", leaves_output=True)
+row("shard", "merge-a-part-missing", lambda w, d: ["merge", parts(w, d, [SELFGEN_RECORDS(w)[:2]]).with_name("x.jsonl"),
+                                                    "--num-shards", "3"], "parts missing", leaves_output=True)
+row("shard", "merge-part-not-jsonl", lambda w, d: ["merge", (parts(w, d, [SELFGEN_RECORDS(w)[:2], []]), write(
+    d, "out.jsonl.part-00001-of-00002", "{oops\n"))[0], "--num-shards", "2"], "not valid json", leaves_output=True)
+row("shard", "merge-part-not-hdf5", lambda w, d: ["merge", (h5_parts(w, d, w.quality), write(
+    d, "out.h5.part-00001-of-00002", "oops"))[0], "--num-shards", "2"], "not an hdf5 file", leaves_output=True)
+row("shard", "merge-parts-mix-groups-and-arrays", lambda w, d: ["merge", (shutil.copy(w.quality, d / "out.h5.part-00000-of-00002"),
+                                                                          shutil.copy(w.saliency, d / "out.h5.part-00001-of-00002"))
+                                                                 and d / "out.h5", "--num-shards", "2"], "mix image groups",
+    leaves_output=True)
+row("shard", "merge-nothing-to-do", lambda w, d: ["merge", w.selfgen, "--num-shards", "2"], "already exists", "ok")
+
+
+def chain_graph(d: Path, n: int) -> Path:
+    """One VG graph whose ``n`` objects form a chain (each related to the next), in a 10,000 x 10,000 image."""
+    objects = [{"object_id": k, "x": k % 9000, "y": k % 9000, "w": 10, "h": 10, "names": ["dog" if k % 2 else "ball"]}
+               for k in range(n)]
+    relations = [{"predicate": "next to", "subject_id": k, "object_id": k + 1} for k in range(n - 1)]
+    return write(d, "chain.json", [{"image_id": 1, "width": 10000, "height": 10000, "objects": objects,
+                                    "relationships": relations}])
+
+
+row("02", "chain-of-1500-objects", lambda w, d: ["--scene-graphs", chain_graph(d, 1500), "--saliency", "none", "--out",
+                                                 d / "out.jsonl", "--k", "1", "--per-image", "2"], "1 captioned", "ok")
+SGG = ["--labelmap", FIXTURES / "sgg_labelmap.json", "--sizes", FIXTURES / "sgg_hw.tsv", "--saliency", "none"]
+
+
+def sgg_changed(d: Path, change: Callable[[bytes], bytes], name="predictions.tsv") -> Path:
+    return write(d, name, change((FIXTURES / "sgg_predictions.tsv").read_bytes()))
+
+
+row("02", "sgg-bom", lambda w, d: ["--scene-graphs", sgg_changed(d, lambda b: b"\xef\xbb\xbf" + b), *SGG, "--out", d / "out.jsonl"],
+    "captioned", "ok")
+row("02", "sgg-non-utf8-line", lambda w, d: ["--scene-graphs", sgg_changed(d, lambda b: b.replace(b'"man"', b'"m\xe9n"', 1)), *SGG,
+                                             "--out", d / "out.jsonl"], "not utf-8 text", "skip")
+row("02", "sgg-crlf-lines", lambda w, d: ["--scene-graphs", sgg_changed(d, lambda b: b.replace(b"\n", b"\r\n")), *SGG,
+                                          "--out", d / "out.jsonl"], "captioned", "ok")
+row("02", "sgg-all-lines-non-utf8", lambda w, d: ["--scene-graphs", write(d, "p.tsv", b"1\t{\xff}\n2\t{\xfe}\n"), *SGG,
+                                                  "--out", d / "out.jsonl"], "no graph could be read")
+row("02", "hw-non-utf8", lambda w, d: ["--scene-graphs", FIXTURES / "sgg_predictions.tsv", *SGG[:2], "--sizes",
+                                       write(d, "hw.tsv", (FIXTURES / "sgg_hw.tsv").read_bytes() + b"\xff\xfe\t[]\n"),
+                                       *SGG[4:], "--out", d / "out.jsonl"], "not utf-8 text")
+row("02", "hw-bom", lambda w, d: ["--scene-graphs", FIXTURES / "sgg_predictions.tsv", *SGG[:2], "--sizes",
+                                  write(d, "hw.tsv", b"\xef\xbb\xbf" + (FIXTURES / "sgg_hw.tsv").read_bytes()),
+                                  *SGG[4:], "--out", d / "out.jsonl"], "the sizes file", "ok")
+row("02", "hw-size-zero", lambda w, d: ["--scene-graphs", FIXTURES / "sgg_predictions.tsv", *SGG[:2], "--sizes",
+                                        write(d, "hw.tsv", '000000391895\t[{"height": 0, "width": 640}]\n'),
+                                        *SGG[4:], "--out", d / "out.jsonl"], "must be positive")
+row("02", "hw-listed-twice", lambda w, d: ["--scene-graphs", FIXTURES / "sgg_predictions.tsv", *SGG[:2], "--sizes",
+                                           write(d, "hw.tsv", (FIXTURES / "sgg_hw.tsv").read_text() * 2), *SGG[4:],
+                                           "--out", d / "out.jsonl"], "is listed twice")
+row("02", "labelmap-binary", lambda w, d: ["--scene-graphs", FIXTURES / "sgg_predictions.tsv", "--labelmap", write(d, "l.json", BINARY),
+                                           *SGG[2:], "--out", d / "out.jsonl"], "utf-8")
+row("02", "labelmap-bom", lambda w, d: ["--scene-graphs", FIXTURES / "sgg_predictions.tsv", "--labelmap",
+                                        write(d, "l.json", b"\xef\xbb\xbf" + (FIXTURES / "sgg_labelmap.json").read_bytes()),
+                                        *SGG[2:], "--out", d / "out.jsonl"], "captioned", "ok")
+row("01", "list-text-bom", lambda w, d: ["--images", w.images, "--list", write(d, "l.txt", "\ufeff1.png\n107899.png\n"),
+                                         "--out", d / "out.h5"], "2 images have a map", "ok")
+row("04", "test-ids-bom-holds-out-the-first-id", lambda w, d: w.train_args(d / "out", "--test-ids", write(d, "ids.txt", "\ufeff1\n2\n")),
+    "held out of training and validation: 2 images", "ok")
+
+
+# -- python -m clid.features, clid.data, clid.stats: more of their inputs --------------------------------
+VG_SAMPLE = FIXTURES / "vg_scene_graphs_sample.json"
+row("features", "images-missing", lambda w, d: ["--images", d / "nope", "--scene-graphs", VG_SAMPLE, "--out", d / "f.h5"],
+    "image folder not found")
+row("features", "no-image-of-a-graph", lambda w, d: ["--images", (d / "empty").mkdir() or d / "empty", "--scene-graphs", VG_SAMPLE,
+                                                      "--out", d / "f.h5"], "no image with a scene graph")
+row("features", "graphs-missing", lambda w, d: ["--images", w.images, "--scene-graphs", d / "nope.json", "--out", d / "f.h5"],
+    "no such file|not found")
+row("features", "graphs-not-json", lambda w, d: ["--images", w.images, "--scene-graphs", write(d, "g.json", "[{"), "--out", d / "f.h5"],
+    "not valid json")
+row("features", "out-is-the-scene-graphs", lambda w, d: ["--images", w.images, "--scene-graphs", (p := scene_graphs(d, lambda g: None)),
+                                                         "--out", p], "is also the input --scene-graphs")
+row("features", "out-is-a-folder", lambda w, d: ["--images", w.images, "--scene-graphs", VG_SAMPLE, "--out", d], "is a folder")
+row("features", "image-data-duplicate-id", lambda w, d: ["--images", w.images, "--scene-graphs", VG_SAMPLE, "--image-data",
+                                                         image_data(d, lambda x: x.append(dict(x[0]))), "--out", d / "f.h5"],
+    "duplicate image id")
+row("data", "convert-coco-captions-missing", lambda w, d: ["convert-coco", "--captions", d / "nope.json", "--out", d / "k.json"],
+    "no such file|not found")
+row("data", "convert-coco-not-coco", lambda w, d: ["convert-coco", "--captions", w.captions, "--out", d / "k.json"], "'annotations'")
+row("data", "convert-coco-caption-int", lambda w, d: ["convert-coco", "--captions", coco_captions(w, d, 7), "--out", d / "k.json"],
+    "'caption' must be a string")
+row("data", "convert-coco-karpathy-missing", lambda w, d: ["convert-coco", "--captions", coco_captions(w, d, "a dog"), "--karpathy",
+                                                           d / "nope.json", "--out", d / "k.json"], "no such file|not found")
+row("data", "convert-coco-out-is-karpathy", lambda w, d: ["convert-coco", "--captions", coco_captions(w, d, "a dog"), "--karpathy",
+                                                          (p := write(d, "k.json", w.captions.read_text())), "--out", p],
+    "is also the input --karpathy")
+row("data", "convert-coco-same-file-twice", lambda w, d: ["convert-coco", "--captions", (p := coco_captions(w, d, "a dog")), p,
+                                                          "--out", d / "k.json"], "is also in")
+row("stats", "split-on-a-coco-file", lambda w, d: [coco_captions(w, d, "a dog"), "--split", "test"], "has no splits")
+row("stats", "split-without-captions", lambda w, d: [w.captions, "--split", "restval"], "no caption of split")
+row("stats", "jsonl-bom", lambda w, d: [write(d, "s.jsonl", b"\xef\xbb\xbf" + w.selfgen.read_bytes())], "captions: 16", "ok")
+row("stats", "karpathy-bom", lambda w, d: [write(d, "c.json", b"\xef\xbb\xbf" + w.captions.read_bytes())], "captions:", "ok")
+
+for name, change, fragment in [("config-garbage", corrupt("config.json", b"{"), "not valid json"),
+                               ("config-a-list", corrupt("config.json", b"[]"), "no model config"),
+                               ("config-bom", lambda f: (f / "config.json").write_bytes(b"\xef\xbb\xbf" + (f / "config.json").read_bytes()),
+                                "its learning rate reached 0 at step 2"),  # (read through its BOM: the schedule's end)
+                               ("train-state-garbage", corrupt("train_state.json", b"{"), "train_state.json")]:
+    row("04", f"continue-from-{name}", lambda w, d, change=change: w.train_args(d / "out", "--continue-from", checkpoint_copy(
+        w.trusted, d, change, "ck"), "--max-steps", "3"), fragment)
 
 
 # ---------------------------------------------------------------------------------------------

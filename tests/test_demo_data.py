@@ -352,7 +352,7 @@ def test_rerun_is_skipped_and_bad_flags_fail_clearly(worlds):
     assert "already complete" in proc.stdout
     assert before == {name: (out / name).stat().st_mtime_ns for name in FILES + ("features.h5",)}
     proc = run_script(SCRIPT, "--out", out, "--graph-noise", "1.5", check=False)
-    assert proc.returncode == 2 and "--graph-noise must be in [0, 1]" in proc.stderr
+    assert proc.returncode == 2 and "argument --graph-noise: must be a number in [0, 1], got '1.5'" in proc.stderr
 
 
 def test_caption_lengths_of_the_default_world_follow_coco(tmp_path):

@@ -454,7 +454,7 @@ def read_jsonl_rows(path):
 def test_two_runs_of_one_method_give_mean_and_std(demo_like_world):
     """Two --generated files named "joined" are runs of one method: metrics.json holds each run and
     the method's mean and standard deviation per level, report.md writes "mean ± std"; a method of
-    one run keeps its value, and the paper's Table 1 stands beside the caption levels."""
+    one run keeps its value, and the paper's COCO numbers (Table 1) stand beside the caption levels, for reference."""
     import statistics
 
     world, test_ids, pool = demo_like_world
@@ -487,7 +487,8 @@ def test_two_runs_of_one_method_give_mean_and_std(demo_like_world):
     mean3, std3 = 100 * row["control_precision"], 100 * row["control_precision_std"]
     assert f"{mean3:.1f} ± {std3:.1f}" in joined_row.split(" | ")[4]
     assert "±" not in next(line for line in table.splitlines() if line.startswith("| once |"))
-    assert "| CLID (paper, Table 1) | 100.00 | 98.64 | 92.60 | 84.17 | 76.99 | 69.18 | 22.13 | 77.67 |" in report
+    assert ("| CLID (the paper's COCO numbers, for reference) | 100.00 | 98.64 | 92.60 | 84.17 | 76.99 | 69.18 | 22.13 | "
+            "77.67 |") in report and "with the paper's COCO numbers for reference**" in report
     assert "length penalty" in report
 
     # two evaluations (e.g. two seeds, each on its own world) combined: every run counts once
@@ -512,3 +513,22 @@ def test_two_runs_of_one_method_give_mean_and_std(demo_like_world):
 
     assert quality_metric(result["methods"]) == "CIDEr"
     assert quality_metric({"m": {"levels": {1: {"SPICE": None}, 2: {"SPICE": 0.12}}}}) == "SPICE"
+
+
+def test_a_level_with_a_scored_caption_of_score_0_is_plotted_not_called_empty(tmp_path, monkeypatch):
+    """quality_vs_control.png agrees with the table: a level whose one scored caption has CIDEr 0 shows its point;
+    only a level without any scored caption says so."""
+    import matplotlib
+    from matplotlib.axes import Axes
+
+    from clid.eval.report import plot_quality_vs_control
+
+    matplotlib.use("Agg")
+    said = []
+    real = Axes.text
+    monkeypatch.setattr(Axes, "text", lambda self, x, y, s, *a, **k: said.append(s) or real(self, x, y, s, *a, **k))
+    results = {"CLID": {"levels": {1: {"control_precision": 0.004, "n_scored": 1, "CIDEr": 0.0},
+                                   2: {"control_precision": 0.0, "n_scored": 0, "CIDEr": None}},
+                        "long_refs": {}}}
+    plot_quality_vs_control(tmp_path / "q.png", results, ((1, 9), (10, 19)))
+    assert said == ["no scored caption"] and (tmp_path / "q.png").exists()

@@ -71,7 +71,7 @@ def test_stanford_paragraphs_in_their_real_layout(fixtures, tmp_path, capsys):
     # paragraphs_v1.json with train_split.json, val_split.json and test_split.json beside it, as shipped
     folder = fixtures / "stanford_paragraphs"
     records = load_captions(folder / "paragraphs_v1.json")
-    assert "left out 1 repeated image id(s) and 1 image(s) in no split file" in capsys.readouterr().err
+    assert "left out 1 repeated image id(s) (2356347: the first of each kept) and 1 image(s) in no split file" in capsys.readouterr().err
     by_id = {r.image_id: r for r in records}
     assert sorted(by_id) == ["2317429", "2356347", "2365817", "2407999", "2414610"]   # 2384567: no split
     assert [by_id[i].split for i in ("2356347", "2414610", "2407999")] == ["train", "val", "test"]

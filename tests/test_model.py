@@ -593,9 +593,9 @@ def test_tiny_preset_learns_to_read_an_objects_colour_from_its_region():
 def test_training_flags_default_to_the_train_settings():
     import argparse
 
-    from clid.model.train import TrainSettings, add_train_args, settings_from_args
+    from clid.model.train import TrainSettings, add_train_args, settings_from_args, train_arg_groups
 
     parser = argparse.ArgumentParser()
-    add_train_args(parser)
+    add_train_args(train_arg_groups(parser))
     assert settings_from_args(parser.parse_args(["--features", "f.h5", "--out", "run"])) == TrainSettings()
     assert TrainSettings().eval_every == 1000

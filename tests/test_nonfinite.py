@@ -83,7 +83,8 @@ def test_shapes_are_checked(tmp_path):
         "3": "features (2, 6) have 6 columns, the file's other images 8",
         "4": "features (2, 8) and boxes (2, 3) do not match as [R, D], [R, 4]",
         "5": "height is -4.0; it must be a positive number of pixels",
-        "6": "box of region 1 (x1, y1, x2, y2 = 4, 4, 2, 9) is not inside the 10 x 10 image"}
+        "6": "box of region 1 (x1, y1, x2, y2 = 4, 4, 2, 9) ends before it starts: boxes are x1, y1, x2, y2 in pixels "
+                                   "(are these x, y, width, height?)"}
 
 
 def train_cmd(world, out, *extra):
@@ -110,7 +111,8 @@ def test_training_on_bad_features_stops_with_one_line_or_skips_them(world, tmp_p
     if (tmp_path / "stopped" / "model.safetensors").exists():
         assert all_finite(tmp_path / "stopped")
 
-    skipped = run_script(*train_cmd(world, tmp_path / "skipped", "--max-steps", "4", "--bad-features", "skip"))
+    skipped = run_script(*train_cmd(world, tmp_path / "skipped", "--max-steps", "4", "--bad-features", "skip",
+                                    "--max-left-out", "0.5"))
     assert "skipped 12: trusted: no region features for the image" in skipped.stdout  # 4 images x 3 captions
     assert ("skipped 4 image(s) with bad region features (--bad-features skip); first: image 2: "
             "features: NaN at region 1 (column 0)") in skipped.stdout
@@ -164,12 +166,13 @@ def test_06_refuses_infinite_and_nan_scores(world, tmp_path):
 def test_scoring_and_evaluation_stop_on_a_bad_image_or_skip_it(world, tmp_path):
     captions, features = world
     run_script(*train_cmd(world, tmp_path / "ckpt", "--max-steps", "2"))
+    run_script(*train_cmd(world, tmp_path / "other", "--max-steps", "2", "--seed", "1"))  # 05 needs two models
     selfgen = tmp_path / "selfgen.jsonl"
     files.write_jsonl(selfgen, [{"id": f"{i}_0", "image_id": i, "caption": "a red dog in the park"} for i in range(1, 7)])
     damage(features, "3", "nan_box")  # a training image: 05 scores its caption
     damage(features, "16", "zero_width")  # a test image: 07 captions it
-    score = ["05_score_quality.py", "--trusted", tmp_path / "ckpt", "--extended", tmp_path / "ckpt", "--selfgen", selfgen,
-             "--features", features, "--device", "cpu"]
+    score = ["05_score_quality.py", "--trusted", tmp_path / "ckpt", "--extended", tmp_path / "other", "--selfgen", selfgen,
+             "--features", features, "--device", "cpu", "--max-left-out", "0.5"]
     stopped = run_script(*score, "--out", tmp_path / "q_error.h5", check=False)
     assert stopped.returncode == 1 and "Traceback" not in stopped.stderr
     assert stopped.stderr.strip().splitlines()[-1] == f"error: {features}: image 3: boxes: NaN at region 1 (column 2)"

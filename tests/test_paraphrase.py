@@ -57,11 +57,13 @@ def world_captions(n, seed=0):
     ("A man and a man and a man and a man and a man and a man and a man and a man and a man and a man.", "Ten men."),
     ("A box and a box and a box and a box and a box and a box and a box and a box and a box and a box and a box.",
      "Ten boxes and a box."),
-    ("A red car and a red car on a street.", "A red car and a red car on a street."),
+    ("A red car and a red car on a street.", "Two red cars on a street."),
+    ("a dog and a dog on a green grass", "Two dogs on green grass."),  # a pair is grouped too
+    ("a man and a tall man on the snow", "A man and a tall man on the snow."),  # not the same phrase
     ("A red car and a red car and a red car on a street.", "Three red cars on a street."),
     ("a man and a man and a man on the snow", "Three men on the snow."),  # not "two men and a man on the snow"
     ("a man and a man and a man", "Three men."),
-    ("a man and a man on the snow and a man", "A man and a man on the snow and a man."),
+    ("a man and a man on the snow and a man", "Two men on the snow and a man."),
     ("a man and a woman on the snow", "A man and a woman on the snow."),
     ("A red car and a red car.", "Two red cars."),
     ("A man wearing a hat and wearing a shirt.", "A man wearing a hat and a shirt."),

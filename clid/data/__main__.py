@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, non_negative_int
 from clid.data.splits import convert_coco
 from clid.files import DataError, check_not_input, write_json
 
@@ -25,7 +25,7 @@ def parse_args(argv=None):
     convert.add_argument("--karpathy", default=None, metavar="dataset_coco.json",
                          help="take val (and restval) from the Karpathy split file; default: the 5,000 val2014 images "
                               "outside the test split with the smallest SHA-1 of their COCO id")
-    convert.add_argument("--val-size", type=int, default=5000, help="validation images without --karpathy")
+    convert.add_argument("--val-size", type=non_negative_int, default=5000, help="validation images without --karpathy")
     return parser.parse_args(argv)
 
 

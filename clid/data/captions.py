@@ -45,7 +45,7 @@ def load_karpathy(path, data=None) -> list[ImageCaptions]:
             raise DataError(path, where, f"unknown split {split!r} (expected one of {', '.join(SPLITS)}: "
                                          "split names are lower case)")
         sentences = _list(item, "sentences", path, where)
-        captions, raw = [], []
+        captions, raw, n_wordless = [], [], 0
         for j, sentence in enumerate(sentences):
             at = f"{where} sentences[{j}]"
             if not isinstance(sentence, dict) or ("raw" not in sentence and "tokens" not in sentence):
@@ -59,12 +59,13 @@ def load_karpathy(path, data=None) -> list[ImageCaptions]:
             caption = preprocess(" ".join(tokens)) if tokens else preprocess(text)
             if not caption:
                 wordless.append(at)
+                n_wordless += 1
                 continue
             captions.append(caption)
             raw.append(text)
         if item.get("filepath"):
             filename = f"{item['filepath']}/{filename}"
-        out.append(ImageCaptions(image_id, filename, split, captions, raw))
+        out.append(ImageCaptions(image_id, filename, split, captions, raw, n_wordless))
     report_wordless(path, wordless)
     return out
 
@@ -122,6 +123,7 @@ def load_coco_captions(path, splits: dict[str, list] | None = None, default_spli
             raise DataError(path, where, f"caption of image {image_id}, which is not in 'images'")
         if not preprocess(caption):
             wordless.append(f"{where} (image {image_id})")
+            records[image_id].wordless += 1
             continue
         records[image_id].raw.append(caption)
         records[image_id].captions.append(preprocess(caption))
@@ -158,12 +160,12 @@ def load_paragraphs(path, splits: dict[str, str | list] | None = None, data=None
     for name, ids in splits.items():
         ids = read_id_list(ids) if isinstance(ids, (str, Path)) else ids
         split_of.update({str(i): name for i in ids})
-    out, seen, repeats, unlisted, wordless = [], set(), 0, 0, []
+    out, seen, repeats, unlisted, wordless = [], set(), [], 0, []
     for index, item in enumerate(data):
         image_id = _image_id(item, "image_id", path, f"[{index}]")
         paragraph = _string(item, "paragraph", path, f"[{index}] (image {image_id})")
         if image_id in seen:
-            repeats += 1
+            repeats.append(image_id)
             continue
         seen.add(image_id)
         if split_of and image_id not in split_of:
@@ -177,7 +179,8 @@ def load_paragraphs(path, splits: dict[str, str | list] | None = None, data=None
         filename = url.rsplit("/", 1)[-1] if url else f"{image_id}.jpg"
         out.append(ImageCaptions(image_id, filename, split_of.get(image_id), [text], [paragraph]))
     if repeats or unlisted:
-        print(f"{path}: left out {repeats} repeated image id(s) and {unlisted} image(s) in no split file",
+        shown = f" ({', '.join(repeats[:5])}{', ...' if len(repeats) > 5 else ''}: the first of each kept)" if repeats else ""
+        print(f"{path}: left out {len(repeats)} repeated image id(s){shown} and {unlisted} image(s) in no split file",
               file=sys.stderr)
     report_wordless(path, wordless)
     return out
@@ -187,12 +190,13 @@ def load_jsonl_captions(path, split: str = "train") -> list[ImageCaptions]:
     """Our JSONL captions (``image_id``, ``caption``), grouped per image in file order."""
     by_image: dict[str, ImageCaptions] = {}
     wordless = []
-    for number, record in enumerate(read_jsonl(path, required=("image_id", "caption")), 1):
+    for number, record in enumerate(read_jsonl(path, required=("image_id", "caption"), unique_id=True), 1):
         image_id = str(record["image_id"])
         entry = by_image.setdefault(image_id, ImageCaptions(image_id, "", split, [], []))
         text = preprocess(record["caption"], keep_sentences="." in record["caption"].rstrip(". "))
         if not text:
             wordless.append(f"caption {record.get('id', f'#{number}')} (image {image_id})")
+            entry.wordless += 1
             continue
         entry.raw.append(record["caption"])
         entry.captions.append(text)

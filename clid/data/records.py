@@ -17,6 +17,7 @@ class ImageCaptions:
     split: str  # train / val / test (the Karpathy split's "restval" is kept as written)
     captions: list[str]  # Karpathy-preprocessed text, without the final "."
     raw: list[str] = field(default_factory=list)  # the captions as written
+    wordless: int = 0  # captions left out: no word left after preprocessing
 
 
 @dataclass

@@ -15,9 +15,9 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from clid.data.records import Relation, SceneGraph, SGObject, _image_id, _list, _need, _number, _show, _string
+from clid.data.records import Relation, SceneGraph, SGObject, _first_time, _image_id, _list, _need, _number, _show, _string
 from clid.data.splits import COCO_FILE_NAME
-from clid.files import DataError, read_json
+from clid.files import DataError, id_problem, read_json
 from clid.text import preprocess
 
 def load_image_data(path) -> dict[str, dict]:
@@ -25,16 +25,20 @@ def load_image_data(path) -> dict[str, dict]:
     data = read_json(path)
     if not isinstance(data, list):
         raise DataError(path, "top level", "expected a list of image records")
-    out = {}
+    out, seen = {}, {}
     for index, item in enumerate(data):
         where = f"[{index}]"
-        if isinstance(item, dict) and "image_id" not in item and "id" in item:
-            image_id = str(item["id"])  # VG 1.0 uses "id"
-        else:
-            image_id = str(_need(item, "image_id", path, where))
+        # (VG 1.0 uses "id")
+        key = "id" if isinstance(item, dict) and "image_id" not in item and "id" in item else "image_id"
+        image_id = _image_id(item, key, path, where)
+        _first_time(seen, image_id, path, where)
         where = f"[{index}] (image {image_id})"
         width, height = _number(item, "width", path, where), _number(item, "height", path, where)
+        if not (math.isfinite(width) and math.isfinite(height) and width > 0 and height > 0):
+            raise DataError(path, where, f"'width' and 'height' must be positive numbers, got {width:g} x {height:g}")
         coco_id = item.get("coco_id")
+        if coco_id is not None and id_problem(coco_id):
+            raise DataError(path, where, f"'coco_id' {id_problem(coco_id)}")
         out[image_id] = {"width": width, "height": height,
                          "coco_id": None if coco_id is None else str(coco_id)}
     return out
@@ -260,6 +264,22 @@ def _parse_sgg(key: str, record, path, where: str, labelmap, min_object_conf: fl
     return SceneGraph(image_key_to_id(key), list(kept.values()), relations, generated=True)
 
 
+NOT_UTF8 = "\x00not UTF-8\x00"  # what :func:`tsv_lines` yields for a line that is not UTF-8 text
+
+
+def tsv_lines(path):
+    """``(line number, text)`` of a TSV file read as UTF-8 (a leading byte-order mark dropped); a line that
+    is not UTF-8 text is yielded as NOT_UTF8, so the caller names it or leaves it out."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield number, NOT_UTF8
+
+
 def load_sgg(path, labelmap=None, min_object_conf: float = 0.2, min_relation_conf: float = 0.1, strict: bool = True):
     """A Scene Graph Benchmark predictions TSV: ``(graphs, problems, dropped)``.
 
@@ -271,55 +291,63 @@ def load_sgg(path, labelmap=None, min_object_conf: float = 0.2, min_relation_con
     if isinstance(labelmap, (str, Path)):
         labelmap = load_labelmap(labelmap)
     graphs, problems, dropped, seen = [], [], Counter(), set()
-    with open(path, encoding="utf-8-sig") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            key, _, text = line.rstrip("\n").partition("\t")
-            where = f"line {number} (image {key})"
+    for number, line in tsv_lines(path):
+        if not line.strip():
+            continue
+        key, _, text = line.rstrip("\r\n").partition("\t")
+        where = f"line {number} (image {key})"
+        try:
+            if line is NOT_UTF8:
+                raise DataError(path, f"line {number}", "not UTF-8 text")
+            if not text:
+                raise DataError(path, f"line {number}", "expected an image key, a tab, then a JSON object")
             try:
-                if not text:
-                    raise DataError(path, f"line {number}", "expected an image key, a tab, then a JSON object")
-                try:
-                    record = json.loads(text)
-                except json.JSONDecodeError as err:
-                    raise DataError(path, where, f"not valid JSON ({err.msg})") from None
-                left_out = Counter()
-                graph = _parse_sgg(key, record, path, where, labelmap, min_object_conf, min_relation_conf, left_out)
-                if graph.image_id in seen:
-                    raise DataError(path, where, f"image {graph.image_id} is listed twice")
-            except DataError as err:
-                if strict:
-                    raise
-                problems.append((image_key_to_id(key) if key.strip() else f"line {number}", err.problem))
-                continue
-            dropped.update(left_out)
-            seen.add(graph.image_id)
-            graph.source = str(path)
-            graphs.append(graph)
+                record = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise DataError(path, where, f"not valid JSON ({err.msg})") from None
+            left_out = Counter()
+            graph = _parse_sgg(key, record, path, where, labelmap, min_object_conf, min_relation_conf, left_out)
+            if graph.image_id in seen:
+                raise DataError(path, where, f"image {graph.image_id} is listed twice")
+        except DataError as err:
+            if strict:
+                raise
+            problems.append((image_key_to_id(key) if key.strip() and line is not NOT_UTF8 else f"line {number}",
+                             err.problem))
+            continue
+        dropped.update(left_out)
+        seen.add(graph.image_id)
+        graph.source = str(path)
+        graphs.append(graph)
     return graphs, problems, dropped
 
 
 def load_sizes(path) -> dict[str, tuple[float, float]]:
     """Image id -> (width, height) from the benchmark's hw TSV (key, a tab, ``[{"height", "width"}]``)
     or from VG's ``image_data.json`` (keyed by VG image id)."""
-    with open(path, encoding="utf-8-sig") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:  # (only sniffed here)
         head = f.read(4096).lstrip()[:1]
     if head == "[":
         return {i: (info["width"], info["height"]) for i, info in load_image_data(path).items()}
     out = {}
-    with open(path, encoding="utf-8-sig") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            key, _, text = line.rstrip("\n").partition("\t")
-            try:
-                value = json.loads(text)
-                value = value[0] if isinstance(value, list) else value
-                out[image_key_to_id(key)] = (float(value["width"]), float(value["height"]))
-            except (json.JSONDecodeError, TypeError, KeyError, IndexError, ValueError):
-                raise DataError(path, f"line {number} (image {key})",
-                                'expected an image key, a tab, then [{"height": H, "width": W}]') from None
+    for number, line in tsv_lines(path):
+        if line is NOT_UTF8:
+            raise DataError(path, f"line {number}", "not UTF-8 text")
+        if not line.strip():
+            continue
+        key, _, text = line.rstrip("\r\n").partition("\t")
+        try:
+            value = json.loads(text)
+            value = value[0] if isinstance(value, list) else value
+            width, height = float(value["width"]), float(value["height"])
+        except (json.JSONDecodeError, TypeError, KeyError, IndexError, ValueError):
+            raise DataError(path, f"line {number} (image {key})",
+                            'expected an image key, a tab, then [{"height": H, "width": W}]') from None
+        if not (math.isfinite(width) and math.isfinite(height) and width > 0 and height > 0):
+            raise DataError(path, f"line {number} (image {key})", f"the size must be positive, got {width:g} x {height:g}")
+        if image_key_to_id(key) in out:
+            raise DataError(path, f"line {number} (image {key})", f"image {image_key_to_id(key)} is listed twice")
+        out[image_key_to_id(key)] = (width, height)
     return out
 
 

@@ -66,11 +66,11 @@ def make_chunk(jobs: list) -> list[dict]:
 def make_images(jobs: list, config: dict, workers: int, chunk: int) -> list[dict]:
     """The records of ``jobs`` [(image id, split)], in order: chunks of ``chunk`` images made by ``workers``
     processes (one torch thread each)."""
-    from tqdm import tqdm
+    from clid.progress import Progress
 
     chunks = [jobs[i:i + chunk] for i in range(0, len(jobs), chunk)]
     records = []
-    with tqdm(total=len(jobs), desc="drawing and encoding", unit="img", smoothing=0.05) as progress:
+    with Progress(len(jobs), "drawing and encoding", "img") as progress:
         if workers > 1:
             import multiprocessing
 

@@ -304,7 +304,7 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
     Returns ``{"levels": {L: {...}}, "long_refs": {L: {...}}, "lengths": {L: {image_id: length as
     counted}}, "n_outside": captions of images that are not evaluated}``.
     """
-    from tqdm import tqdm
+    from clid.progress import Progress
 
     if score_captions not in ("in-range", "all"):
         raise ValueError(f"score_captions must be 'in-range' or 'all', not {score_captions!r}")
@@ -336,7 +336,8 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
     result = {"levels": {}, "long_refs": {}, "lengths": {level: dict(c.lengths) for level, c in control.items()},
               "n_outside": sum(1 for caps in generated.values() for i in caps if i not in refs)}
     jobs = [("levels", level) for level in control] + [("long_refs", level) for level in sorted(long_refs)]
-    for table, level in tqdm(jobs, desc=desc or "scoring", disable=not progress, leave=False):
+    bar = Progress(len(jobs), desc or "scoring", "level", disable=not progress, leave=False)
+    for table, level in jobs:
         ids = chosen(level)
         if table == "levels":
             row = control[level].summary()
@@ -351,6 +352,8 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
                    "n_images": sum(1 for i in by_image if by_image[i]), "n_scored": len(ids)}
             row.update(scorer.score({i: by_image[i] for i in ids}, {i: generated[level][i] for i in ids}))
         result[table][level] = row
+        bar.update(1)
+    bar.close()
     if own_scorer:
         scorer.close()
     return result

@@ -13,9 +13,9 @@ from clid.eval.metrics import QUALITY_METRICS
 from clid.files import atomic_path, natural_key, write_json
 from clid.text import caption_lengths
 
-# The paper's Table 1: control precision (%) at the 7 caption levels, and their average
-PAPER_TABLE1 = {"LaBERT (paper, Table 1)": (100, 98.03, 93.75, 83.78, 49.92, 51.19, 0, 68.10),
-                "CLID (paper, Table 1)": (100, 98.64, 92.6, 84.17, 76.99, 69.18, 22.13, 77.67)}
+# The paper's Table 1: control precision (%) at the 7 caption levels, and their average (COCO)
+PAPER_TABLE1 = {"LaBERT (the paper's COCO numbers, for reference)": (100, 98.03, 93.75, 83.78, 49.92, 51.19, 0, 68.10),
+                "CLID (the paper's COCO numbers, for reference)": (100, 98.64, 92.6, 84.17, 76.99, 69.18, 22.13, 77.67)}
 CIDER_NOTE = ("CIDEr at the long levels is depressed by its length penalty (CIDEr-D multiplies each "
               "reference's similarity by exp(-d^2 / 72), d the difference in words) against the short "
               "references (COCO's are about 10 words): a correct 40-token caption loses most of its CIDEr. "
@@ -98,10 +98,11 @@ def table(title, runs, table_key, field, levels, numbers, scale=1.0, digits=1, c
 
 
 def paper_table(methods, levels) -> str:
-    """Control precision per level and on average, the runs' beside the paper's Table 1."""
+    """Control precision per level and on average, with the paper's COCO numbers (Table 1) for reference."""
     numbers = list(range(1, len(levels) + 1))
-    text = ("**Control precision (%) beside the paper's Table 1** (COCO Karpathy test split; "
-            "the paper's numbers are the mean of 3 runs)\n\n")
+    text = ("**Control precision (%), with the paper's COCO numbers for reference** (its Table 1: the COCO "
+            "Karpathy test split, the mean of 3 runs; not measured on these test images, so they compare "
+            "only with a COCO run)\n\n")
     text += level_header(levels, numbers).replace(" |\n|---|", " | average |\n|---|---:|", 1)
     for name, result in methods.items():
         cells = [cell(result["levels"][n], "control_precision", 100) for n in numbers]
@@ -255,7 +256,7 @@ def plot_quality_vs_control(path, results, levels) -> None:
         if n > len(levels):
             ax.axis("off")
             continue
-        top = 0.0
+        top, plotted = 0.0, 0
         for k, (name, result) in enumerate(results.items()):
             colour, marker = colours[k % len(colours)], MARKERS[k % len(MARKERS)]
             row = result["levels"][n]
@@ -265,12 +266,14 @@ def plot_quality_vs_control(path, results, levels) -> None:
                 if not quality or quality.get(metric) is None:
                     continue
                 y, y_err = 100 * quality[metric], 100 * (quality.get(f"{metric}_std") or 0.0)
-                top = max(top, y + y_err)
+                top, plotted = max(top, y + y_err), plotted + 1
                 ax.errorbar(x, y, xerr=x_err or None, yerr=y_err or None, color=colour, marker=marker,
                             markersize=8 - min(k, 5) * 0.5, markerfacecolor="none" if hollow else colour,
                             alpha=0.85, capsize=2, ls="")
-        if top == 0.0:
-            ax.text(50, 0.5, "no in-range caption", ha="center", va="center", color="0.4")
+        if not any((result["levels"][n].get("n_scored") or 0) for result in results.values()):
+            ax.text(50, 0.5, "no scored caption", ha="center", va="center", color="0.4")
+        elif not plotted:  # (captions were scored, but this metric has no value for them)
+            ax.text(50, 0.5, f"no {metric} value", ha="center", va="center", color="0.4")
         ax.set_xlim(-3, 103)
         ax.set_ylim(0, max(top * 1.15, 1.0))
         ax.set_title(f"level {n} ({levels[n - 1][0]}-{levels[n - 1][1]} tokens)", fontsize="medium")
@@ -321,17 +324,21 @@ def plot_length_histograms(path, sources: dict[str, list[int] | dict[int, list[i
 # ---------------------------------------------------------------------------------------------
 # Everything 07 writes
 
-def length_histograms(trusted, selfgen, tokenizer, keep_sentences) -> dict:
-    """Lengths of the trusted training captions and of the self-generated ones (``selfgen`` JSONL)."""
+def selfgen_captions(path) -> list[str] | None:
+    """The captions of a self-generated JSONL (``--selfgen``), or None without one."""
     from clid.files import read_jsonl
 
+    return [r["caption"] for r in read_jsonl(path, required=("caption",), unique_id=True)] if path else None
+
+
+def length_histograms(trusted, selfgen_texts, tokenizer, keep_sentences) -> dict:
+    """Lengths of the trusted training captions and of the self-generated ones (their texts)."""
     histograms = {}
     trusted_texts = [c for r in trusted for c in r.captions]
     if trusted_texts:
         histograms["trusted captions"] = caption_lengths(trusted_texts, tokenizer, keep_sentences=True)
-    if selfgen:
-        texts = [r["caption"] for r in read_jsonl(selfgen, required=("caption",))]
-        histograms["self-generated captions"] = caption_lengths(texts, tokenizer, keep_sentences)
+    if selfgen_texts:
+        histograms["self-generated captions"] = caption_lengths(selfgen_texts, tokenizer, keep_sentences)
     return histograms
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from PIL import Image
 
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, non_negative_int, positive_int
 from clid.features.encoder import RegionFeatures, graph_regions
 from clid.features.store import write_features
-from clid.files import DataError
+from clid.files import DataError, check_not_input
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -33,29 +33,35 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--scene-graphs", required=True, help="Visual Genome scene_graphs.json: the boxes")
     p.add_argument("--image-data", default=None, help="VG image_data.json: file names (url), sizes, COCO ids")
     p.add_argument("--out", required=True, help="the region-feature HDF5 to write")
-    p.add_argument("--crop", type=int, default=64, help="boxes are resized to crop x crop for the encoder")
-    p.add_argument("--whole", type=int, default=128, help="the whole image is resized to whole x whole")
-    p.add_argument("--colour-bins", type=int, default=4, help="colour histogram bins per channel (0: none)")
-    p.add_argument("--batch-size", type=int, default=256, help="encoder batch size")
-    p.add_argument("--chunk", type=int, default=16, help="images encoded together")
+    p.add_argument("--crop", type=positive_int, default=64, help="boxes are resized to crop x crop for the encoder")
+    p.add_argument("--whole", type=positive_int, default=128, help="the whole image is resized to whole x whole")
+    p.add_argument("--colour-bins", type=non_negative_int, default=4, help="colour histogram bins per channel (0: none)")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="encoder batch size")
+    p.add_argument("--chunk", type=positive_int, default=16, help="images encoded together")
     args = p.parse_args(argv)
-    if min(args.crop, args.whole, args.batch_size, args.chunk) < 1 or args.colour_bins < 0:
-        p.error("--crop, --whole, --batch-size and --chunk must be >= 1, --colour-bins >= 0")
     return args
 
 
 def main(argv=None) -> None:
-    from tqdm import tqdm
+    from clid.progress import Progress
 
     args = parse_args(argv)
+    check_not_input(args.out, {"--scene-graphs": args.scene_graphs, "--image-data": args.image_data})
+    if not Path(args.images).is_dir():
+        sys.exit(f"error: {args.images}: image folder not found")
+    if Path(args.out).is_dir():
+        sys.exit(f"error: --out {args.out} is a folder; give the HDF5 file to write")
     try:
         items, skipped = graph_regions(args.scene_graphs, args.image_data, Path(args.images))
     except (DataError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
+    if not items:
+        first = f" (first: {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
+        sys.exit(f"error: {args.scene_graphs}: no image with a scene graph was found in {args.images}{first}")
     extractor = RegionFeatures(args.crop, args.whole, args.colour_bins, args.batch_size)
 
     def groups():
-        with tqdm(total=len(items), desc="region features", unit="img", disable=None) as bar:
+        with Progress(len(items), "region features", "img") as bar:
             for start in range(0, len(items), args.chunk):
                 part, images = [], []
                 for image_id, path, boxes in items[start:start + args.chunk]:

@@ -6,10 +6,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import h5py
 import numpy as np
 import torch
 
-from clid.files import DataError, natural_key, open_h5, write_h5_groups
+from clid.files import DataError, check_image_groups, natural_key, open_h5, write_h5_groups
 from clid.model.captioner import region_inputs
 
 
@@ -78,6 +79,14 @@ class Regions:
 
 BAD_FEATURES = ("error", "skip")
 
+# The most regions one image may have. Bottom-up features have 10-100 per image and a VG graph a few
+# dozen boxes; every attention layer costs (regions + text) squared, so an image with thousands of
+# regions would hold up a whole batch for minutes (05 scores each caption in one pass per token).
+MAX_REGIONS = 1000
+
+
+NEGATIVE_TOLERANCE = 0.5  # pixels a coordinate may lie below 0 (rounding); detectors clip boxes at 0
+
 
 def box_tolerance(side: float) -> float:
     """How far (pixels) a box may reach past the image's edge: 1 pixel plus 1% of the side, for
@@ -97,14 +106,18 @@ def _first_nonfinite(values: np.ndarray) -> str | None:
 def region_problem(regions: Regions, dim: int | None = None, num_classes: int | None = None) -> str | None:
     """What is wrong with one image's regions, or None. Checked: shapes ([R, D] features with R >= 1
     and D = ``dim``, [R, 4] boxes, [R, C] cls_prob with C = ``num_classes``), every value finite, a
-    positive width and height, and every box inside the image (x1 <= x2, y1 <= y2, up to
-    :func:`box_tolerance` past an edge): a NaN, an inf or a zero width would poison a whole run."""
+    positive width and height, at most MAX_REGIONS regions, and every box inside the image (x1 <= x2,
+    y1 <= y2, coordinates >= 0 up to rounding, up to :func:`box_tolerance` past the far edges): a NaN,
+    an inf or a zero width would poison a whole run, and a reversed or negative box says the file's
+    boxes are not x1, y1, x2, y2 in pixels."""
     features, boxes, cls_prob = regions.features, regions.boxes, regions.cls_prob
     for name, array in (("features", features), ("boxes", boxes), ("cls_prob", cls_prob)):
         if array is not None and not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
             return f"'{name}' holds {array.dtype}, not numbers"
     if features.ndim != 2 or features.shape[0] < 1 or features.shape[1] < 1:
         return f"features {features.shape} is not [R, D] with at least one region"
+    if features.shape[0] > MAX_REGIONS:
+        return f"{features.shape[0]} regions; at most {MAX_REGIONS} per image are read (bottom-up features have 10-100)"
     if dim is not None and features.shape[1] != dim:
         return f"features {features.shape} have {features.shape[1]} columns, the file's other images {dim}"
     if boxes.shape != (features.shape[0], 4):
@@ -123,8 +136,14 @@ def region_problem(regions: Regions, dim: int | None = None, num_classes: int | 
             return f"{name} is {side}; it must be a positive number of pixels"
     tx, ty = box_tolerance(regions.width), box_tolerance(regions.height)
     x1, y1, x2, y2 = (boxes[:, k].astype(np.float64) for k in range(4))
-    outside = ((x1 < -tx) | (y1 < -ty) | (x2 > regions.width + tx) | (y2 > regions.height + ty)
-               | (x2 < x1 - tx) | (y2 < y1 - ty))
+    reversed_ = (x2 < x1) | (y2 < y1)
+    if reversed_.any():
+        r = int(np.argmax(reversed_))
+        box = ", ".join(f"{v:g}" for v in boxes[r])
+        return (f"box of region {r} (x1, y1, x2, y2 = {box}) ends before it starts: boxes are x1, y1, x2, y2 "
+                "in pixels (are these x, y, width, height?)")
+    outside = ((x1 < -NEGATIVE_TOLERANCE) | (y1 < -NEGATIVE_TOLERANCE) | (x2 > regions.width + tx)
+               | (y2 > regions.height + ty))
     if outside.any():
         r = int(np.argmax(outside))
         box = ", ".join(f"{v:g}" for v in boxes[r])
@@ -161,8 +180,10 @@ class FeatureStore:
         self._file = open_h5(self.path, "feature file")
         if not len(self._file):
             raise DataError(self.path, None, "holds no image (expected one group per image id)")
+        check_image_groups(self._file, self.path, "region-feature")
         self._verdicts: dict[str, str | None] = {}  # image id -> its problem (None: good)
         self._shape: tuple[int, int] | None = None  # (D, C) of the file's first well-formed image
+        self._file_shape()  # (a file with no features at all is refused now)
 
     def __contains__(self, image_id) -> bool:
         key = str(image_id)
@@ -173,6 +194,10 @@ class FeatureStore:
     def __len__(self) -> int:
         return len(self._file)
 
+    def holds(self, image_id) -> bool:
+        """Whether the file has a group for this image (not read or checked: see ``in``)."""
+        return str(image_id) in self._file
+
     def ids(self) -> list[str]:
         return sorted(self._file.keys(), key=natural_key)
 
@@ -181,13 +206,16 @@ class FeatureStore:
         other image must match. Only shapes are read."""
         if self._shape is None:
             for key, group in self._file.items():
-                f = group.get("features")
-                if f is not None and len(f.shape) == 2 and f.shape[0] >= 1 and f.shape[1] >= 1:
+                f = group.get("features") if isinstance(group, h5py.Group) else None
+                if isinstance(f, h5py.Dataset) and len(f.shape) == 2 and f.shape[0] >= 1 and f.shape[1] >= 1:
                     c = group.get("cls_prob")
+                    c = c if isinstance(c, h5py.Dataset) else None
                     self._shape = (int(f.shape[1]), int(c.shape[1]) if c is not None and len(c.shape) == 2 else 0)
                     break
             else:
-                raise DataError(self.path, None, "no image group holds a [R, D] 'features' dataset")
+                maps = any(isinstance(g, h5py.Group) and "map" in g for g in self._file.values())
+                raise DataError(self.path, None, "no image group holds a [R, D] 'features' dataset"
+                                + (" (its groups hold 'map': a saliency file?)" if maps else ""))
         return self._shape
 
     def feature_dim(self) -> int:
@@ -200,17 +228,26 @@ class FeatureStore:
     def _read(self, key: str) -> Regions:
         """The stored arrays of one image; a missing dataset or attribute is a DataError."""
         group = self._file[key]
-        for name in ("features", "boxes"):
+        if not isinstance(group, h5py.Group):
+            raise DataError(self.path, f"image {key}", "is a dataset, not a group (features, boxes, width, height)")
+        for name in ("features", "boxes", "cls_prob"):
             if name not in group:
+                if name == "cls_prob":
+                    continue
                 raise DataError(self.path, f"image {key}", f"missing dataset '{name}'")
+            if not isinstance(group[name], h5py.Dataset):
+                raise DataError(self.path, f"image {key}", f"'{name}' is a group, not a dataset")
         sides = []
         for name in ("width", "height"):
             if name not in group.attrs:
                 raise DataError(self.path, f"image {key}", f"missing attribute '{name}'")
+            value = group.attrs[name]
             try:
-                sides.append(float(group.attrs[name]))
+                if np.ndim(value) != 0 or isinstance(value, (str, bytes)):
+                    raise TypeError
+                sides.append(float(value))
             except (TypeError, ValueError):
-                raise DataError(self.path, f"image {key}", f"{name} {group.attrs[name]!r} is not a number") from None
+                raise DataError(self.path, f"image {key}", f"{name} {value!r} is not a number") from None
         cls_prob = group["cls_prob"][()] if "cls_prob" in group else None
         return Regions(group["features"][()], group["boxes"][()], sides[0], sides[1], cls_prob)
 

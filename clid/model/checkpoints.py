@@ -25,7 +25,8 @@ def save_model(model: Captioner, folder, extra_config: dict | None = None) -> No
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    save_safetensors(model, str(folder / "model.safetensors"))
+    save_safetensors(model, str(folder / "model.safetensors"),
+                     metadata={CONFIG_METADATA: json.dumps(model.config.to_json(), sort_keys=True)})
     config = {"model": model.config.to_json(), **(extra_config or {})}
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     model.tokenizer.save_pretrained(str(folder))
@@ -44,18 +45,56 @@ def load_weights(model: nn.Module, path, device="cpu") -> None:
         raise DataError(path, None, f"cannot load these weights into the model of config.json ({message})") from None
 
 
+# the model config the weights were trained with, kept in model.safetensors' metadata: what config.json
+# must agree with (num_heads or layer_norm_eps cannot be read from the weights' shapes)
+CONFIG_METADATA = "clid_model_config"
+# config fields that do not change what the weights compute (dropout: not at inference)
+NOT_COMPUTED = ("preset", "init_from", "tokenizer", "dropout")
+
+
+def check_config_matches_weights(config: CaptionerConfig, weights) -> None:
+    """Refuse a config.json that differs from the config the weights were saved with (kept in the
+    file's metadata; a checkpoint written before that was kept is not checked)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(weights), "pt") as f:
+            saved = (f.metadata() or {}).get(CONFIG_METADATA)
+    except Exception:  # a damaged file: load_weights says so
+        return
+    if saved is None:
+        return
+    try:
+        saved = json.loads(saved)
+    except ValueError:
+        raise DataError(weights, None, f"its metadata '{CONFIG_METADATA}' is not valid JSON: a damaged checkpoint") from None
+    ours = config.to_json()
+    differ = [name for name in sorted(set(saved) | set(ours)) if name not in NOT_COMPUTED
+              and json.dumps(saved.get(name)) != json.dumps(ours.get(name))]
+    if differ:
+        shown = "; ".join(f"{name} {ours.get(name)!r} in config.json, {saved.get(name)!r} in the weights"
+                          for name in differ[:3])
+        raise DataError(Path(weights).with_name("config.json"), None,
+                        f"does not describe the weights it sits beside ({shown}): the weights would compute other "
+                        "numbers; restore the checkpoint's own config.json")
+
+
+def saved_config(folder) -> CaptionerConfig:
+    """The model config of a checkpoint's config.json; a damaged one is one DataError."""
+    saved = read_json(Path(folder) / "config.json")
+    try:
+        return CaptionerConfig.from_json(saved["model"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise DataError(Path(folder) / "config.json", None, f"not a model config ({type(err).__name__}: {err})") from None
+
+
 def load_checkpoint(folder, device="cpu") -> Captioner:
     """Rebuild the model and its tokenizer from a checkpoint folder (no pickle involved)."""
-    from clid.files import DataError, read_json
-
     folder = Path(folder)
     if not (folder / "config.json").exists() or not (folder / "model.safetensors").exists():
         raise SystemExit(f"error: {folder} is not a checkpoint (needs config.json and model.safetensors)")
-    saved = read_json(folder / "config.json")
-    try:
-        config = CaptionerConfig.from_json(saved["model"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise DataError(folder / "config.json", None, f"not a model config ({type(err).__name__}: {err})") from None
+    config = saved_config(folder)
+    check_config_matches_weights(config, folder / "model.safetensors")
     model = Captioner(config)
     load_weights(model, folder / "model.safetensors", device)
     model.tokenizer = load_tokenizer(str(folder))
@@ -93,7 +132,8 @@ CHECKPOINT_NAMES = ("model.safetensors", "config.json", "optimizer.pt", "train_s
 
 def checkpoint_files(folder) -> set[str]:
     """The names of the files a training stage wrote into ``folder``: the checkpoint's manifest (for a
-    checkpoint written before manifests, every file beside its train_state.json), and STAGE_FILES."""
+    checkpoint written before manifests, the files beside its train_state.json that have a checkpoint
+    file's name), and STAGE_FILES."""
     folder = Path(folder)
     own = set(STAGE_FILES)
     state_path = folder / "train_state.json"
@@ -104,8 +144,8 @@ def checkpoint_files(folder) -> set[str]:
             files = None
         if isinstance(files, list):
             own.update(str(name) for name in files)
-        else:
-            own.update(item.name for item in folder.iterdir() if item.is_file())
+        else:  # (a checkpoint written before manifests: the names a checkpoint has, nothing else)
+            own.update(item.name for item in folder.iterdir() if item.is_file() and item.name in CHECKPOINT_NAMES)
     return own
 
 
@@ -120,17 +160,28 @@ def save_checkpoint(folder, model: Captioner, optimizer, state: dict, config_ext
     staging = folder.with_name(f".{folder.name}.staging")
     old = folder.with_name(f".{folder.name}.old")
     shutil.rmtree(staging, ignore_errors=True)
-    save_model(model, staging, config_extra)
-    torch.save(optimizer.state_dict(), staging / "optimizer.pt")
-    previous_log = folder / "train_log.jsonl"
-    lines = (previous_log.read_text().splitlines() if previous_log.exists() else []) + log_lines
-    (staging / "train_log.jsonl").write_text("".join(line + "\n" for line in lines))
     own = checkpoint_files(folder)
-    keep = [item for item in folder.iterdir() if item.is_file() and item.name in own
-            and item.name != "train_state.json" and not (staging / item.name).exists()] if folder.is_dir() else []
-    files = sorted({item.name for item in staging.iterdir()} | {item.name for item in keep} | {"train_state.json"})
-    (staging / "train_state.json").write_text(json.dumps({**state, "files": files}, indent=1))
     foreign = foreign_entries(folder, own)
+    try:
+        save_model(model, staging, config_extra)
+        torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+        previous_log = folder / "train_log.jsonl"
+        lines = (previous_log.read_text().splitlines() if previous_log.exists() else []) + log_lines
+        (staging / "train_log.jsonl").write_text("".join(line + "\n" for line in lines))
+        keep = [item for item in folder.iterdir() if item.is_file() and item.name in own
+                and item.name != "train_state.json" and not (staging / item.name).exists()] if folder.is_dir() else []
+        files = sorted({item.name for item in staging.iterdir()} | {item.name for item in keep} | {"train_state.json"})
+        (staging / "train_state.json").write_text(json.dumps({**state, "files": files}, indent=1))
+        if not foreign:
+            for item in keep:  # files the stage keeps there (e.g. selection_log.jsonl)
+                shutil.copy2(item, staging / item.name)
+    except Exception as err:  # a full disk: OSError, safetensors' SafetensorError, torch's RuntimeError
+        shutil.rmtree(staging, ignore_errors=True)
+        kept = f"the last checkpoint in {folder} (step {read_train_state(folder)['step']}) is kept" \
+            if (folder / "train_state.json").exists() else "no checkpoint was written"
+        message = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise SystemExit(f"error: cannot write the checkpoint into {folder} ({message}: is the disk full?); "
+                         f"{kept}") from None
     if foreign:
         if clash := sorted(set(os.listdir(staging)) & set(foreign)):
             shutil.rmtree(staging, ignore_errors=True)
@@ -140,8 +191,6 @@ def save_checkpoint(folder, model: Captioner, optimizer, state: dict, config_ext
             os.replace(staging / name, folder / name)
         staging.rmdir()
         return
-    for item in keep:  # files the stage keeps there (e.g. selection_log.jsonl)
-        shutil.copy2(item, staging / item.name)
     if folder.exists():
         shutil.rmtree(old, ignore_errors=True)
         folder.rename(old)
@@ -154,6 +203,8 @@ def restore(folder, model: Captioner, optimizer) -> dict:
 
     folder = Path(folder)
     state = read_train_state(folder)
+    for config in (saved_config(folder), model.config):  # the folder's config.json, and this run's
+        check_config_matches_weights(config, folder / "model.safetensors")
     load_weights(model, folder / "model.safetensors", str(next(model.parameters()).device))
     try:
         optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))

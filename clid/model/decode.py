@@ -94,7 +94,7 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
     ``progress``: True for a bar, or a function called with the number of images of each decoded
     batch. ``return_filled``: also return ``{level: {image ids whose decoded sequence holds no "."}}``.
     """
-    from tqdm import tqdm
+    from clid.progress import Progress
 
     model.eval()
     steps = steps or default_steps(model.levels)
@@ -104,7 +104,7 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
     filled: dict[int, set[str]] = {level: set() for level in levels}
     batches = [image_ids[i:i + batch_size] for i in range(0, len(image_ids), batch_size)]
     report = progress if callable(progress) else None
-    bar = tqdm(total=len(batches) * len(levels), desc="decode", unit="batch", disable=not progress or report is not None)
+    bar = Progress(len(batches) * len(levels), "decode", "batch", disable=not progress or report is not None)
     for batch in batches:
         regions = [load_regions(features, i, model.config.num_classes) for i in batch]
         feats, pos, mask = (t.to(device) for t in pad_regions(regions))

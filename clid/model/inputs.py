@@ -70,6 +70,77 @@ def make_examples(items: list[tuple[str, str, str]], tokenizer, levels, source: 
     return out, skipped
 
 
+# ---------------------------------------------------------------------------------------------
+# The share of the data left out: more than --max-left-out stops the run with one line
+
+MAX_LEFT_OUT = 0.05  # the default of --max-left-out
+
+
+def add_left_out_arg(parser) -> None:
+    from clid.cli import unit_interval
+
+    parser.add_argument("--max-left-out", type=unit_interval, default=MAX_LEFT_OUT, metavar="SHARE",
+                        help="stop when more than this share of the trusted, or of the self-generated, captions would "
+                             "be left out (no region features, no word left, a length outside the levels; "
+                             "self-generated captions longer than the last level, and of images outside the training "
+                             "split, are left out by design and not counted); 1: never stop")
+
+
+def counts_as_lost(reason: str) -> bool:
+    """Whether a skip reason of :func:`make_examples` / :func:`training_items` is data lost (counted against
+    --max-left-out), not a caption left out by design."""
+    source, _, why = reason.partition(": ")
+    return not (why == "image not in the training split" or (source == "selfgen" and why.endswith("outside the levels")))
+
+
+def check_left_out(source: str, offered: int, skipped: Counter, max_share: float, path, items=None,
+                   features: FeatureStore | None = None, levels=None) -> None:
+    """Stop (one line: how many, why, and a likely cause) when more than ``max_share`` of the ``offered``
+    captions of ``source`` were left out for reasons that count (:func:`counts_as_lost`).
+
+    ``items`` (caption id, image id, text) and ``features`` show a few caption image ids beside a few
+    feature ids when most are missing features (an id-scheme mismatch); ``levels`` names
+    ``--levels paragraph`` when most are longer than the last level.
+    """
+    lost = {reason: n for reason, n in skipped.items() if reason.startswith(source + ": ") and counts_as_lost(reason)}
+    total = sum(lost.values())
+    if not offered or total <= max_share * offered:
+        return
+    outside = {int(r.split("length ")[1].split()[0]): n for r, n in lost.items() if r.endswith("outside the levels")}
+    grouped = Counter()
+    for reason, n in lost.items():
+        why = reason.split(": ", 1)[1]
+        grouped["length outside the levels" if why.endswith("outside the levels") else why] += n
+    why = ", ".join(f"{n} {reason}" for reason, n in grouped.most_common())
+    main = grouped.most_common(1)[0][0]
+    hint = ""
+    if main.startswith("no region features") and items is not None and features is not None:
+        missing = []
+        for _, image_id, _ in items:
+            if not features.holds(image_id) and str(image_id) not in missing:
+                missing.append(str(image_id))
+                if len(missing) == 3:
+                    break
+        if missing:
+            hint = (f". Its images are named {', '.join(missing)}, the feature file's {', '.join(features.ids()[:3])}: do "
+                    "the captions and the features use one id scheme (COCO ids, VG ids, file names)?")
+        elif bad := features.bad_images:
+            first = next(iter(bad))
+            hint = f". {len(bad)} image(s) have bad region features (--bad-features skip), e.g. image {first}: {bad[first]}"
+    elif main == "length outside the levels" and levels is not None:
+        last = get_levels(levels)[-1][1]
+        longer = sum(n for length, n in outside.items() if length > last)
+        if longer > total / 2:
+            caption_levels = get_levels(levels) != get_levels("paragraph")
+            hint = (f". {longer} are longer than the last level ({last} tokens)"
+                    + (": paragraphs? Give --levels paragraph" if caption_levels else ""))
+    elif main.startswith("no word left"):
+        hint = ". The preprocessing keeps words of a-z and 0-9 (accents folded): is the text in another script?"
+    raise SystemExit(f"error: {path}: {total} of {offered} {source} captions ({100 * total / offered:.0f}%) would be "
+                     f"left out ({why}), more than --max-left-out {max_share:g} (a larger share goes on with the rest)"
+                     f"{hint}")
+
+
 @dataclass
 class CaptionItems:
     """Training captions as ``(caption id, image id, text)``: trusted (train split) and self-generated."""
@@ -79,6 +150,15 @@ class CaptionItems:
     val_ids: list[str]  # validation images (for the quick control-precision check)
     skipped: Counter
     notes: list[str] = field(default_factory=list)  # what the split guard held out
+
+    def offered(self, source: str) -> int:
+        """The captions of ``source`` ("trusted", "selfgen") the files hold: those kept and those left out here."""
+        return len(getattr(self, source)) + sum(n for r, n in self.skipped.items() if r.startswith(source + ": "))
+
+    def check_left_out(self, skipped: Counter, max_share: float, captions_path, selfgen_path, features, levels) -> None:
+        """:func:`check_left_out` for the trusted and the self-generated captions (``skipped``: every skip count)."""
+        check_left_out("trusted", self.offered("trusted"), skipped, max_share, captions_path, self.trusted, features, levels)
+        check_left_out("selfgen", self.offered("selfgen"), skipped, max_share, selfgen_path, self.selfgen, features, levels)
 
 
 def training_items(captions_path, selfgen_path=None, test_ids=None, split_check: bool = True) -> CaptionItems:
@@ -93,6 +173,8 @@ def training_items(captions_path, selfgen_path=None, test_ids=None, split_check:
     train, val, notes = training_records(captions_path, test_ids, split_check)
     trusted = [(f"{r.image_id}#{j}", r.image_id, text) for r in train for j, text in enumerate(r.captions)]
     skipped, selfgen, wordless = Counter(), [], []
+    if n := sum(r.wordless for r in train):  # (the loader warned, naming them)
+        skipped["trusted: no word left after preprocessing"] = n
     if selfgen_path:
         train_ids = {r.image_id for r in train}
         for rec in read_jsonl(selfgen_path, required=("id", "image_id", "caption")):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +25,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from clid.cli import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
 from clid.model.captioner import REGION_NORMS, Captioner
 from clid.model.checkpoints import checkpoint_exists, restore, save_checkpoint
-from clid.model.inputs import Examples
+from clid.model.inputs import Examples, add_left_out_arg
 from clid.rng import item_rng, item_seed
 from clid.runs import already_trained, check_resume
 from clid.text import encode, eos_id
@@ -218,51 +221,77 @@ class TrainSettings:
 # The command line and set-up shared by 04 and 06
 
 
-def add_train_args(p) -> None:
-    """The model and optimizer flags of 04 and 06; defaults are the paper's (LaBERT's) recipe."""
-    p.add_argument("--features", required=True, help="region features HDF5")
-    add_bad_features_arg(p)
-    p.add_argument("--out", required=True, help="checkpoint folder (a re-run resumes from it)")
-    p.add_argument("--preset", choices=["tiny", "minilm", "labert"], default="labert")
-    p.add_argument("--bert", help="BERT folder or hub name for minilm/labert (default: the preset's)")
-    p.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption")
-    p.add_argument("--output-vocab", nargs="+", metavar="FILE",
-                   help="restrict the LM head, and the word-embedding table, to the tokens of these caption files "
-                        "(a speed option for small CPU runs such as the demo; default: the whole vocabulary, "
-                        "as in the paper)")
+TRAIN_GROUPS = {  # the --help sections of 04 and 06
+    "data": "what is trained on",
+    "model": "the captioner and where its weights start",
+    "optimisation": "the optimizer and the loss",
+    "schedule": "how many steps, and the learning rate over them",
+    "run": "the output folder, checkpoints, logs and resuming",
+}
+
+
+def train_arg_groups(p) -> dict:
+    """The argparse groups of 04 and 06 (data, model, optimisation, schedule, run), for their own flags
+    and then :func:`add_train_args`."""
+    return {name: p.add_argument_group(name, description) for name, description in TRAIN_GROUPS.items()}
+
+
+def add_train_args(groups: dict) -> None:
+    """The flags 04 and 06 share, into their groups; defaults are the paper's (LaBERT's) recipe."""
+    data, model, optimisation, schedule, run = (groups[name] for name in TRAIN_GROUPS)
+    data.add_argument("--features", required=True, help="region features HDF5")
+    add_bad_features_arg(data)
+    data.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption")
+    add_split_args(data)
+    add_left_out_arg(data)
+    model.add_argument("--preset", choices=["tiny", "minilm", "labert"], default="labert")
+    model.add_argument("--bert", help="BERT folder or hub name for minilm/labert (default: the preset's)")
+    model.add_argument("--output-vocab", nargs="+", metavar="FILE",
+                       help="restrict the LM head, and the word-embedding table, to the tokens of these caption files "
+                            "(a speed option for small CPU runs such as the demo; default: the whole vocabulary, "
+                            "as in the paper)")
+    model.add_argument("--dropout", type=probability, default=0.1)
+    model.add_argument("--region-norm", choices=REGION_NORMS, default="none",
+                       help="standardize: shift and scale each region-feature dimension by the training images' "
+                            "mean and deviation (the demo: grounding is learned several times faster); "
+                            "none: raw features, as LaBERT and the paper")
+    model.add_argument("--cls-prob", choices=["use", "ignore"], default="use",
+                       help="use: the region position embedding reads each region's class probabilities when the "
+                            "feature file has them (cls_prob), as LaBERT; ignore: box coordinates only")
     d = TrainSettings()  # the defaults, in one place
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--warmup", type=int, default=d.warmup)
-    p.add_argument("--max-steps", type=int, default=d.max_steps)
-    p.add_argument("--lr-horizon", type=int, default=d.lr_horizon,
-                   help="the step at which the cosine learning rate reaches 0 (0: --max-steps, 04's default; "
-                        "06's default is the authors' 300000)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size (split over DDP processes)")
-    p.add_argument("--grad-clip", type=float, default=d.grad_clip)
-    p.add_argument("--label-smoothing", type=float, default=d.label_smoothing)
-    p.add_argument("--eos-weight", type=float, default=d.eos_weight, help='loss weight of "." targets')
-    p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--region-norm", choices=REGION_NORMS, default="none",
-                   help="standardize: shift and scale each region-feature dimension by the training images' "
-                        "mean and deviation (the demo: grounding is learned several times faster); "
-                        "none: raw features, as LaBERT and the paper")
-    p.add_argument("--cls-prob", choices=["use", "ignore"], default="use",
-                   help="use: the region position embedding reads each region's class probabilities when the "
-                        "feature file has them (cls_prob), as LaBERT; ignore: box coordinates only")
-    p.add_argument("--amp", action="store_true", help="bfloat16 autocast of the forward pass (fast on CPUs "
-                                                       "with AMX/AVX512-BF16 and on GPUs; default: float32)")
-    p.add_argument("--save-every", type=int, default=d.save_every)
-    p.add_argument("--eval-every", type=int, default=d.eval_every, help="control-precision check every N steps (0: off)")
-    p.add_argument("--eval-images", type=int, default=100, help="validation images in that check")
-    p.add_argument("--log-every", type=int, default=d.log_every)
-    p.add_argument("--seed", type=int, default=d.seed)
-    add_split_args(p)
-    p.add_argument("--restart", action="store_true",
-                   help="remove a checkpoint in --out and start over (a re-run resumes only the same flags and inputs)")
-    p.add_argument("--force", action="store_true",
-                   help="write the checkpoint into an --out that holds files this stage did not write (they are "
-                        "never deleted or replaced; without it such an --out is refused)")
+    optimisation.add_argument("--lr", type=positive_float, default=d.lr, help="peak learning rate (AdamW)")
+    optimisation.add_argument("--weight-decay", type=non_negative_float, default=d.weight_decay)
+    optimisation.add_argument("--batch-size", type=positive_int, default=d.batch_size,
+                              help="global batch size (split over DDP processes)")
+    optimisation.add_argument("--grad-clip", type=non_negative_float, default=d.grad_clip, help="gradient-norm clip (0: none)")
+    optimisation.add_argument("--label-smoothing", type=probability, default=d.label_smoothing)
+    optimisation.add_argument("--eos-weight", type=positive_float, default=d.eos_weight, help='loss weight of "." targets')
+    optimisation.add_argument("--amp", action="store_true", help="bfloat16 autocast of the forward pass (fast on CPUs "
+                                                                  "with AMX/AVX512-BF16 and on GPUs; default: float32)")
+    schedule.add_argument("--warmup", type=non_negative_int, default=d.warmup, help="linear warm-up steps")
+    schedule.add_argument("--max-steps", type=positive_int, default=d.max_steps, help="the last training step")
+    schedule.add_argument("--lr-horizon", type=non_negative_int, default=d.lr_horizon,
+                          help="the step at which the cosine learning rate reaches 0 (0: --max-steps, 04's default; "
+                               "06's default is the authors' 300000)")
+    run.add_argument("--out", required=True, help="checkpoint folder (a re-run resumes from it)")
+    run.add_argument("--save-every", type=positive_int, default=d.save_every, help="checkpoint every N steps")
+    run.add_argument("--eval-every", type=non_negative_int, default=d.eval_every,
+                     help="control-precision check every N steps (0: off)")
+    run.add_argument("--eval-images", type=positive_int, default=100, help="validation images in that check")
+    run.add_argument("--log-every", type=positive_int, default=d.log_every, help="a train_log.jsonl line every N steps")
+    run.add_argument("--seed", type=non_negative_int, default=d.seed)
+    run.add_argument("--restart", action="store_true",
+                     help="remove a checkpoint in --out and start over (a re-run resumes only the same flags and inputs)")
+    run.add_argument("--force", action="store_true",
+                     help="write the checkpoint into an --out that holds files this stage did not write (they are "
+                          "never deleted or replaced; without it such an --out is refused)")
+
+
+def check_train_args(p, args) -> None:
+    """The checks between flags of 04 and 06 (each flag's own bound is checked by its type)."""
+    if args.lr_horizon and args.lr_horizon < args.max_steps:
+        p.error(f"--lr-horizon {args.lr_horizon} is below --max-steps {args.max_steps}: the learning rate would be 0 "
+                "for the last steps (0: the horizon is --max-steps)")
 
 
 def settings_from_args(args) -> TrainSettings:
@@ -272,6 +301,9 @@ def settings_from_args(args) -> TrainSettings:
 def start_run(args):
     """(rank, world, device, features) for a training stage; None when ``--out`` is already trained."""
     rank, world, device = init_distributed()
+    if args.batch_size < world:
+        raise SystemExit(f"error: --batch-size {args.batch_size} is the global batch, split over {world} processes: "
+                         f"give at least {world}")
     check_resume(args, rank, world)
     if already_trained(args, rank):
         return None
@@ -311,6 +343,34 @@ def validation_check(args, features: FeatureStore, val_ids: list[str], device):
     if not eval_ids:
         return None
     return lambda model, step: quick_control_precision(model, features, eval_ids, device)
+
+
+class StopRequest:
+    """SIGTERM (what SLURM sends before a time limit, or on preemption) asks the training loop to stop: the
+    loop checkpoints after the step it is in and exits, so a requeued job resumes from there."""
+
+    def __init__(self):
+        self.signal = 0
+        self.name = "SIGTERM"
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():  # (signals reach the main thread only)
+            self.previous = signal.signal(signal.SIGTERM, self.request)
+
+    def request(self, signum, frame) -> None:
+        self.signal = signum
+
+    def agreed(self, world: int, device) -> bool:
+        """Whether any process was asked to stop (under DDP, all processes agree)."""
+        if world == 1:
+            return bool(self.signal)
+        flag = torch.tensor([self.signal], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        self.signal = int(flag.item())
+        return bool(self.signal)
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
 
 
 class Trainer:
@@ -417,19 +477,25 @@ class Trainer:
 
         ``state_for(step)`` adds fields to the saved training state (e.g. 06's iteration).
         """
-        from tqdm import tqdm
+        from clid.progress import Progress
 
         s = self.s
-        bar = tqdm(total=end_step, initial=self.step, desc=desc, unit="step", disable=self.rank != 0,
-                   dynamic_ncols=True)
+        bar = Progress(end_step, desc, "step", initial=self.step, disable=self.rank != 0)
         started, losses = time.time(), []
+        terminated = StopRequest()
         try:  # the bar closes before an error stops the run, so the error is the last line
             while self.step < end_step:
+                if terminated.agreed(self.world, self.device):  # (every DDP rank stops at the same step)
+                    self.save(state_for(self.step) if state_for else None)
+                    bar.close()
+                    if self.rank == 0:
+                        print(f"stopped by {terminated.name} at step {self.step} of {end_step}; the checkpoint in "
+                              f"{self.out_dir} is saved: the same command resumes from it", flush=True)
+                    raise SystemExit(128 + terminated.signal)
                 loss = self.train_step(batch_for(self.step))
                 losses.append(loss)
                 lr = self.optimizer.param_groups[0]["lr"]
-                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
-                bar.update(1)
+                bar.update(1, loss=loss, lr=lr)
                 if self.step % s.log_every == 0 or self.step == end_step:
                     self.log({"step": self.step, "loss": float(np.mean(losses)), "lr": lr,
                               "seconds": round(time.time() - started, 2)})
@@ -442,3 +508,4 @@ class Trainer:
                     self.save(state_for(self.step) if state_for else None)
         finally:
             bar.close()
+            terminated.restore()

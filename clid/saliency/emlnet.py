@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import pickle
+import zipfile
 from pathlib import Path
 
 import torch
@@ -232,11 +233,19 @@ def convert(source, out, trust_pickle: bool) -> int:
     (which can run code stored in it) only when ``trust_pickle`` is set."""
     from safetensors.torch import save_file
 
-    from clid.files import atomic_path
+    from clid.files import atomic_path, check_not_input
 
     source = Path(source)
-    if not source.exists():
-        raise SystemExit(f"error: {source}: not found")
+    if not source.is_file():
+        raise SystemExit(f"error: {source}: {'a folder, not a checkpoint file' if source.is_dir() else 'not found'}")
+    check_not_input(out, {"SOURCE": source})
+    if Path(out).is_dir():
+        raise SystemExit(f"error: --out {out} is a folder; give the .safetensors file to write")
+    with open(source, "rb") as f:
+        pickled = f.read(1) == b"\x80"  # a pickle's protocol mark (torch's legacy format)
+    if not pickled and not zipfile.is_zipfile(source):
+        raise SystemExit(f"error: {source}: cannot read this file as a PyTorch checkpoint (neither torch's zip "
+                         "format nor a pickle)")
     try:
         state = torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:

@@ -76,6 +76,8 @@ def list_items(images: Path, list_path: str | None) -> list[Item]:
         image_id = record.get("image_id", record.get("id"))
         if image_id is None:
             raise DataError(list_path, f"[{index}]", "no 'image_id' (expected a VG image_data.json record)")
+        if problem := id_problem(image_id):
+            raise DataError(list_path, f"[{index}]", f"'image_id' {problem}")
         image_id = str(image_id)
         name = record.get("file_name") or record.get("filename") or (record.get("url") or "").rsplit("/", 1)[-1]
         attrs = {"vg_image_id": image_id}
@@ -88,12 +90,16 @@ def list_items(images: Path, list_path: str | None) -> list[Item]:
 def unique_items(items: list[Item]) -> list[Item]:
     """Drop exact repeats (counted); one id naming two different files is an error."""
     seen: dict[str, Item] = {}
+    repeated = []
     for item in items:
         if item.image_id in seen and seen[item.image_id].path != item.path:
             raise SystemExit(f"error: image id {item.image_id} names two files: {seen[item.image_id].path} and {item.path}")
+        if item.image_id in seen:
+            repeated.append(item.image_id)
         seen.setdefault(item.image_id, item)
-    if len(seen) < len(items):
-        print(f"note: {len(items) - len(seen)} repeated entries of the image list are processed once")
+    if repeated:
+        shown = ", ".join(repeated[:5]) + (", ..." if len(repeated) > 5 else "")
+        print(f"note: {len(repeated)} repeated entries of the image list are processed once (image {shown})")
     return list(seen.values())
 
 

@@ -12,11 +12,12 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import h5py
 import numpy as np
 
 from clid.data.records import SceneGraph
 from clid.data.scenegraphs import check_box
-from clid.files import DataError, h5_number, open_h5
+from clid.files import DataError, check_image_groups, h5_number, open_h5
 
 # centre-bias prior: an isotropic Gaussian at the image centre, sigma = PRIOR_SIGMA * image side
 PRIOR_SIGMA = 0.25
@@ -122,6 +123,7 @@ class SaliencySource:
         if not Path(self.path).exists():
             raise SystemExit(f"error: {self.path}: saliency file not found (run 01_saliency.py, or give --saliency none)")
         self.file = open_h5(self.path, "saliency file")
+        check_image_groups(self.file, self.path, "saliency")
 
     def get(self, image_id: str, graph_id: str):
         """``(map, width, height)`` or None. Maps are keyed by the output (COCO) id, or by the VG id
@@ -132,12 +134,15 @@ class SaliencySource:
             if key not in self.file:
                 continue
             group = self.file[key]
+            if not isinstance(group, h5py.Group):
+                raise DataError(self.path, f"image {key}", "is a dataset, not a group (map, width, height)")
             vg = group.attrs.get("vg_image_id")
             vg = None if vg is None else str(vg)
             if mapped and ((key == image_id and vg not in (None, graph_id)) or (key == graph_id and vg != graph_id)):
                 continue
             if "map" not in group:
-                raise DataError(self.path, f"image {key}", "missing dataset 'map'")
+                hint = " (it holds 'features': a region-feature file?)" if "features" in group else ""
+                raise DataError(self.path, f"image {key}", f"missing dataset 'map'{hint}")
             smap = group["map"][()]
             if smap.ndim != 2 or min(smap.shape) < 1 or smap.dtype.kind not in "fiu":
                 raise DataError(self.path, f"image {key}",
@@ -181,6 +186,10 @@ def prepare(graph: SceneGraph, image_id: str, saliency: SaliencySource | None,
             report("skipped", "no saliency map", f"image {image_id} is not in {saliency.path}")
             return None
         smap, map_width, map_height = found
+        if (smap < 0).any():
+            report("skipped", "negative saliency", f"the map of image {image_id} holds values down to "
+                                                   f"{float(np.nanmin(smap)):g} (saliency is >= 0)")
+            return None
         if width is None or height is None:
             # boxes are in the image's pixels: check them against the size stage 01 saw
             width, height = map_width, map_height
@@ -241,6 +250,8 @@ def output_ids(graphs: list[SceneGraph], image_data, several_files: bool) -> lis
 
 def load_problem_kind(reason: str) -> str:
     """The kind of a graph the loader rejected (clid.data.scenegraphs.load_scene_graphs reasons)."""
+    if "not UTF-8" in reason:
+        return "not UTF-8 text"
     if "does not exist" in reason:
         return "relationship names a missing object"
     if "outside" in reason:

@@ -1,9 +1,11 @@
 """The offline rule-based paraphraser of stage 03 (``--model rules``), and the noun-phrase rules
 that stage 03 also uses to check a model's paraphrases.
 
-It groups repeated objects ("a dog and a dog" -> "two dogs", up to ten), merges repeated
-predicates ("wearing a hat and wearing a shirt" -> "wearing a hat and a shirt"), fixes articles,
-"and and" and the final punctuation.
+It groups repeated objects ("a dog and a dog" -> "two dogs", "a dog and a dog on the grass" ->
+"two dogs on the grass", up to ten), merges repeated predicates ("wearing a hat and wearing a shirt"
+-> "wearing a hat and a shirt"), fixes articles, "and and" and the final punctuation. It does not
+reword: no synonyms, no reordering, no relative clauses; a repeat that is not adjacent ("a man on the
+snow and a man") or not the same phrase ("a man and a tall man") stays as written.
 """
 from __future__ import annotations
 
@@ -142,9 +144,9 @@ def rules_sentence(sentence: str) -> str:
                 if not shared and prev == seg and prev_mode in ("lead", None):
                     out[-1][1:] = [prev_count + 1, "lead"]
                     continue
-                # once counting, the last repeat may go on: "two men" + "a man on the snow" -> "three men on the
-                # snow", never "two men and a man on the snow" ("a man and a man on the snow" stays as it is)
-                if not shared and prev_count > 1 and prev_mode == "lead" and seg[:lead] == prev:
+                # the last repeat may go on: "a dog" + "a dog on the grass" -> "two dogs on the grass", and
+                # "two men" + "a man on the snow" -> "three men on the snow", never "two men and a man on the snow"
+                if not shared and prev_mode in ("lead", None) and seg[:lead] == prev and _leading_np(prev) == len(prev):
                     out[-1] = [seg, prev_count + 1, "lead"]
                     continue
         out.append([seg, 1, None])
