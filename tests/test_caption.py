@@ -64,7 +64,7 @@ def common(world, out, *extra):
 def test_cli_writes_the_levels_asked_for_as_07_reads_them(world, tmp_path):
     out = tmp_path / "captions.jsonl"
     proc = run_one_thread("-m", "clid.caption", *common(world, out, "--ids", world / "captions.json", "--levels", "1", "2"))
-    assert "chunk 1 of 1 done" in proc.stdout  # plain progress lines when the output is a file
+    assert "caption: img 8/8 (100%)" in proc.stdout  # a plain progress line when the output is a file
     records = lines(out)
     assert [(r["image_id"], r["level"]) for r in records] == [(i, level) for i in TEST_IDS for level in (1, 2)]
     from clid.text import caption_length
