@@ -192,9 +192,11 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
             print(f"{checkpoint}: reusing {cache} (checkpoint, features and decoding unchanged)")
             return (levels, *read_generated(cache, len(levels), with_filled=True), meta["no_features"])
 
-    from clid.model.checkpoints import load_checkpoint
+    from clid.features.store import check_features_match
+    from clid.model.checkpoints import load_checkpoint, read_config
     from clid.model.decode import generate_captions
 
+    check_features_match(read_config(checkpoint), features, checkpoint)
     model = load_checkpoint(checkpoint, device=args.device)
     levels = check_levels(checkpoint, get_levels(model.levels), wanted_levels)
     steps = args.decode_steps

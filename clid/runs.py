@@ -23,7 +23,8 @@ NOT_RECORDED = ("out", "save_every", "eval_every", "eval_images", "log_every", "
 
 
 # flags naming input files: recorded by the files' size and modification time
-INPUT_FLAGS = ("captions", "selfgen", "quality", "features", "output_vocab", "init_from", "init", "bert", "test_ids")
+INPUT_FLAGS = ("captions", "selfgen", "quality", "features", "output_vocab", "init_from", "init", "bert", "test_ids",
+               "region_init")
 
 
 def file_stamp(value):

@@ -1,5 +1,10 @@
 """Checkpoint folders: the model alone (weights, config, tokenizer), and with its training state; resumable,
 atomic saves that never touch files the stage did not write.
+
+``config.json`` holds the model's config under ``model``, the stage's flags, and the kind and dimension
+of the region features the model was trained on (``feature_kind``, ``feature_dim``: see
+:func:`feature_record`), which ``clid.features.store.check_features_match`` checks a features file
+against.
 """
 from __future__ import annotations
 
@@ -31,6 +36,23 @@ def save_model(model: Captioner, folder, extra_config: dict | None = None) -> No
     model.tokenizer.save_pretrained(str(folder))
 
 
+def feature_record(store) -> dict:
+    """``feature_kind`` and ``feature_dim`` of the features file a model is trained on, for its
+    config.json (the kind is None for a file that does not record it)."""
+    return {"feature_kind": store.kind, "feature_dim": store.feature_dim()}
+
+
+def read_config(folder) -> dict:
+    """A checkpoint's config.json; a damaged one is one DataError naming it."""
+    path = Path(folder) / "config.json"
+    if not path.is_file() or not (Path(folder) / "model.safetensors").is_file():
+        raise SystemExit(f"error: {folder} is not a checkpoint (needs config.json and model.safetensors)")
+    saved = read_json(path)
+    if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
+        raise DataError(path, None, "not a checkpoint config (no 'model' object)")
+    return saved
+
+
 def load_weights(model: nn.Module, path, device="cpu") -> None:
     """Load a ``model.safetensors`` into ``model``; a damaged file or one of another model is one DataError."""
     from safetensors.torch import load_model as load_safetensors
@@ -49,9 +71,7 @@ def load_checkpoint(folder, device="cpu") -> Captioner:
     from clid.files import DataError, read_json
 
     folder = Path(folder)
-    if not (folder / "config.json").exists() or not (folder / "model.safetensors").exists():
-        raise SystemExit(f"error: {folder} is not a checkpoint (needs config.json and model.safetensors)")
-    saved = read_json(folder / "config.json")
+    saved = read_config(folder)
     try:
         config = CaptionerConfig.from_json(saved["model"])
     except (KeyError, TypeError, ValueError) as err:

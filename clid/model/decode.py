@@ -103,7 +103,7 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
     batches = [image_ids[i:i + batch_size] for i in range(0, len(image_ids), batch_size)]
     bar = tqdm(total=len(batches) * len(levels), desc="decode", unit="batch", disable=not progress)
     for batch in batches:
-        regions = [load_regions(features, i, model.config.num_classes) for i in batch]
+        regions = [load_regions(features, i, model.config.num_classes, model.config.box_input) for i in batch]
         feats, pos, mask = (t.to(device) for t in pad_regions(regions))
         for level in levels:
             ids = mask_predict(model, feats, pos, mask, level, steps[level - 1], eos_decay, labert_average)

@@ -4,13 +4,14 @@
   mask a uniform count in [max(1, int(0.1 * high)), high] of its positions;
 - :func:`masked_lm_loss`: label-smoothed cross-entropy (0.1) on the masked positions only, "." targets
   weighted 0.5 (LaBERT's balance weight);
-- :class:`Trainer`: AdamW, linear warm-up then cosine decay, gradient clipping, atomic checkpoints,
+- :class:`Trainer`: AdamW (eps 1e-6, as the authors' ``transformers`` AdamW), linear warm-up then cosine decay, gradient clipping, atomic checkpoints,
   exact resume (every random draw is keyed by (seed, step)), DDP under ``torchrun`` (gloo on CPU,
   NCCL on GPU) with the loss normalised over the *global* batch, so N processes compute the same
   loss and gradient as one process with the same global batch.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -25,7 +26,7 @@ import torch.distributed as dist
 
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
-from clid.model.captioner import REGION_NORMS, Captioner
+from clid.model.captioner import BOX_INPUTS, REGION_NORMS, Captioner
 from clid.model.checkpoints import checkpoint_exists, restore, save_checkpoint
 from clid.model.inputs import Examples
 from clid.rng import item_rng, item_seed
@@ -200,6 +201,7 @@ def standardize_regions(model: Captioner, features: FeatureStore, image_ids, max
 class TrainSettings:
     lr: float = 5e-5
     weight_decay: float = 0.01
+    adam_eps: float = 1e-6  # the authors' (transformers' AdamW default); torch's default is 1e-8
     warmup: int = 1000
     max_steps: int = 100_000
     lr_horizon: int = 0  # the step where the cosine reaches 0 (0: max_steps)
@@ -233,6 +235,8 @@ def add_train_args(p) -> None:
     d = TrainSettings()  # the defaults, in one place
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--adam-eps", type=positive_float, default=d.adam_eps,
+                   help="AdamW's epsilon (the authors' code: 1e-6; torch's default: 1e-8)")
     p.add_argument("--warmup", type=int, default=d.warmup)
     p.add_argument("--max-steps", type=int, default=d.max_steps)
     p.add_argument("--lr-horizon", type=int, default=d.lr_horizon,
@@ -250,6 +254,20 @@ def add_train_args(p) -> None:
     p.add_argument("--cls-prob", choices=["use", "ignore"], default="use",
                    help="use: the region position embedding reads each region's class probabilities when the "
                         "feature file has them (cls_prob), as LaBERT; ignore: box coordinates only")
+    p.add_argument("--box-input", choices=BOX_INPUTS, default="authors",
+                   help="authors: the six numbers of the authors' code (x1/x2, y1/y2, x2/x2, y2/y2 of the box's own "
+                        "x2 and y2, relative area, detector confidence), layer-normed, and the class probabilities "
+                        "layer-normed; image: x1, y1, x2, y2, width, height over the image size, raw class "
+                        "probabilities")
+    p.add_argument("--no-region-dropout", dest="region_dropout", action="store_false",
+                   help="no dropout at the end of the two region MLPs (default: dropout there, as the authors' code)")
+    p.add_argument("--tie-head", action="store_true",
+                   help="the LM head projects with the word embeddings (tied; default: a weight of its own, as the "
+                        "authors' code)")
+    p.add_argument("--region-init", metavar="FILE",
+                   help="set the first region layer from the detector's layer in this file (safetensors, or a plain "
+                        "state dict read with weights_only=True: the authors' bert.pth, or weight/bias); default: "
+                        "random, unless a checkpoint brings it")
     p.add_argument("--amp", action="store_true", help="bfloat16 autocast of the forward pass (fast on CPUs "
                                                        "with AMX/AVX512-BF16 and on GPUs; default: float32)")
     p.add_argument("--save-every", type=int, default=d.save_every)
@@ -263,6 +281,17 @@ def add_train_args(p) -> None:
     p.add_argument("--force", action="store_true",
                    help="write the checkpoint into an --out that holds files this stage did not write (they are "
                         "never deleted or replaced; without it such an --out is refused)")
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
 
 
 def settings_from_args(args) -> TrainSettings:
@@ -298,11 +327,19 @@ def new_model(args, features: FeatureStore, device, pretrained: bool = True) -> 
     num_classes = features.num_classes() if args.cls_prob == "use" else 0
     config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, num_classes=num_classes,
                            dropout=args.dropout, output_vocab=output_vocab, input_vocab=input_vocab,
-                           region_norm=args.region_norm)
+                           region_norm=args.region_norm, box_input=args.box_input,
+                           region_dropout=args.region_dropout, tie_head=args.tie_head)
     if not pretrained:
         config.init_from = None
     torch.manual_seed(item_seed(args.seed, "init"))
-    return build_model(config).to(device)
+    model = build_model(config)
+    if args.region_init:
+        from clid.model.captioner import load_region_init
+
+        keys = load_region_init(model, args.region_init)
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"first region layer from {args.region_init} ({keys})")
+    return model.to(device)
 
 
 def validation_check(args, features: FeatureStore, val_ids: list[str], device):
@@ -324,7 +361,7 @@ class Trainer:
         self.rank, self.world, self.evaluate = rank, world, evaluate
         # the fused AdamW kernel: the same update rule as the default loop, several times faster on CPU
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.999),
-                                           weight_decay=settings.weight_decay, fused=True)
+                                           eps=settings.adam_eps, weight_decay=settings.weight_decay, fused=True)
         self.ddp = None
         if world > 1:  # DDP also starts every rank from rank 0's weights
             self.ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
