@@ -70,7 +70,7 @@ def test_vlp_release_converts_with_class_probabilities_and_confidences(tmp_path)
     files = sorted((tmp_path / "region_feat_gvd_wo_bgd").rglob("*.h5"))
     out2 = tmp_path / "sized.h5"
     proc = convert("--format", "vlp", *files, "--out", out2, "--sizes", coco)
-    assert f"image sizes from --sizes {coco} (1), the boxes' extent (2)" in proc.stdout
+    assert "image sizes from --sizes (1), the boxes' extent (2)" in proc.stdout
     sized = FeatureStore(out2).get("391895")
     assert (sized.width, sized.height) == (640, 480)
 
@@ -146,7 +146,7 @@ def test_vinvl_tsv_converts_with_confidences(tmp_path):
     truth = write_vinvl(tsv, hw)
     out = tmp_path / "features.h5"
     proc = convert("--format", "vinvl", tsv, "--sizes", hw, "--out", out)
-    assert "'vinvl', 2048-d" in proc.stdout and f"image sizes from --sizes {hw} (2), the records (1)" in proc.stdout
+    assert "'vinvl', 2048-d" in proc.stdout and "image sizes from --sizes (2), the records (1)" in proc.stdout
     store = FeatureStore(out)
     assert store.ids() == ["391895", "522418", "1000092795"] and store.kind == "vinvl"
     for image_id, (width, height, boxes, conf, features) in truth.items():
@@ -213,3 +213,16 @@ def test_mixed_dimensions_are_one_line(tmp_path, fmt):
     proc = convert("--format", fmt, tsv, "--out", tmp_path / "f.h5", check=False)
     assert proc.returncode == 1 and "line 2 (image 2): 6-d features, the records before 8-d" in proc.stderr
     assert not (tmp_path / "f.h5").exists()
+
+
+def test_shard_parts_of_other_dimensions_do_not_merge(tmp_path):
+    from clid.features.store import Regions, write_features
+    from clid.files import DataError
+    from clid.shard import join_files
+
+    boxes = np.array([[0, 0, 4, 4]], np.float32)
+    for n, dim in enumerate((8, 6)):
+        write_features(tmp_path / f"p{n}.h5", [(str(n), Regions(np.zeros((1, dim), np.float32), boxes, 4, 4))], "butd")
+    with pytest.raises(DataError, match="attribute 'feature_dim'"):
+        join_files([tmp_path / "p0.h5", tmp_path / "p1.h5"], tmp_path / "out.h5")
+    assert not (tmp_path / "out.h5").exists()

@@ -161,3 +161,32 @@ def test_region_init_file_forms_and_errors(tmp_path):
     torch.save({"weight": Payload()}, tmp_path / "pickle.pt")
     with pytest.raises(DataError, match="not a safetensors file or a plain state dict"):
         load_region_init(model, tmp_path / "pickle.pt")
+
+
+def test_check_features_match_names_both_kinds_and_dimensions(tmp_path):
+    from clid.features.store import check_features_match
+    from clid.files import DataError
+
+    path = tmp_path / "f.h5"
+    write_features(path, [("7", Regions(np.zeros((4, 8), np.float32), BOXES, 200, 200))], "butd")
+    store = FeatureStore(path)
+    check_features_match({"model": {"region_dim": 8}, "feature_kind": "butd", "feature_dim": 8}, store, "ck")
+    check_features_match({"model": {"region_dim": 8}}, store, "old")  # a checkpoint without a kind: dimension only
+    with pytest.raises(DataError) as err:
+        check_features_match({"model": {"region_dim": 2048}, "feature_kind": "vlp-fc6", "feature_dim": 2048}, store, "ck")
+    assert str(err.value) == (f"{path}: holds 'butd' features of 8 dimensions, but the checkpoint ck was trained on "
+                              "'vlp-fc6' features of 2048 dimensions; give the features it was trained on (or a "
+                              "checkpoint trained on these)")
+    with pytest.raises(DataError, match="was trained on 'clid-encoder' features of 8 dimensions"):
+        check_features_match({"model": {"region_dim": 8}, "feature_kind": "clid-encoder", "feature_dim": 8}, store, "ck")
+    # a features file without a kind (written before it was recorded): the dimension decides
+    old = tmp_path / "old.h5"
+    from clid.files import write_h5_groups
+
+    write_h5_groups(old, [("7", {"features": np.zeros((4, 6), np.float32), "boxes": BOXES}, {"width": 200, "height": 200})])
+    old_store = FeatureStore(old)
+    assert old_store.kind is None
+    check_features_match({"model": {"region_dim": 6}, "feature_kind": "butd", "feature_dim": 6}, old_store, "ck")
+    with pytest.raises(DataError, match="holds features of unrecorded kind of 6 dimensions, but the checkpoint ck was "
+                                        "trained on 'butd' features of 8 dimensions"):
+        check_features_match({"model": {"region_dim": 8}, "feature_kind": "butd", "feature_dim": 8}, old_store, "ck")

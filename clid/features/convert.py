@@ -1,7 +1,7 @@
 """Region features from the releases users have, converted into our region-feature file.
 
     python -m clid.features convert --format vlp|butd|vinvl INPUT [INPUT ...] --out features.h5 \\
-        [--sizes FILE] [--ids auto|keep] [--bad-records error|skip] [--shard-id I --num-shards N]
+        [--sizes FILE ...] [--ids auto|keep] [--bad-records error|skip] [--shard-id I --num-shards N]
 
 Formats (docs/formats.md has them field by field):
 
@@ -63,8 +63,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--format", required=True, choices=FORMATS, help="the release's format (see below)")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="the release's files, or folders holding them")
     p.add_argument("--out", required=True, help="the region-feature HDF5 to write (.h5)")
-    p.add_argument("--sizes", help="image sizes where a record has none: the benchmark's hw TSV, VG image_data.json "
-                                   "or a COCO annotations JSON (default: the boxes' extent)")
+    p.add_argument("--sizes", nargs="+", metavar="FILE",
+                   help="image sizes where a record has none: the benchmark's hw TSV, VG image_data.json or COCO "
+                        "annotations JSONs (default: the boxes' extent)")
     p.add_argument("--ids", choices=["auto", "keep"], default="auto",
                    help="auto: COCO file names and zero-padded numbers become COCO ids, other keys lose an image "
                         "extension; keep: the keys as they are")
@@ -135,7 +136,9 @@ class Converter:
 
     def __init__(self, args):
         self.args = args
-        self.sizes = load_size_table(args.sizes) if args.sizes else {}
+        self.sizes = {}
+        for path in args.sizes or []:
+            self.sizes.update(load_size_table(path))
 
     def image_id(self, key: str) -> str:
         return str(key) if self.args.ids == "keep" else image_key_to_id(str(key))
@@ -145,7 +148,7 @@ class Converter:
         if given is not None:
             return given, "the records"
         if image_id in self.sizes:
-            return self.sizes[image_id], f"--sizes {self.args.sizes}"
+            return self.sizes[image_id], "--sizes"
         return box_extent(boxes), "the boxes' extent"
 
     def regions(self, path, where, key, features, boxes, cls_prob=None, confidence=None, given_size=None):

@@ -259,8 +259,8 @@ def add_train_args(p) -> None:
                         "x2 and y2, relative area, detector confidence), layer-normed, and the class probabilities "
                         "layer-normed; image: x1, y1, x2, y2, width, height over the image size, raw class "
                         "probabilities")
-    p.add_argument("--no-region-dropout", dest="region_dropout", action="store_false",
-                   help="no dropout at the end of the two region MLPs (default: dropout there, as the authors' code)")
+    p.add_argument("--region-dropout", choices=["on", "off"], default="on",
+                   help="on: dropout (--dropout) at the end of both region MLPs, as the authors' code; off: none there")
     p.add_argument("--tie-head", action="store_true",
                    help="the LM head projects with the word embeddings (tied; default: a weight of its own, as the "
                         "authors' code)")
@@ -328,7 +328,7 @@ def new_model(args, features: FeatureStore, device, pretrained: bool = True) -> 
     config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, num_classes=num_classes,
                            dropout=args.dropout, output_vocab=output_vocab, input_vocab=input_vocab,
                            region_norm=args.region_norm, box_input=args.box_input,
-                           region_dropout=args.region_dropout, tie_head=args.tie_head)
+                           region_dropout=args.region_dropout == "on", tie_head=args.tie_head)
     if not pretrained:
         config.init_from = None
     torch.manual_seed(item_seed(args.seed, "init"))
