@@ -190,3 +190,23 @@ def test_check_features_match_names_both_kinds_and_dimensions(tmp_path):
     with pytest.raises(DataError, match="holds features of unrecorded kind of 6 dimensions, but the checkpoint ck was "
                                         "trained on 'butd' features of 8 dimensions"):
         check_features_match({"model": {"region_dim": 8}, "feature_kind": "butd", "feature_dim": 8}, old_store, "ck")
+
+
+def test_a_checkpoint_from_before_these_settings_loads_as_the_model_it_was(tmp_path):
+    """config.json without box_input, region_dropout and tie_head: the image-size input, no region
+    dropout, a tied head (the model those checkpoints hold), with the same weights and outputs."""
+    from clid.model.checkpoints import load_checkpoint
+    from clid.model.checkpoints import save_model
+
+    torch.manual_seed(0)
+    old = build_model(CaptionerConfig(region_dim=8, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=16,
+                                      region_hidden=8, levels=get_levels("caption"), box_input="image",
+                                      region_dropout=False, tie_head=True)).eval()
+    save_model(old, tmp_path / "ck")
+    config = json.loads((tmp_path / "ck" / "config.json").read_text())
+    for key in ("box_input", "region_dropout", "tie_head"):
+        del config["model"][key]
+    (tmp_path / "ck" / "config.json").write_text(json.dumps(config))
+    loaded = load_checkpoint(tmp_path / "ck")
+    assert loaded.config == old.config and loaded.head.decoder is None
+    assert len(loaded.embeddings.region_embed) == 3  # no dropout module

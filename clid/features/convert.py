@@ -172,38 +172,41 @@ class Converter:
         raise NotImplementedError
 
     def read(self, items: list):
-        """``(item, where, key, thunk)`` per item: ``thunk()`` gives ``(image_id, Regions, size source)``
-        or raises a DataError."""
+        """``((file, record), key, thunk)`` per item: ``thunk()`` gives ``(image_id, Regions, size source)``
+        or raises a DataError naming the file and the record."""
         raise NotImplementedError
 
     def process(self, chunk: shard.Chunk) -> None:
-        """Convert one chunk of records into the chunk's features file and side tables."""
-        skipped, counts, written, dims, example = [], Counter(), [], set(), None
-        for where, key, make in self.read(chunk.items):
-            try:
-                image_id, regions, source = make()
-                dims.add(regions.features.shape[1])
-                if len(dims) > 1:
-                    raise DataError(where[0], where[1], f"{regions.features.shape[1]}-d features, the records before "
-                                                        f"{min(dims - {regions.features.shape[1]})}-d")
-            except DataError as err:
-                if self.args.bad_records == "error":
-                    raise
-                skipped.append((err.path, err.record, err.problem))
-                continue
-            counts[f"image sizes from {source}"] += 1
-            if image_id != str(key):
-                counts["ids mapped from their keys"] += 1
-                example = example or f"{key} -> {image_id}"
-            else:
-                counts["ids kept as the keys"] += 1
-            written.append((image_id, regions))
-        rows = sorted(counts.items()) + ([(f"example: {example}", 1)] if example else [])
-        shard.write_table(chunk.table("skipped.tsv"), ("file", "record", "problem"), skipped)
-        shard.write_table(chunk.table("counts.tsv"), ("what", "count"), rows)
-        written.sort(key=lambda pair: pair[0])
-        write_features(chunk.path, written, self.kind)
-        chunk.progress(len(chunk.items))
+        """Convert one chunk of records into the chunk's features file and side tables, an image at a time."""
+        skipped, counts, example, dim = [], Counter(), None, None
+
+        def converted():
+            nonlocal example, dim
+            for (path, record), key, make in self.read(chunk.items):
+                chunk.progress(1)
+                try:
+                    image_id, regions, source = make()
+                    if dim is not None and regions.features.shape[1] != dim:
+                        raise DataError(path, record, f"{regions.features.shape[1]}-d features, the records before {dim}-d")
+                except DataError as err:
+                    if self.args.bad_records == "error":
+                        raise
+                    skipped.append((err.path, err.record, err.problem))
+                    continue
+                dim = regions.features.shape[1]
+                counts[f"image sizes from {source}"] += 1
+                if image_id != str(key):
+                    counts["ids mapped from their keys"] += 1
+                    example = example or f"{key} -> {image_id}"
+                else:
+                    counts["ids kept as the keys"] += 1
+                yield image_id, regions
+            # the side tables go before the chunk's data file appears (it marks the chunk as done)
+            rows = sorted(counts.items()) + ([(f"example: {example}", 1)] if example else [])
+            shard.write_table(chunk.table("skipped.tsv"), ("file", "record", "problem"), skipped)
+            shard.write_table(chunk.table("counts.tsv"), ("what", "count"), rows)
+
+        write_features(chunk.path, converted(), self.kind)
 
 
 # ---------------------------------------------------------------------------------------------
