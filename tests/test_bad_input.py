@@ -752,7 +752,16 @@ ENCODER_CASES = [  # (name, make(w, d) -> argv, fragment)
     ("detections-not-json", lambda w, d: ["--images", w.images, "--detections", write(d, "x.json", "{oops"), "--out", d / "f.h5"], "not valid json"),
     ("image-data-without-graphs", lambda w, d: ["--images", w.images, "--boxes", "grid", "2", "--image-data", d / "i.json", "--out", d / "f.h5"],
      "--image-data goes with --scene-graphs"),
+    ("min-conf-above-one", lambda w, d: ["--images", w.images, "--detections", d / "x.json", "--min-conf", "3", "--out", d / "f.h5"],
+     "--min-conf: must be in [0, 1]"),
+    ("convert-chunk-size-zero", lambda w, d: convert_args(d, "butd", tsv(d, butd_lines()), extra=["--chunk-size", "0"]),
+     "--chunk-size: must be at least 1"),
 ]
+row("04", "adam-eps-zero", lambda w, d: w.train_args(d / "out", "--adam-eps", "0"), "--adam-eps: must be a positive number")
+row("04", "region-init-with-init-from", lambda w, d: w.train_args(d / "out", "--init-from", w.trusted, "--region-init", d / "fc.pt"),
+    "--region-init sets a new model's first region layer")
+row("04", "region-init-not-a-state-dict", lambda w, d: w.train_args(d / "out", "--region-init", write(d, "fc.pt", BINARY)),
+    "not a safetensors file or a plain state dict")
 for name, make, fragment in ENCODER_CASES:
     row("features", name, make, fragment)
 

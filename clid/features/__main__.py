@@ -33,6 +33,7 @@ import numpy as np
 from PIL import Image
 
 from clid.cli import HelpFormatter
+from clid.features.convert import positive_int
 from clid.features.encoder import RegionFeatures, detection_regions, graph_regions, grid_boxes, grid_regions
 from clid.features.store import Regions, write_features
 from clid.files import DataError
@@ -51,14 +52,15 @@ def grid_size(text: str) -> int:
     return n
 
 
-def positive_int(text: str) -> int:
+def unit_float(text: str) -> float:
+    """argparse type: a number in [0, 1]."""
     try:
-        n = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], not {text}")
+    return value
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -72,7 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                                              "that convert reads")
     source.add_argument("--boxes", nargs=2, metavar=("grid", "N"), help="an N x N grid of boxes on every image")
     p.add_argument("--image-data", default=None, help="VG image_data.json: file names (url), sizes, COCO ids")
-    p.add_argument("--min-conf", type=float, default=0.2, help="--detections: boxes under this confidence are left out")
+    p.add_argument("--min-conf", type=unit_float, default=0.2, help="--detections: boxes under this confidence are left out")
     p.add_argument("--max-boxes", type=positive_int, default=100, help="--detections: the most confident boxes kept")
     p.add_argument("--out", required=True, help="the region-feature HDF5 to write")
     p.add_argument("--crop", type=positive_int, default=64, help="boxes are resized to crop x crop for the encoder")
@@ -92,8 +94,6 @@ def parse_args(argv=None) -> argparse.Namespace:
             args.grid = grid_size(args.boxes[1])
         except argparse.ArgumentTypeError as err:
             p.error(f"--boxes grid: {err}")
-    if not 0.0 <= args.min_conf <= 1.0:
-        p.error("--min-conf must be in [0, 1]")
     return args
 
 

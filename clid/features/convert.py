@@ -57,6 +57,17 @@ CLS_FILE = re.compile(r"_cls(\d{3})\.h5$")
 PROGRESS_SECONDS = 10
 
 
+def positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m clid.features convert", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 2)[2], formatter_class=HelpFormatter)
@@ -72,13 +83,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--bad-records", choices=["error", "skip"], default="error",
                    help="a malformed record: error (stop, naming the file and the record) or skip (left out, "
                         "counted, listed in OUT.skipped.tsv)")
-    p.add_argument("--chunk-size", type=int, default=1000, help="images per resumable chunk")
+    p.add_argument("--chunk-size", type=positive_int, default=1000, help="images per resumable chunk")
     shard.add_shard_args(p)
     args = p.parse_args(argv)
     if not args.out.endswith((".h5", ".hdf5")):
         p.error(f"--out must end with .h5 or .hdf5 (got {args.out})")
-    if args.chunk_size < 1:
-        p.error("--chunk-size must be at least 1")
     return args
 
 
