@@ -25,7 +25,7 @@ def recorded_calls(tmp_path, script, *args):
     return [json.loads(line) for line in calls.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("script, args", [("00_convert.sbatch", ()), ("01_saliency.sbatch", ()),
+@pytest.mark.parametrize("script, args", [("00_convert.sbatch", ()), ("00_features.sbatch", ()), ("01_saliency.sbatch", ()),
                                           ("02_captions.sbatch", ()), ("03_paraphrase.sbatch", ()),
                                           ("04_train_base.sbatch", ("trusted",)), ("04_train_base.sbatch", ("extended",)),
                                           ("05_score.sbatch", ()), ("06_train_selection.sbatch", ()),
@@ -42,6 +42,13 @@ def test_sbatch_commands_parse(tmp_path, script, args):
         assert parsed.command == "convert-coco" and parsed.out == "/data/coco/karpathy.json"
         assert parsed.captions == ["/data/coco/annotations/captions_train2014.json",
                                    "/data/coco/annotations/captions_val2014.json"]
+        return
+    if call[:3] == ["-m", "clid.features", "convert"]:
+        from clid.features.convert import parse_args as convert_args
+
+        parsed = convert_args(call[3:])
+        assert (parsed.format, parsed.inputs, parsed.out) == ("vlp", ["/data/coco/region_feat_gvd_wo_bgd"],
+                                                              "/data/coco/features.h5")
         return
     module = import_script(call[0], "slurm_" + call[0][:2])
     parsed = module.parse_args(call[1:])
