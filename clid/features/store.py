@@ -308,9 +308,10 @@ def check_features_match(config: dict, store: FeatureStore, checkpoint_path) -> 
     """Raise a DataError when ``store`` holds another kind or dimension of features than the
     checkpoint at ``checkpoint_path`` was trained on, naming both kinds and both dimensions.
 
-    ``config`` is the checkpoint's ``config.json`` (the kind and dimension it records at its top level
-    as ``feature_kind``/``feature_dim``; the model's ``region_dim`` is its dimension too). A
-    checkpoint or features file written before kinds were recorded is checked on the dimension only.
+    ``config`` is the checkpoint's ``config.json`` as a dict (``clid.model.checkpoints.read_config``):
+    the kind and dimension it records at its top level as ``feature_kind``/``feature_dim``, else the
+    model's ``region_dim`` (its ``model`` part alone works too). A checkpoint or features file written
+    before kinds were recorded is checked on the dimension only.
     """
     model = config.get("model") if isinstance(config.get("model"), dict) else config
     want_kind = config.get("feature_kind", model.get("feature_kind"))
