@@ -15,7 +15,8 @@ In: nothing but a seed. Out, in --out (the formats of docs/formats.md, read by t
   features.h5              one group per caption id: row 0 the whole image, then one row per true object
                            box (x1, y1, x2, y2 pixels); ImageNet EfficientNet-Lite0 features of the pixels,
                            then colour histograms of the box and of its figure (--colour-bins), made by
-                           clid.features.encoder, which serves any image folder with boxes
+                           clid.features.encoder, which serves any image folder with boxes (the file's
+                           feature_kind: clid-encoder)
   long_refs.json           test images only: several true descriptions per level 3-6 (20-59 tokens),
                            each sentence with a "level" key; for evaluation only, never for training
   world.json               the arguments and counts; a re-run with the same arguments skips the work
@@ -47,7 +48,7 @@ import numpy as np
 
 from clid.cli import HelpFormatter, non_negative_int, number, positive_int, unit_interval
 from clid.demo import BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report, read_preview_records, write_preview
-from clid.features.store import write_features
+from clid.features.store import Regions, write_features
 from clid.files import read_json, write_json
 from clid.runs import record_differences, run_record
 from clid.text import LEVEL_SETS, caption_lengths, karpathy_tokens
@@ -199,8 +200,8 @@ def main(argv=None) -> None:
 
     # 2. region features: one HDF5 group per caption id
     if not args.skip_features:
-        write_features(out / "features.h5", ((r["image_id"], r.pop("features"), r["boxes"], args.size, args.size)
-                                             for r in records))
+        write_features(out / "features.h5", ((r["image_id"], Regions(r.pop("features"), r["boxes"], args.size, args.size))
+                                             for r in records), "clid-encoder")
 
     # 3. the dataset files
     write_json(out / "captions.json", karpathy_json(records, lambda r: [(c, {}) for c in r["captions"]]))

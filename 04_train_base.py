@@ -40,10 +40,18 @@ from collections import Counter
 from pathlib import Path
 
 from clid.cli import HelpFormatter
-from clid.features.store import FeatureStore, RegionCache
+from clid.features.store import FeatureStore, RegionCache, check_features_match
 from clid.files import DataError, check_not_input, read_json, run_main
 from clid.model.captioner import count_parameters
-from clid.model.checkpoints import check_same_levels, checkpoint_exists, load_init_weights, read_train_state, restore
+from clid.model.checkpoints import (
+    check_same_levels,
+    checkpoint_exists,
+    feature_record,
+    load_init_weights,
+    read_config,
+    read_train_state,
+    restore,
+)
 from clid.model.inputs import make_examples, training_items
 from clid.model.train import (
     Trainer,
@@ -83,6 +91,9 @@ def parse_args(argv=None):
         p.error("--data extended needs --selfgen FILE")
     if args.continue_from and args.init_from:
         p.error("--continue-from and --init-from exclude each other")
+    if args.region_init and (args.continue_from or args.init_from):
+        p.error("--region-init sets a new model's first region layer; a checkpoint (--init-from, --continue-from) "
+                "brings its own")
     check_not_input(args.out, {"--continue-from": args.continue_from, "--init-from": args.init_from})
     if args.continue_from:
         continued_schedule(args)
@@ -150,8 +161,9 @@ def main(argv=None):
     rank, world, device, features = started
     model = new_model(args, features, device)
     if args.init_from or args.continue_from:
-        load_init_weights(model, args.init_from or args.continue_from,
-                          "--init-from" if args.init_from else "--continue-from")
+        source = args.init_from or args.continue_from
+        check_features_match(read_config(source), features, source)
+        load_init_weights(model, source, "--init-from" if args.init_from else "--continue-from")
     try:
         examples, val_ids = load_examples(args, features, model.tokenizer, model.levels, rank)
     except DataError as err:
@@ -159,9 +171,9 @@ def main(argv=None):
     if not (args.init_from or args.continue_from):  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
 
-    trainer = Trainer(model, examples, RegionCache(features, model.config.num_classes), settings_from_args(args),
-                      args.out, {"train": vars(args), "stage": "04_train_base",
-                                "run": training_record(args)}, device, rank, world,
+    trainer = Trainer(model, examples, RegionCache.for_model(features, model.config), settings_from_args(args),
+                      args.out, {"train": vars(args), "stage": "04_train_base", "run": training_record(args),
+                                 **feature_record(features)}, device, rank, world,
                       validation_check(args, features, val_ids, device))
     if trainer.resume():
         if rank == 0:

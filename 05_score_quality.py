@@ -12,6 +12,10 @@ Out: the quality HDF5: ``id``, ``logp_trusted``, ``logp_extended``, ``u`` (+ ``s
     u_j = log p(y_j | x_j; theta) - log p(y_j | x_j; theta~)                     (Eq. 1)
     log p(y | x) = (1/m) * sum_t log P(w_t | w_<t, x)                            (Eq. 2)
 
+m counts every position of the caption's level, the "." padding to the level's length included, and
+every one of them is scored, as the authors' ``measure_noise.py`` does (``--count level``; the paper
+says only "m tokens"). ``--count caption`` counts and scores the caption's own tokens and its final ".".
+
 ``--mode prefix`` (default, the authors' definition): all text masked, the true prefix revealed,
 position t read; one pass per position, made fast without changing the numbers (see
 clid/model/scoring.py). ``--mode pseudo`` and ``--mode onepass`` are documented approximations.
@@ -32,12 +36,14 @@ import torch
 from clid import runs, shard
 from clid.cli import HelpFormatter, positive_int
 from clid.data.splits import add_split_args
-from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
+from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg, check_features_match
 from clid.files import DataError, read_arrays, read_jsonl, run_main, write_quality
-from clid.model.checkpoints import load_checkpoint
+from clid.model.checkpoints import load_checkpoint, read_config
 from clid.model.inputs import add_left_out_arg, check_left_out, make_examples, training_items
 from clid.model.scoring import MODES, caption_logprobs
 from clid.text import preprocess
+
+COUNTS = ("level", "caption")  # Eq. 2's m: the level's padded length (the authors' code), or the caption's tokens
 
 
 def parse_args(argv=None):
@@ -49,9 +55,10 @@ def parse_args(argv=None):
     add_bad_features_arg(p)
     p.add_argument("--out", required=True, help="quality HDF5")
     p.add_argument("--mode", choices=MODES, default="prefix")
-    p.add_argument("--count-padding", action="store_true",
-                   help='average over the level\'s full padded length, "." padding included (the authors\' code); '
-                        'default: over the caption\'s own tokens and its final "." (the paper)')
+    p.add_argument("--count", choices=COUNTS, default="level",
+                   help='Eq. 2\'s m: level: every position up to the level\'s highest length, the "." padding '
+                        'included, all scored (the authors\' measure_noise.py); caption: the caption\'s own tokens '
+                        'and its final "."')
     p.add_argument("--captions", help="trusted caption file: score only captions of its train-split images")
     p.add_argument("--include-trusted", action="store_true", help="also score the trusted captions (needs --captions)")
     p.add_argument("--batch-size", type=positive_int, default=64)
@@ -107,7 +114,7 @@ def score_chunk(chunk, models, features, regions, args):
                                       "selfgen", features)
     source = {c: s for c, _, _, s in chunk.items}
     # progress counts captions: a batch counts half its size per model
-    logp = [caption_logprobs(m, examples, regions, args.mode, args.batch_size, args.device, args.count_padding,
+    logp = [caption_logprobs(m, examples, regions, args.mode, args.batch_size, args.device, args.count == "level",
                              progress=lambda n, k=k: chunk.progress(n // 2 if k == 0 else n - n // 2))
             for k, m in enumerate(models)]
     shard.write_table(chunk.table("skipped.tsv"), ("reason", "count"), sorted(skipped.items()))
@@ -147,7 +154,7 @@ def report(out: Path) -> None:
 def main(argv=None):
     args = parse_args(argv)
     record = runs.run_record(args, inputs=("trusted", "extended", "selfgen", "features", "captions", "test_ids"),
-                              settings=("mode", "count_padding", "include_trusted", "test_ids", "no_split_check"))
+                             settings=("mode", "count", "include_trusted", "test_ids", "no_split_check"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".h5", ".hdf5"))
     try:
         items, skipped = load_items(args)
@@ -156,15 +163,17 @@ def main(argv=None):
         sys.exit(f"error: {err}")
     check_items_left_out(items, skipped, features, args)
     if not job.done:
+        for folder in (args.trusted, args.extended):
+            check_features_match(read_config(folder), features, folder)
         models = [load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)]
         if any(getattr(models[0].config, name) != getattr(models[1].config, name)
-               for name in ("levels", "output_vocab", "num_classes")):
-            sys.exit("error: the trusted and extended checkpoints use different length levels, output vocabularies "
-                     "or region class counts")
+               for name in ("levels", "output_vocab", "num_classes", "box_input")):
+            sys.exit("error: the trusted and extended checkpoints use different length levels, output vocabularies, "
+                     "region class counts or box inputs")
         if same_weights(*models):
             sys.exit(f"error: --trusted {args.trusted} and --extended {args.extended} hold the same weights: every u "
                      "would be 0; give the model trained on trusted captions and the one trained on the extended set")
-        regions = RegionCache(features, models[0].config.num_classes)
+        regions = RegionCache.for_model(features, models[0].config)
         print(f"scoring {len(job.spec.select(items))} of {len(items)} captions (shard {job.spec.shard_id}/"
               f"{job.spec.num_shards}) in {args.mode} mode on {args.device}")
     done = job.run(items, lambda chunk: score_chunk(chunk, models, features, regions, args), "05 score", "cap")

@@ -45,10 +45,10 @@ import torch
 
 from clid import ops
 from clid.cli import HelpFormatter, number, positive_float, positive_int
-from clid.features.store import RegionCache
+from clid.features.store import RegionCache, check_features_match
 from clid.files import DataError, atomic_path, read_quality, run_main
 from clid.model.captioner import count_parameters
-from clid.model.checkpoints import load_init_weights
+from clid.model.checkpoints import feature_record, load_init_weights, read_config
 from clid.model.inputs import make_examples, training_items
 from clid.model.train import (
     Trainer,
@@ -98,6 +98,8 @@ def parse_args(argv=None):
         args.eta = PARAGRAPH_ETA if args.levels == "paragraph" else CAPTION_ETA
     if args.init not in ("bert", "random") and not Path(args.init).is_dir():
         p.error(f"--init must be bert, random or a checkpoint folder (got {args.init!r})")
+    if args.region_init and args.init not in ("bert", "random"):
+        p.error("--region-init sets a new model's first region layer; the checkpoint of --init brings its own")
     return args
 
 
@@ -200,6 +202,7 @@ def main(argv=None):
     # the model: as 04 starts it (bert), randomly initialised (the authors' code), or a checkpoint's weights
     model = new_model(args, features, device, pretrained=args.init != "random")
     if args.init not in ("bert", "random"):
+        check_features_match(read_config(args.init), features, args.init)
         load_init_weights(model, args.init, "--init")
     config = model.config
 
@@ -224,9 +227,9 @@ def main(argv=None):
     if rank == 0:
         report_plan(plan, items.notes, skipped, features, n_trusted, u, out, args)
 
-    trainer = Trainer(model, examples, RegionCache(features, config.num_classes), settings_from_args(args), out,
-                      {"train": vars(args), "stage": "06_train_selection",
-                                                 "run": training_record(args)}, device, rank, world,
+    trainer = Trainer(model, examples, RegionCache.for_model(features, config), settings_from_args(args), out,
+                      {"train": vars(args), "stage": "06_train_selection", "run": training_record(args),
+                       **feature_record(features)}, device, rank, world,
                       validation_check(args, features, items.val_ids, device))
     if trainer.resume() and rank == 0:
         print(f"resumed from {out} at step {trainer.step}")

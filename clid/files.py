@@ -253,8 +253,12 @@ def h5_number(path, record, group, name: str, positive: bool = False) -> float:
     return number
 
 
-def write_h5_groups(path, groups: Iterable[tuple[str, dict, dict]], compression: str | None = None) -> int:
-    """Write ``(image_id, datasets, attrs)`` triples atomically as one group per image id."""
+def write_h5_groups(path, groups: Iterable[tuple[str, dict, dict]], compression: str | None = None,
+                    root_attrs: dict | None = None) -> int:
+    """Write ``(image_id, datasets, attrs)`` triples atomically as one group per image id.
+
+    ``root_attrs`` become the file's own attributes; they are read after the last group is written,
+    so a generator of the groups may fill them in (a value of None is left out)."""
     import h5py
 
     count = 0
@@ -267,6 +271,9 @@ def write_h5_groups(path, groups: Iterable[tuple[str, dict, dict]], compression:
                 for name, value in attrs.items():
                     group.attrs[name] = value
                 count += 1
+            for name, value in (root_attrs or {}).items():
+                if value is not None:
+                    f.attrs[name] = value
     return count
 
 

@@ -408,10 +408,15 @@ def _join_h5(paths: Sequence[Path], out) -> None:
             kinds.update("groups" if isinstance(v, h5py.Group) else "arrays" for v in f.values())
     if len(kinds) > 1:
         raise files.DataError(paths[0], None, "parts mix image groups and flat arrays")
-    if kinds != {"arrays"}:  # image groups, or nothing at all
+    if kinds != {"arrays"}:  # image groups, or nothing at all; the parts' own attributes must agree
         with files.atomic_path(out) as tmp, h5py.File(tmp, "w") as dst:
             for p in paths:
                 with h5py.File(p, "r") as src:
+                    for name, value in src.attrs.items():
+                        if name in dst.attrs and not np.array_equal(dst.attrs[name], value):
+                            raise files.DataError(p, f"attribute '{name}'", f"{value!r} here, {dst.attrs[name]!r} "
+                                                                            "in another part")
+                        dst.attrs[name] = value
                     for key in src:
                         if key in dst:
                             raise files.DataError(p, f"image {key}", "appears in two parts")

@@ -639,6 +639,139 @@ row("04", "features-image-missing", lambda w, d: w.train_args(d / "out", "--max-
                                                               h5_changed(w.features, d, lambda f: f.__delitem__("1"))),
     "no region features for the image", "skip")
 
+# -- features of another kind or dimension than a checkpoint's (04 --init-from, 05, 07) ------------------
+def other_kind(w: World, d: Path) -> Path:
+    return h5_changed(w.features, d, lambda f: f.attrs.__setitem__("feature_kind", "butd"), "butd.h5")
+
+
+def other_dim(w: World, d: Path) -> Path:
+    (d / "w8").mkdir()
+    return make_toy_world(d / "w8", n_train=8, n_val=2, n_test=3, dim=8)[1]
+
+
+def without_feature_kind(folder: Path) -> None:
+    """A checkpoint written before config.json recorded the features' kind."""
+    config = json.loads((folder / "config.json").read_text())
+    del config["feature_kind"], config["feature_dim"]
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+KIND_CASES = [  # (name, make features, fragment)
+    ("other-kind", other_kind, "holds 'butd' features of 16 dimensions, but the checkpoint"),
+    ("other-dimension", other_dim, "holds 'toy' features of 8 dimensions, but the checkpoint"),
+]
+for name, make, fragment in KIND_CASES:
+    row("05", f"features-{name}", lambda w, d, make=make: w.score_args(d / "out.h5", "--features", make(w, d)),
+        fragment + "|trained on 'toy' features of 16 dimensions")
+    row("07", f"features-{name}", lambda w, d, make=make: ["--refs", w.captions, "--features", make(w, d), "--checkpoint",
+                                                            w.trusted, "--out", d / "out", "--spice", "off"], fragment)
+    row("04", f"init-from-features-{name}", lambda w, d, make=make: w.train_args(d / "out", "--init-from", w.trusted,
+                                                                                 "--features", make(w, d)), fragment)
+row("05", "features-other-kind-older-checkpoint",  # no kind recorded: checked on the dimension only
+    lambda w, d: w.score_args(d / "out.h5", "--features", other_kind(w, d),
+                              "--trusted", checkpoint_copy(w.trusted, d, without_feature_kind, "old"),
+                              "--extended", checkpoint_copy(w.extended, d, without_feature_kind, "old_ext")), "scored", "ok")
+row("05", "features-dim-attribute-wrong",
+    lambda w, d: w.score_args(d / "out.h5", "--features", h5_changed(w.features, d, lambda f: f.attrs.__setitem__("feature_dim", 99))),
+    "attribute 'feature_dim': says 99, but the features of image")
+
+# -- python -m clid.features: the encoder's boxes and the converters -------------------------------------
+def vlp_release(d: Path, change=None) -> Path:
+    from feature_formats import write_vlp
+
+    write_vlp(d, regions=4, dim=16, classes=5)
+    if change:
+        change(d / "region_feat_gvd_wo_bgd")
+    return d / "region_feat_gvd_wo_bgd"
+
+
+def short_features(folder: Path) -> None:
+    import h5py
+    from feature_formats import PREFIX
+
+    with h5py.File(folder / "feat_cls_1000" / f"{PREFIX}_feat895.h5", "a") as f:
+        del f["COCO_val2014_000000391895"]
+        f.create_dataset("COCO_val2014_000000391895", data=np.zeros((3, 16), np.float32))
+
+
+def tsv(d: Path, lines) -> Path:
+    return write(d, "f.tsv", "".join(line + "\n" for line in lines))
+
+
+def butd_lines(change=None) -> list:
+    from feature_formats import butd_line
+
+    rng = np.random.default_rng(0)
+    boxes = np.array([[1, 2, 30, 40], [5, 5, 20, 20]], np.float32)
+    lines = [butd_line(i, 64, 48, boxes, rng.normal(size=(2, 16))) for i in (1, 2)]
+    return change(lines) if change else lines
+
+
+def vinvl_lines(objects=None, text=None) -> list:
+    from feature_formats import b64
+
+    rng = np.random.default_rng(0)
+    good = [{"rect": [1, 2, 30, 40], "class": "dog", "conf": 0.9, "feature": b64(rng.normal(size=16))}]
+    second = text if text is not None else json.dumps({"objects": good if objects is None else objects, "image_w": 64, "image_h": 48})
+    return ["1\t" + json.dumps({"objects": good, "image_w": 64, "image_h": 48}), "2\t" + second]
+
+
+def convert_args(d: Path, fmt: str, *inputs, extra=()) -> list:
+    return ["convert", "--format", fmt, *inputs, "--out", d / "f.h5", *extra]
+
+
+CONVERT_CASES = [  # (name, make(w, d) -> argv, fragment, kind)
+    ("vlp-rows-mismatch", lambda w, d: convert_args(d, "vlp", vlp_release(d, short_features)), "do not match the 4 boxes", "error"),
+    ("vlp-no-box-file", lambda w, d: convert_args(d, "vlp", vlp_release(d) / "feat_cls_1000"), "expected one box file", "error"),
+    ("vlp-skip", lambda w, d: convert_args(d, "vlp", vlp_release(d, short_features), extra=["--bad-records", "skip"]),
+     "skipped 1 malformed record", "skip"),
+    ("butd-bad-base64", lambda w, d: convert_args(d, "butd", tsv(d, butd_lines(lambda l: [l[0], l[1][:-8] + "!!!!"]))), "line 2 (image 2): 'features' is not valid base64", "error"),
+    ("butd-fields", lambda w, d: convert_args(d, "butd", tsv(d, butd_lines(lambda l: [l[0], "2\t64\t48\t2"]))), "4 tab-separated fields, expected 6", "error"),
+    ("butd-width-word", lambda w, d: convert_args(d, "butd", tsv(d, butd_lines(lambda l: [l[0], l[1].replace("\t64\t", "\twide\t", 1)]))), "must be numbers", "error"),
+    ("butd-box-outside", lambda w, d: convert_args(d, "butd", tsv(d, butd_lines(lambda l: [l[0], l[1].replace("\t64\t48\t", "\t10\t10\t", 1)]))), "is not inside the 10 x 10 image", "error"),
+    ("vinvl-not-json", lambda w, d: convert_args(d, "vinvl", tsv(d, vinvl_lines(text="{oops"))), "line 2 (image 2): not valid json", "error"),
+    ("vinvl-no-feature", lambda w, d: convert_args(d, "vinvl", tsv(d, vinvl_lines([{"rect": [1, 2, 3, 4], "class": "a", "conf": 0.5}]))), "no 'feature'", "error"),
+    ("vinvl-no-objects", lambda w, d: convert_args(d, "vinvl", tsv(d, vinvl_lines([]))), "line 2 (image 2): no objects", "error"),
+    ("vinvl-rect-three", lambda w, d: convert_args(d, "vinvl", tsv(d, vinvl_lines([{"rect": [1, 2, 3], "feature": ""}]))), "'rect' must be four numbers", "error"),
+    ("vinvl-sizes-bad", lambda w, d: convert_args(d, "vinvl", tsv(d, vinvl_lines()), extra=["--sizes", write(d, "hw.tsv", "1\tnope\n")]), "expected an image key, a tab", "error"),
+    ("missing-input", lambda w, d: convert_args(d, "butd", d / "nope.tsv"), "no such file or folder", "error"),
+    ("out-not-h5", lambda w, d: ["convert", "--format", "butd", tsv(d, butd_lines()), "--out", d / "f.txt"], "--out must end with .h5", "error"),
+]
+for name, make, fragment, kind in CONVERT_CASES:
+    row("features", f"convert-{name}", make, fragment, kind)
+ENCODER_CASES = [  # (name, make(w, d) -> argv, fragment)
+    ("grid-zero", lambda w, d: ["--images", w.images, "--boxes", "grid", "0", "--out", d / "f.h5"], "n must be in 1..32"),
+    ("grid-word", lambda w, d: ["--images", w.images, "--boxes", "grid", "many", "--out", d / "f.h5"], "n must be a whole number"),
+    ("boxes-not-grid", lambda w, d: ["--images", w.images, "--boxes", "tiles", "3", "--out", d / "f.h5"], "--boxes takes 'grid n'"),
+    ("no-box-source", lambda w, d: ["--images", w.images, "--out", d / "f.h5"], "one of the arguments --scene-graphs --detections --boxes"),
+    ("two-box-sources", lambda w, d: ["--images", w.images, "--boxes", "grid", "2", "--detections", d / "x.json", "--out", d / "f.h5"], "not allowed with"),
+    ("images-missing", lambda w, d: ["--images", d / "nope", "--boxes", "grid", "2", "--out", d / "f.h5"], "no such image folder"),
+    ("detections-short-box", lambda w, d: ["--images", w.images, "--detections", write(d, "x.json", {"1.png": [[1, 2, 3]]}), "--out", d / "f.h5"],
+     "image 1.png box 0: a box must be four numbers"),
+    ("detections-conf-word", lambda w, d: ["--images", w.images, "--detections", write(d, "x.json", {"1": [{"rect": [1, 2, 3, 4], "conf": "high"}]}), "--out", d / "f.h5"],
+     "'conf' must be a number"),
+    ("detections-coco-bbox", lambda w, d: ["--images", w.images, "--detections", write(d, "x.json", [{"image_id": 1, "bbox": "1 2 3 4"}]), "--out", d / "f.h5"],
+     "'bbox' must be four numbers"),
+    ("detections-no-image", lambda w, d: ["--images", w.images, "--detections", write(d, "x.json", {"9999": [[1, 2, 30, 40]]}), "--out", d / "f.h5"],
+     "no image with boxes was found"),
+    ("detections-tsv-fields", lambda w, d: ["--images", w.images, "--detections", write(d, "x.tsv", "1\t2\t3\n"), "--out", d / "f.h5"],
+     "3 tab-separated fields"),
+    ("detections-not-json", lambda w, d: ["--images", w.images, "--detections", write(d, "x.json", "{oops"), "--out", d / "f.h5"], "not valid json"),
+    ("image-data-without-graphs", lambda w, d: ["--images", w.images, "--boxes", "grid", "2", "--image-data", d / "i.json", "--out", d / "f.h5"],
+     "--image-data goes with --scene-graphs"),
+    ("min-conf-above-one", lambda w, d: ["--images", w.images, "--detections", d / "x.json", "--min-conf", "3", "--out", d / "f.h5"],
+     "--min-conf: must be in [0, 1]"),
+    ("convert-chunk-size-zero", lambda w, d: convert_args(d, "butd", tsv(d, butd_lines()), extra=["--chunk-size", "0"]),
+     "--chunk-size: must be at least 1"),
+]
+row("04", "adam-eps-zero", lambda w, d: w.train_args(d / "out", "--adam-eps", "0"), "--adam-eps: must be a positive number")
+row("04", "region-init-with-init-from", lambda w, d: w.train_args(d / "out", "--init-from", w.trusted, "--region-init", d / "fc.pt"),
+    "--region-init sets a new model's first region layer")
+row("04", "region-init-not-a-state-dict", lambda w, d: w.train_args(d / "out", "--region-init", write(d, "fc.pt", BINARY)),
+    "not a safetensors file or a plain state dict")
+for name, make, fragment in ENCODER_CASES:
+    row("features", name, make, fragment)
+
 # -- self-generated captions JSONL: 04 extended, 05, 06 --------------------------------------------------
 SELFGEN_CASES = [
     ("missing", lambda w, d: d / "nope.jsonl", "no such file|not found", "error"),

@@ -383,7 +383,7 @@ def test_features_command_gives_the_worlds_features_from_its_graphs(worlds, tmp_
     (tmp_path / "graphs.json").write_text(json.dumps(graphs))
     proc = run_script("-m", "clid.features", "--images", images, "--scene-graphs", tmp_path / "graphs.json",
                       "--image-data", out / "image_data.json", "--out", tmp_path / "f.h5", "--chunk", 3)
-    assert "skipped 3 of 7 scene graphs" in proc.stdout and "no COCO id" in proc.stdout
+    assert "skipped 3 of 7 images" in proc.stdout and "no COCO id" in proc.stdout
     assert "no image file" in proc.stdout and "demo_000005.png" in proc.stdout
     made, wrote = FeatureStore(tmp_path / "f.h5"), FeatureStore(out / "features.h5")
     assert made.ids() == ["1", "2", "3", "4"] and made.feature_dim() == 1280 + 2 * 4 ** 3

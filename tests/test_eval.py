@@ -191,6 +191,7 @@ def install_fake_captioner(monkeypatch, pool, calls):
         return captions, {level: set() for level in levels}
 
     monkeypatch.setattr("clid.model.checkpoints.load_checkpoint", lambda path, device="cpu": FakeCaptioner(path, pool))
+    monkeypatch.setattr("clid.model.checkpoints.read_config", lambda path: {"model": {}})  # (no kind: not checked)
     monkeypatch.setattr("clid.model.decode.generate_captions", generate_captions)
 
 

@@ -49,8 +49,13 @@ def test_forward_shapes_and_head_only_at_requested_positions(world):
     # same numbers as projecting every position and picking the two
     full = model.logits_from_hidden(model.hidden(states))
     torch.testing.assert_close(logits, full[where])
-    # the head's projection is the word-embedding matrix itself (tied)
-    assert model.output_weight.data_ptr() == model.embeddings.word_embeddings.weight.data_ptr()
+    # the head's projection is a weight of its own (the authors' code); tied, it is the word embeddings
+    assert model.output_weight.data_ptr() == model.head.decoder.weight.data_ptr()
+    assert model.output_weight.data_ptr() != model.embeddings.word_embeddings.weight.data_ptr()
+    torch.manual_seed(0)
+    tied = build_model(CaptionerConfig(region_dim=32, levels=get_levels("caption"), dropout=0.0, tie_head=True, **TINY))
+    assert tied.head.decoder is None and "head.decoder.weight" not in tied.state_dict()
+    assert tied.output_weight.data_ptr() == tied.embeddings.word_embeddings.weight.data_ptr()
 
 
 def test_padded_regions_do_not_change_the_result(world):
@@ -210,7 +215,7 @@ def authors_mask_predict(model, f, p, m, level, steps, average):
 def test_decoding_averages_confidences_by_default_as_the_authors(world):
     """The default decoding is the authors' loop (confidence averaging); labert_average=False keeps
     the confidences of the positions that were not re-masked, and the two differ on this model."""
-    model = tiny_model(seed=1).eval()  # (with an untrained model the two rarely differ; here at level 4)
+    model = tiny_model(seed=2).eval()  # (with an untrained model the two rarely differ; here at level 4)
     f, p, m = RegionCache(FeatureStore(world[1])).batch(["45", "46", "47"])
     for level, steps in ((2, 4), (4, 10)):
         averaged = mask_predict(model, f, p, m, level=level, steps=steps)
@@ -248,7 +253,7 @@ def test_save_load_round_trip(tmp_path, world):
     assert loaded.config == model.config
     for (k, a), (k2, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
         assert k == k2 and torch.equal(a, b)
-    assert loaded.output_weight.data_ptr() == loaded.embeddings.word_embeddings.weight.data_ptr()
+    assert loaded.output_weight.data_ptr() == loaded.head.decoder.weight.data_ptr()
     regions = RegionCache(FeatureStore(world[1]))
     f, p, m = regions.batch(["45"])
     ids = torch.full((1, 9), 103)
@@ -442,7 +447,10 @@ def test_minilm_preset_loads_offline_weights():
     rows = [0, 103, 1012, 2158, 3899]
     compact = build_model(preset_config("minilm", region_dim=32, output_vocab=rows[2:], input_vocab=rows))
     torch.testing.assert_close(compact.embeddings.word_embeddings.weight, model.embeddings.word_embeddings.weight[rows])
+    # the untied head's projection starts as BERT's word embeddings (BERT's MLM projection is tied to them)
     torch.testing.assert_close(compact.output_weight, model.embeddings.word_embeddings.weight[rows[2:]])
+    torch.testing.assert_close(model.output_weight, model.embeddings.word_embeddings.weight)
+    assert model.output_weight.data_ptr() != model.embeddings.word_embeddings.weight.data_ptr()
 
 
 def test_labert_preset_from_a_local_bert_folder(tmp_path):
@@ -480,7 +488,8 @@ def test_class_probabilities_reach_the_region_position_embedding(tmp_path):
     features = FeatureStore(world[1])
     f, p, m = RegionCache(features, 6).batch(["1", "2"])
     assert p.shape[2] == 12
-    torch.testing.assert_close(p[0, :4, 6:], torch.as_tensor(features.get("1").cls_prob))
+    cls = torch.as_tensor(features.get("1").cls_prob)  # layer-normed, as the authors' input reads them
+    torch.testing.assert_close(p[0, :4, 6:], torch.nn.functional.layer_norm(cls, [6]))
     ids, lv = torch.full((2, 9), model.tokenizer.mask_token_id), torch.tensor([1, 1])
     other_classes = torch.cat([p[..., :6], p[..., 6:].roll(1, -1)], -1)
     assert not torch.allclose(model.encode(f, p, m, ids, lv), model.encode(f, other_classes, m, ids, lv))

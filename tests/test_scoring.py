@@ -68,13 +68,23 @@ def test_prefix_scores_equal_the_definition(setup, count_padding):
 
 def test_fast_prefix_equals_the_authors_loop(setup):
     _, _, _, model, examples, regions = setup
-    fast = caption_logprobs(model, examples, regions, "prefix", batch_size=4)
-    eager = caption_logprobs_eager(model, examples, regions, batch_size=7)
+    fast = caption_logprobs(model, examples, regions, "prefix", batch_size=4, count_padding=False)
+    eager = caption_logprobs_eager(model, examples, regions, batch_size=7, count_padding=False)
     np.testing.assert_allclose(fast, eager, atol=1e-4)
     fast_padding = caption_logprobs(model, examples, regions, "prefix", batch_size=4, count_padding=True)
     eager_padding = caption_logprobs_eager(model, examples, regions, batch_size=7, count_padding=True)
     np.testing.assert_allclose(fast_padding, eager_padding, atol=1e-4)
     assert not np.allclose(fast, fast_padding)
+    # the default is the authors' count (measure_noise.py divides by every non-pad position)
+    np.testing.assert_array_equal(caption_logprobs(model, examples, regions, "prefix", batch_size=4), fast_padding)
+
+
+def test_05_counts_m_as_the_authors_by_default():
+    score = import_script("05_score_quality.py", "score_quality_count")
+    args = score.parse_args(["--trusted", "t", "--extended", "e", "--selfgen", "s", "--features", "f", "--out", "q.h5"])
+    assert args.count == "level"
+    assert score.parse_args(["--trusted", "t", "--extended", "e", "--selfgen", "s", "--features", "f", "--out", "q.h5",
+                             "--count", "caption"]).count == "caption"
 
 
 def test_approximate_modes(setup):
@@ -94,7 +104,7 @@ def test_approximate_modes(setup):
         logp = model.logits_from_hidden(model.hidden(states[0])).log_softmax(-1)
     m = len(examples.tokens[i])
     expected = float(np.mean([float(logp[t, examples.tokens[i][t]]) for t in range(m)]))
-    assert abs(caption_logprobs(model, examples.subset([i]), regions, "onepass")[0] - expected) < 1e-5
+    assert abs(caption_logprobs(model, examples.subset([i]), regions, "onepass", count_padding=False)[0] - expected) < 1e-5
 
 
 def save_two_models(model, folder) -> None:
@@ -126,6 +136,13 @@ def test_score_stage_end_to_end(setup, tmp_path):
     assert len(q["id"]) == 12 * 3 + 12 * 3  # self-generated of train images + the trusted captions
     np.testing.assert_allclose(q["u"], q["logp_trusted"] - q["logp_extended"], atol=1e-5)  # (u: in float64, then stored)
     assert np.all(q["u"] != 0)  # the extended model scores "." differently
+    # Eq. 2 as the authors count m (every position of the level, the "." padding included)
+    row_of = {c: k for k, c in enumerate(q["id"])}
+    items = [(f"{i}_{n}", str(i), text) for i in range(1, 13) for n, text in enumerate(CAPTIONS[:3])]
+    store = FeatureStore(features)
+    scored, _ = make_examples(items, model.tokenizer, model.levels, "selfgen", store)
+    want = caption_logprobs(model, scored, RegionCache(store), count_padding=True)
+    np.testing.assert_allclose(q["logp_trusted"][[row_of[c] for c in scored.caption_ids]], want, atol=2e-5)
     assert (tmp_path / "quality_histogram.png").exists() and "positive u" in proc.stdout
     # two shards give the same scores as one
     for k in range(2):
@@ -143,7 +160,7 @@ def test_score_stage_end_to_end(setup, tmp_path):
     proc = run_script("05_score_quality.py", "--trusted", tmp_path / "trusted_cls", "--extended", tmp_path / "extended",
                       "--selfgen", selfgen, "--features", features, "--out", tmp_path / "q3.h5", "--captions", captions,
                       check=False)
-    assert proc.returncode != 0 and "different length levels, output vocabularies or region class counts" in proc.stderr
+    assert proc.returncode != 0 and "different length levels, output vocabularies, region class counts or box inputs" in proc.stderr
     assert not (tmp_path / "q3.h5").exists()
 
 

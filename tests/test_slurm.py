@@ -35,7 +35,7 @@ def script_of(call: list) -> list:
     return call
 
 
-@pytest.mark.parametrize("script, args", [("00_convert.sbatch", ()), ("01_saliency.sbatch", ()),
+@pytest.mark.parametrize("script, args", [("00_convert.sbatch", ()), ("00_features.sbatch", ()), ("01_saliency.sbatch", ()),
                                           ("02_captions.sbatch", ()), ("03_paraphrase.sbatch", ()),
                                           ("04_train_base.sbatch", ("trusted",)), ("04_train_base.sbatch", ("extended",)),
                                           ("05_score.sbatch", ()), ("06_train_selection.sbatch", ()),
@@ -50,6 +50,13 @@ def test_sbatch_commands_parse(tmp_path, script, args):
         assert parsed.command == "convert-coco" and parsed.out == "/data/coco/karpathy.json"
         assert parsed.captions == ["/data/coco/annotations/captions_train2014.json",
                                    "/data/coco/annotations/captions_val2014.json"]
+        return
+    if call[:3] == ["-m", "clid.features", "convert"]:
+        from clid.features.convert import parse_args as convert_args
+
+        parsed = convert_args(call[3:])
+        assert (parsed.format, parsed.inputs, parsed.out) == ("vlp", ["/data/coco/region_feat_gvd_wo_bgd"],
+                                                              "/data/coco/features.h5")
         return
     module = import_script(call[0], "slurm_" + call[0][:2])
     parsed = module.parse_args(call[1:])
@@ -85,7 +92,7 @@ def test_submit_all_passes_extra_flags_to_every_job_and_makes_the_log_folder_fir
                    cwd=ROOT, check=True, capture_output=True, text=True)
     calls = (tmp_path / "sbatch.txt").read_text().splitlines()
     scripts = {line.split(".sbatch")[0].rsplit("/", 1)[-1] for line in calls}
-    assert len(calls) == 14 and {"00_convert", "01_saliency", "04_train_base", "06_train_selection", "07_eval",
+    assert len(calls) == 16 and {"00_convert", "00_features", "01_saliency", "04_train_base", "06_train_selection", "07_eval",
                                  "merge"} <= scripts
     for line in calls:
         assert "--account=proj123 --partition=gpu --qos=normal" in line and f"--output={runs}/logs/" in line

@@ -53,5 +53,5 @@ def make_toy_world(folder, n_train=40, n_val=6, n_test=6, dim=32, seed=0, long_e
     captions = folder / "captions.json"
     captions.write_text(json.dumps({"images": images}))
     features = folder / "features.h5"
-    write_h5_groups(features, groups)
+    write_h5_groups(features, groups, root_attrs={"feature_kind": "toy", "feature_dim": dim})
     return captions, features

@@ -15,7 +15,7 @@ into the lines of the generated-captions JSONL. Decoding itself (LaBERT's mask-p
 from __future__ import annotations
 
 from clid.eval.metrics import length_control
-from clid.features.store import FeatureStore, Regions, region_problem
+from clid.features.store import FeatureStore, Regions, check_features_match, region_problem
 from clid.files import DataError, natural_key
 from clid.text import get_levels, level_set_name
 
@@ -42,19 +42,16 @@ def decode_steps(steps, num_levels: int) -> tuple[int, ...] | None:
 
 
 def check_features(config, store: FeatureStore, checkpoint=None) -> None:
-    """One DataError naming both files when ``store`` holds region features of another shape than the
-    model (``config``: its :class:`~clid.model.captioner.CaptionerConfig`) was trained on."""
-    # The single place where a feature file is matched with a checkpoint. When clid.features.store gains
-    # check_features_match (feature kind and dimension, recorded in both files), this is where it is called:
-    #   check_features_match(read_json(Path(checkpoint) / "config.json"), store, checkpoint)
-    model = f"the checkpoint {checkpoint}" if checkpoint else "the model"
-    dim = store.feature_dim()
-    if dim != config.region_dim:
-        raise DataError(store.path, None, f"its region features have {dim} dimensions, but {model} was trained "
-                                          f"on features of {config.region_dim}: features of another kind (compute "
-                                          "them as the checkpoint's training features were computed)")
+    """One DataError naming both files when ``store`` holds region features of another kind, dimension
+    or class count than the model (``config``: its :class:`~clid.model.captioner.CaptionerConfig`;
+    ``checkpoint``: its folder, whose config.json records the features it was trained on)."""
+    from clid.model.checkpoints import read_config
+
+    saved = read_config(checkpoint) if checkpoint else {"region_dim": config.region_dim}
+    check_features_match(saved, store, checkpoint or "(in memory)")
     classes = store.num_classes()
     if config.num_classes and classes != config.num_classes:
+        model = f"the checkpoint {checkpoint}" if checkpoint else "the model"
         found = f"{classes} class probabilities per region" if classes else "no class probabilities (cls_prob)"
         raise DataError(store.path, None, f"has {found}, but {model} reads {config.num_classes}")
 

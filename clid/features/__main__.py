@@ -1,16 +1,27 @@
-"""Region features of any images with boxes: a pretrained ImageNet EfficientNet-Lite0 applied to the pixels
-of each region, then colour histograms.
+"""Region features of any images: a pretrained ImageNet EfficientNet-Lite0 applied to the pixels of each
+region, then colour histograms; or (``convert``) the features of a released detector, converted.
 
-    python -m clid.features --images DIR --scene-graphs scene_graphs.json [--image-data image_data.json] \
-        --out features.h5
+    python -m clid.features --images DIR --out features.h5 \\
+        (--scene-graphs scene_graphs.json [--image-data image_data.json] | --detections FILE | --boxes grid N)
+    python -m clid.features convert --format vlp|butd|vinvl INPUT [INPUT ...] --out features.h5   (--help there)
 
-In: a folder of images and Visual Genome scene graphs; each graph's object boxes are its regions. With
-``image_data.json`` an image is the file its ``url`` names and its id is its COCO id (graphs without one
-are skipped, as 02 skips them); without it, the file named after the VG id, and the VG id.
+In: a folder of images and where each image's boxes come from, one of:
+- ``--scene-graphs``: Visual Genome scene graphs, each graph's object boxes. With ``image_data.json`` an
+  image is the file its ``url`` names and its id is its COCO id (graphs without one are skipped, as 02
+  skips them); without it, the file named after the VG id, and the VG id;
+- ``--detections``: a detector's output: a JSON object of image -> boxes (``[x1, y1, x2, y2]`` or
+  ``{"rect": [...], "conf": c, "class": name}``), a JSON list of COCO detection results (``image_id``,
+  ``bbox`` [x, y, w, h], ``score``), or a TSV that ``convert`` reads (bottom-up, Scene Graph Benchmark /
+  VinVL). An image's key is read as 02 reads keys (a COCO file name or zero-padded number gives the COCO
+  id); boxes under ``--min-conf`` are left out and at most ``--max-boxes`` kept, the most confident;
+- ``--boxes grid N``: an N x N grid of boxes over every image in the folder; an image's id is its
+  file-name stem.
 Out: the region-feature file, one HDF5 group per image id with ``features`` [R, D] float32, ``boxes``
-[R, 4] float32 (x1, y1, x2, y2 pixels), attrs ``width`` and ``height``. Row 0 is the whole image, then
-one row per box. In Python, :class:`RegionFeatures` turns images and their boxes into those arrays and
-:func:`write_features` writes the file; ``00_demo_data.py`` uses both.
+[R, 4] float32 (x1, y1, x2, y2 pixels), attrs ``width`` and ``height`` (and ``confidence`` [R] with
+detections: 1 for the whole image); root attributes ``feature_kind`` = ``clid-encoder`` and
+``feature_dim``. Row 0 is the whole image, then one row per box. In Python, :class:`RegionFeatures`
+turns images and their boxes into those arrays and :func:`write_features` writes the file;
+``00_demo_data.py`` uses both.
 """
 from __future__ import annotations
 
@@ -18,72 +29,127 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
-from clid.cli import HelpFormatter, non_negative_int, positive_int
-from clid.features.encoder import RegionFeatures, graph_regions
-from clid.features.store import write_features
+from clid.cli import HelpFormatter, number, positive_int, unit_interval
+from clid.features.encoder import RegionFeatures, detection_regions, graph_regions, grid_boxes, grid_regions
+from clid.features.store import Regions, write_features
 from clid.files import DataError, check_not_input
+
+KIND = "clid-encoder"  # the feature_kind of the files this command writes
+
+
+def grid_size(text: str) -> int:
+    """argparse type of N in ``--boxes grid N``: a whole number in 1..32."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"N must be a whole number, not {text!r}") from None
+    if not 1 <= n <= 32:
+        raise argparse.ArgumentTypeError(f"N must be in 1..32 (N x N boxes an image), not {n}")
+    return n
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m clid.features", description=__doc__.split("\n\n")[0],
+                                epilog="python -m clid.features convert --help: the converters of released features",
                                 formatter_class=HelpFormatter)
     p.add_argument("--images", required=True, help="image folder (searched recursively)")
-    p.add_argument("--scene-graphs", required=True, help="Visual Genome scene_graphs.json: the boxes")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--scene-graphs", help="Visual Genome scene_graphs.json: the boxes")
+    source.add_argument("--detections", help="a detector's boxes: JSON (image -> boxes, or COCO results) or a TSV "
+                                             "that convert reads")
+    source.add_argument("--boxes", nargs=2, metavar=("grid", "N"), help="an N x N grid of boxes on every image")
     p.add_argument("--image-data", default=None, help="VG image_data.json: file names (url), sizes, COCO ids")
+    p.add_argument("--min-conf", type=unit_interval, default=0.2, help="--detections: boxes under this confidence are left out")
+    p.add_argument("--max-boxes", type=positive_int, default=100, help="--detections: the most confident boxes kept")
     p.add_argument("--out", required=True, help="the region-feature HDF5 to write")
     p.add_argument("--crop", type=positive_int, default=64, help="boxes are resized to crop x crop for the encoder")
     p.add_argument("--whole", type=positive_int, default=128, help="the whole image is resized to whole x whole")
-    p.add_argument("--colour-bins", type=non_negative_int, default=4, help="colour histogram bins per channel (0: none)")
+    p.add_argument("--colour-bins", type=number(int, low=0, high=16, what="an integer in 0..16"), default=4,
+                   help="colour histogram bins per channel (0: none)")
     p.add_argument("--batch-size", type=positive_int, default=256, help="encoder batch size")
     p.add_argument("--chunk", type=positive_int, default=16, help="images encoded together")
     args = p.parse_args(argv)
+    if args.image_data and not args.scene_graphs:
+        p.error("--image-data goes with --scene-graphs")
+    if args.boxes:
+        if args.boxes[0] != "grid":
+            p.error(f"--boxes takes 'grid N', not {' '.join(args.boxes)!r}")
+        try:
+            args.grid = grid_size(args.boxes[1])
+        except argparse.ArgumentTypeError as err:
+            p.error(f"--boxes grid: {err}")
     return args
 
 
+def regions_of(args) -> tuple[list, list, str]:
+    """``(image id, file, boxes, confidences)`` of every image, the images left out, and where the boxes came from."""
+    images = Path(args.images)
+    if not images.is_dir():
+        raise DataError(images, None, "no such image folder")
+    if args.scene_graphs:
+        items, skipped = graph_regions(args.scene_graphs, args.image_data, images)
+        return items, skipped, f"the scene graphs of {args.scene_graphs}"
+    if args.detections:
+        items, skipped = detection_regions(args.detections, images, args.min_conf, args.max_boxes)
+        return items, skipped, f"the detections of {args.detections}"
+    items, skipped = grid_regions(images, args.grid)
+    return items, skipped, f"a {args.grid} x {args.grid} grid on the images of {images}"
+
+
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["convert"]:
+        from clid.features.convert import run
+
+        return run(argv[1:])
     from clid.progress import Progress
 
     args = parse_args(argv)
-    check_not_input(args.out, {"--scene-graphs": args.scene_graphs, "--image-data": args.image_data})
-    if not Path(args.images).is_dir():
-        sys.exit(f"error: {args.images}: image folder not found")
+    check_not_input(args.out, {"--scene-graphs": args.scene_graphs, "--image-data": args.image_data,
+                               "--detections": args.detections})
     if Path(args.out).is_dir():
         sys.exit(f"error: --out {args.out} is a folder; give the HDF5 file to write")
     try:
-        items, skipped = graph_regions(args.scene_graphs, args.image_data, Path(args.images))
+        items, skipped, source = regions_of(args)
     except (DataError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     if not items:
         first = f" (first: {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
-        sys.exit(f"error: {args.scene_graphs}: no image with a scene graph was found in {args.images}{first}")
+        sys.exit(f"error: {args.images}: no image with boxes was found ({source}){first}")
     extractor = RegionFeatures(args.crop, args.whole, args.colour_bins, args.batch_size)
 
-    def groups():
+    def regions():
         with Progress(len(items), "region features", "img") as bar:
             for start in range(0, len(items), args.chunk):
                 part, images = [], []
-                for image_id, path, boxes in items[start:start + args.chunk]:
+                for image_id, path, boxes, conf in items[start:start + args.chunk]:
                     try:
                         with Image.open(path) as image:
                             images.append(image.convert("RGB"))
-                        part.append((image_id, boxes))
                     except (OSError, ValueError) as err:  # an unreadable or truncated image file
                         skipped.append((image_id, f"{path}: {err}"))
-                for (image_id, _), image, (features, boxes) in zip(part, images,
-                                                                   extractor(images, [b for _, b in part])):
-                    yield image_id, features, boxes, image.width, image.height
+                        continue
+                    if isinstance(boxes, tuple):  # ("grid", n): cells of the image's own size
+                        boxes = grid_boxes(images[-1].width, images[-1].height, boxes[1])
+                    part.append((image_id, boxes, conf))
+                for (image_id, _, conf), image, (features, boxes) in zip(part, images,
+                                                                          extractor(images, [b for _, b, _ in part])):
+                    confidence = None if conf is None else np.asarray([1.0] + list(conf), np.float32)
+                    yield image_id, Regions(features, boxes, image.width, image.height, confidence=confidence)
                 bar.update(min(args.chunk, len(items) - start))
 
-    written = write_features(args.out, groups())
-    for graph_id, reason in skipped[:10]:
-        print(f"skipped {graph_id}: {reason}")
+    written = write_features(args.out, regions(), KIND)
+    for image_id, reason in skipped[:10]:
+        print(f"skipped {image_id}: {reason}")
     if skipped:
-        print(f"skipped {len(skipped)} of {len(skipped) + written} scene graphs (the first reasons above)")
-    print(f"wrote the region features of {written} images to {args.out}")
-    if not written:
-        sys.exit(f"error: {args.scene_graphs}: no image with a scene graph was found in {args.images}")
+        print(f"skipped {len(skipped)} of {len(skipped) + written} images (the first reasons above)")
+    print(f"wrote the region features of {written} images to {args.out} (boxes: {source})")
+    if not written:  # every image was unreadable: the file this run wrote is empty
+        Path(args.out).unlink(missing_ok=True)
+        sys.exit(f"error: {args.images}: none of the {len(items)} images with boxes could be read ({source})")
 
 
 if __name__ == "__main__":

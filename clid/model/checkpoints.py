@@ -1,5 +1,10 @@
 """Checkpoint folders: the model alone (weights, config, tokenizer), and with its training state; resumable,
 atomic saves that never touch files the stage did not write.
+
+``config.json`` holds the model's config under ``model``, the stage's flags, and the kind and dimension
+of the region features the model was trained on (``feature_kind``, ``feature_dim``: see
+:func:`feature_record`), which ``clid.features.store.check_features_match`` checks a features file
+against.
 """
 from __future__ import annotations
 
@@ -30,6 +35,23 @@ def save_model(model: Captioner, folder, extra_config: dict | None = None) -> No
     config = {"model": model.config.to_json(), **(extra_config or {})}
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     model.tokenizer.save_pretrained(str(folder))
+
+
+def feature_record(store) -> dict:
+    """``feature_kind`` and ``feature_dim`` of the features file a model is trained on, for its
+    config.json (the kind is None for a file that does not record it)."""
+    return {"feature_kind": store.kind, "feature_dim": store.feature_dim()}
+
+
+def read_config(folder) -> dict:
+    """A checkpoint's config.json; a damaged one is one DataError naming it."""
+    path = Path(folder) / "config.json"
+    if not path.is_file() or not (Path(folder) / "model.safetensors").is_file():
+        raise SystemExit(f"error: {folder} is not a checkpoint (needs config.json and model.safetensors)")
+    saved = read_json(path)
+    if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
+        raise DataError(path, None, "not a checkpoint config (no 'model' object)")
+    return saved
 
 
 def load_weights(model: nn.Module, path, device="cpu") -> None:
@@ -81,7 +103,7 @@ def check_config_matches_weights(config: CaptionerConfig, weights) -> None:
 
 def saved_config(folder) -> CaptionerConfig:
     """The model config of a checkpoint's config.json; a damaged one is one DataError."""
-    saved = read_json(Path(folder) / "config.json")
+    saved = read_config(folder)
     try:
         return CaptionerConfig.from_json(saved["model"])
     except (KeyError, TypeError, ValueError) as err:
@@ -91,8 +113,6 @@ def saved_config(folder) -> CaptionerConfig:
 def load_checkpoint(folder, device="cpu") -> Captioner:
     """Rebuild the model and its tokenizer from a checkpoint folder (no pickle involved)."""
     folder = Path(folder)
-    if not (folder / "config.json").exists() or not (folder / "model.safetensors").exists():
-        raise SystemExit(f"error: {folder} is not a checkpoint (needs config.json and model.safetensors)")
     config = saved_config(folder)
     check_config_matches_weights(config, folder / "model.safetensors")
     model = Captioner(config)

@@ -106,7 +106,7 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
     report = progress if callable(progress) else None
     bar = Progress(len(batches) * len(levels), "decode", "batch", disable=not progress or report is not None)
     for batch in batches:
-        regions = [load_regions(features, i, model.config.num_classes) for i in batch]
+        regions = [load_regions(features, i, model.config.num_classes, model.config.box_input) for i in batch]
         feats, pos, mask = (t.to(device) for t in pad_regions(regions))
         for level in levels:
             ids = mask_predict(model, feats, pos, mask, level, steps[level - 1], eos_decay, labert_average)

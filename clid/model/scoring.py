@@ -13,9 +13,10 @@ Modes (``prefix`` is the default and the authors' definition):
   authors' ``past_only=False`` branch). An approximation.
 - ``onepass``: mask everything, one pass, read every position. The cheapest approximation.
 
-``m`` is the caption's length by the project's convention (its tokens and the final "."). The
-authors' code also averages over the "." tokens that pad the caption to its level's highest length;
-``count_padding=True`` reproduces that.
+``m`` is the level's highest length: the caption's tokens, its final "." and the "." tokens that pad
+it to the level's length, every one of them scored, as the authors' ``measure_noise.py`` divides by
+every non-pad position (``count_padding=True``, the default). ``count_padding=False`` counts and
+scores the caption's own tokens and its final "." only.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def _batches(examples: Examples, model: Captioner, batch_size: int, count_paddin
 
 @torch.no_grad()
 def caption_logprobs(model: Captioner, examples: Examples, regions: RegionCache, mode: str = "prefix",
-                     batch_size: int = 64, device="cpu", count_padding: bool = False, progress=None) -> np.ndarray:
+                     batch_size: int = 64, device="cpu", count_padding: bool = True, progress=None) -> np.ndarray:
     """Eq. 2 for every example, as float64 [N] in the order of ``examples``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
@@ -92,7 +93,7 @@ def caption_logprobs(model: Captioner, examples: Examples, regions: RegionCache,
 
 @torch.no_grad()
 def caption_logprobs_eager(model: Captioner, examples: Examples, regions: RegionCache, batch_size: int = 64,
-                           device="cpu", count_padding: bool = False, seed: int = 0) -> np.ndarray:
+                           device="cpu", count_padding: bool = True, seed: int = 0) -> np.ndarray:
     """A faithful eager re-implementation of the authors' prefix scoring loop (the benchmark's peer).
 
     Random batches (captions of any level, padded with [PAD] to the batch's longest level), one pass

@@ -4,7 +4,7 @@
   mask a uniform count in [max(1, int(0.1 * high)), high] of its positions;
 - :func:`masked_lm_loss`: label-smoothed cross-entropy (0.1) on the masked positions only, "." targets
   weighted 0.5 (LaBERT's balance weight);
-- :class:`Trainer`: AdamW, linear warm-up then cosine decay, gradient clipping, atomic checkpoints,
+- :class:`Trainer`: AdamW (eps 1e-6, as the authors' ``transformers`` AdamW), linear warm-up then cosine decay, gradient clipping, atomic checkpoints,
   exact resume (every random draw is keyed by (seed, step)), DDP under ``torchrun`` (gloo on CPU,
   NCCL on GPU) with the loss normalised over the *global* batch, so N processes compute the same
   loss and gradient as one process with the same global batch.
@@ -28,7 +28,7 @@ import torch.distributed as dist
 from clid.cli import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
-from clid.model.captioner import REGION_NORMS, Captioner
+from clid.model.captioner import BOX_INPUTS, REGION_NORMS, Captioner
 from clid.model.checkpoints import checkpoint_exists, restore, save_checkpoint
 from clid.model.inputs import Examples, add_left_out_arg
 from clid.rng import item_rng, item_seed
@@ -203,6 +203,7 @@ def standardize_regions(model: Captioner, features: FeatureStore, image_ids, max
 class TrainSettings:
     lr: float = 5e-5
     weight_decay: float = 0.01
+    adam_eps: float = 1e-6  # the authors' (transformers' AdamW default); torch's default is 1e-8
     warmup: int = 1000
     max_steps: int = 100_000
     lr_horizon: int = 0  # the step where the cosine reaches 0 (0: max_steps)
@@ -259,8 +260,24 @@ def add_train_args(groups: dict) -> None:
                        help="use: the region position embedding reads each region's class probabilities when the "
                             "feature file has them (cls_prob), as LaBERT; ignore: box coordinates only")
     d = TrainSettings()  # the defaults, in one place
+    model.add_argument("--box-input", choices=BOX_INPUTS, default="authors",
+                       help="authors: the six numbers of the authors' code (x1/x2, y1/y2, x2/x2, y2/y2 of the box's own "
+                            "x2 and y2, relative area, detector confidence), layer-normed, and the class probabilities "
+                            "layer-normed; image: x1, y1, x2, y2, width, height over the image size, raw class "
+                            "probabilities")
+    model.add_argument("--region-dropout", choices=["on", "off"], default="on",
+                       help="on: dropout (--dropout) at the end of both region MLPs, as the authors' code; off: none there")
+    model.add_argument("--tie-head", action="store_true",
+                       help="the LM head projects with the word embeddings (tied; default: a weight of its own, as the "
+                            "authors' code)")
+    model.add_argument("--region-init", metavar="FILE",
+                       help="set the first region layer from the detector's layer in this file (safetensors, or a plain "
+                            "state dict read with weights_only=True: the authors' bert.pth, or weight/bias); default: "
+                            "random, unless a checkpoint brings it")
     optimisation.add_argument("--lr", type=positive_float, default=d.lr, help="peak learning rate (AdamW)")
     optimisation.add_argument("--weight-decay", type=non_negative_float, default=d.weight_decay)
+    optimisation.add_argument("--adam-eps", type=positive_float, default=d.adam_eps,
+                              help="AdamW's epsilon (the authors' code: 1e-6; torch's default: 1e-8)")
     optimisation.add_argument("--batch-size", type=positive_int, default=d.batch_size,
                               help="global batch size (split over DDP processes)")
     optimisation.add_argument("--grad-clip", type=non_negative_float, default=d.grad_clip, help="gradient-norm clip (0: none)")
@@ -292,6 +309,7 @@ def check_train_args(p, args) -> None:
     if args.lr_horizon and args.lr_horizon < args.max_steps:
         p.error(f"--lr-horizon {args.lr_horizon} is below --max-steps {args.max_steps}: the learning rate would be 0 "
                 "for the last steps (0: the horizon is --max-steps)")
+
 
 
 def settings_from_args(args) -> TrainSettings:
@@ -330,11 +348,19 @@ def new_model(args, features: FeatureStore, device, pretrained: bool = True) -> 
     num_classes = features.num_classes() if args.cls_prob == "use" else 0
     config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, num_classes=num_classes,
                            dropout=args.dropout, output_vocab=output_vocab, input_vocab=input_vocab,
-                           region_norm=args.region_norm)
+                           region_norm=args.region_norm, box_input=args.box_input,
+                           region_dropout=args.region_dropout == "on", tie_head=args.tie_head)
     if not pretrained:
         config.init_from = None
     torch.manual_seed(item_seed(args.seed, "init"))
-    return build_model(config).to(device)
+    model = build_model(config)
+    if args.region_init:
+        from clid.model.captioner import load_region_init
+
+        keys = load_region_init(model, args.region_init)
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"first region layer from {args.region_init} ({keys})")
+    return model.to(device)
 
 
 def validation_check(args, features: FeatureStore, val_ids: list[str], device):
@@ -384,7 +410,7 @@ class Trainer:
         self.rank, self.world, self.evaluate = rank, world, evaluate
         # the fused AdamW kernel: the same update rule as the default loop, several times faster on CPU
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.999),
-                                           weight_decay=settings.weight_decay, fused=True)
+                                           eps=settings.adam_eps, weight_decay=settings.weight_decay, fused=True)
         self.ddp = None
         if world > 1:  # DDP also starts every rank from rank 0's weights
             self.ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
