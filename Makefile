@@ -3,6 +3,8 @@
 #               reported as mean ± std in runs/demo/eval-seeds)
 #   make demo-paragraph   the paper's second task on the demo world: paragraph-only baseline vs CLID
 #               (data/demo-paragraph, runs/demo-paragraph)
+#   make demo-compare   CLID against loss-based curation and a curriculum on the demo world, with its ground
+#               truth (runs/demo-compare; SEEDS=3 as for make demo)
 #   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
 # Both create and fill .venv on first use, and build the C++/CUDA extension once (clid.ops), and
 # reuse both afterwards. After editing csrc/, `make ops` builds the new sources (otherwise the
@@ -20,7 +22,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all venv ops test demo demo-paragraph cuda-check clean
+.PHONY: all venv ops test demo demo-paragraph demo-compare cuda-check clean
 
 all: test
 
@@ -46,6 +48,9 @@ demo: $(STAMP)
 
 demo-paragraph: $(STAMP)
 	TASK=paragraph SEEDS=$(SEEDS) bash demo.sh $(DEMO)-paragraph $(RUNS)-paragraph
+
+demo-compare: $(STAMP)
+	COMPARE=1 SEEDS=$(SEEDS) bash demo.sh $(DEMO) $(RUNS)-compare
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

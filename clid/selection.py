@@ -23,7 +23,8 @@ first, then the self-generated pool). A round's batches are shuffled epochs over
   trained on the trusted captions, ``u`` minus CLID's score); the examples sorted easiest first are cut
   into ``--buckets`` equal buckets; training starts on the first and adds the next after
   ``--patience`` evaluations in a row (every ``--curate-every`` steps) that do not improve the
-  validation score, the mean log-likelihood of the validation split's trusted captions.
+  validation score (by more than ``--min-improvement``), the mean log-likelihood (Eq. 2) of the
+  validation split's trusted captions.
 - ``none``: the whole extended set for every step (the extended-only baseline trained as 06 trains).
 
 The dynamic strategies keep what they decided (removed and replaced samples, evaluations) in the
@@ -70,6 +71,9 @@ def add_strategy_args(p) -> None:
     p.add_argument("--buckets", type=int, default=5, help="curriculum: number of difficulty buckets (Simi-CL: 5 on COCO)")
     p.add_argument("--patience", type=int, default=3,
                    help="curriculum: evaluations without a better validation score before the next bucket is added")
+    p.add_argument("--min-improvement", type=float, default=0.0,
+                   help="curriculum: an evaluation improves on the best since the last added bucket only by more than "
+                        "this (nats of mean log p)")
     p.add_argument("--difficulty", default=None, metavar="clip:DIR|bootstrap:CKPT|u",
                    help="curriculum: the difficulty of a caption: clip:DIR (a transformers CLIPModel folder, needs "
                         "--images), bootstrap:CKPT (its loss under a checkpoint trained on trusted captions), u (minus "
@@ -91,6 +95,8 @@ def check_strategy_args(p, args) -> None:
         p.error("--buckets must be at least 1")
     if args.patience < 1:
         p.error("--patience must be at least 1")
+    if not (math.isfinite(args.min_improvement) and args.min_improvement >= 0):
+        p.error("--min-improvement must be a number >= 0")
     needs_quality = args.strategy == "clid" or (args.strategy == "curriculum" and args.difficulty == "u")
     if needs_quality and not args.quality:
         p.error(f"--strategy {args.strategy}{' --difficulty u' if args.strategy == 'curriculum' else ''} needs --quality")
@@ -399,16 +405,16 @@ def difficulty_buckets(difficulty: np.ndarray, n_buckets: int) -> list[np.ndarra
     return [np.sort(b) for b in np.array_split(order, n_buckets)]
 
 
-def baby_step(scores: list[float], patience: int, n_buckets: int) -> list[int]:
+def baby_step(scores: list[float], patience: int, n_buckets: int, min_improvement: float = 0.0) -> list[int]:
     """The number of buckets in use after each evaluation of ``scores`` (higher is better).
 
     Training starts on one bucket. An evaluation that does not beat the best score since the last
-    bucket was added is flat; after ``patience`` flat evaluations in a row the next bucket is added
-    (and the best and the count start over).
+    bucket was added by more than ``min_improvement`` is flat; after ``patience`` flat evaluations in
+    a row the next bucket is added (and the best and the count start over).
     """
     active, best, flat, out = 1, None, 0, []
     for score in scores:
-        if best is None or score > best:
+        if best is None or score > best + min_improvement:
             best, flat = score, 0
         else:
             flat += 1
@@ -439,11 +445,15 @@ class BabyStep:
         pools = [int((b >= self.pool.n_trusted).sum()) for b in self.buckets]
         return [f"plan: Baby Step over {len(self.buckets)} buckets by difficulty {self.args.difficulty} "
                 f"(sizes {sizes}, self-generated {pools}, mean difficulty {means}); a validation evaluation every "
-                f"{self.args.curate_every} steps, the next bucket after {self.args.patience} without improvement"]
+                f"{self.args.curate_every} steps, the next bucket after {self.args.patience} without an improvement "
+                f"of more than {self.args.min_improvement:g}"]
 
     def active(self, history: list[dict] | None = None) -> int:
         history = self.history if history is None else history
-        return baby_step([e["score"] for e in history], self.args.patience, len(self.buckets))[-1] if history else 1
+        if not history:
+            return 1
+        return baby_step([e["score"] for e in history], self.args.patience, len(self.buckets),
+                         self.args.min_improvement)[-1]
 
     def members(self, history: list[dict] | None = None) -> np.ndarray:
         return np.sort(np.concatenate(self.buckets[:self.active(history)]))
