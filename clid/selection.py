@@ -505,8 +505,11 @@ def clip_similarity(folder, images, texts: list[str], image_ids: list[str], file
     from PIL import Image, UnidentifiedImageError
     from transformers import CLIPModel, CLIPProcessor
 
-    model = CLIPModel.from_pretrained(str(folder)).to(device).eval()
-    processor = CLIPProcessor.from_pretrained(str(folder))
+    try:
+        model = CLIPModel.from_pretrained(str(folder)).to(device).eval()
+        processor = CLIPProcessor.from_pretrained(str(folder))
+    except (OSError, ValueError, TypeError) as err:
+        raise DataError(folder, None, f"not a transformers CLIP model folder ({str(err).splitlines()[0][:200]})") from None
     image_embeds = {}
     unique = list(dict.fromkeys(image_ids))
     with torch.no_grad():

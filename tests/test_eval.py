@@ -511,3 +511,18 @@ def test_two_runs_of_one_method_give_mean_and_std(demo_like_world):
 
     assert quality_metric(result["methods"]) == "CIDEr"
     assert quality_metric({"m": {"levels": {1: {"SPICE": None}, 2: {"SPICE": 0.12}}}}) == "SPICE"
+
+
+def test_side_by_side_puts_every_method_in_one_row():
+    from clid.eval.report import side_by_side
+
+    def row(cp, cider=None, std=None):
+        return {"control_precision": cp, "CIDEr": cider, **({"control_precision_std": std} if std else {})}
+
+    levels = ((1, 9), (10, 19), (20, 29))
+    methods = {"CLID": {"levels": {1: row(1.0, 0.7, 0.01), 2: row(0.9, 0.8), 3: row(0.5, 0.1)}, "long_refs": {3: row(None, 0.3)}},
+               "loss-remove": {"levels": {1: row(0.8, 0.6), 2: row(0.7, 0.5), 3: row(0.0)}, "long_refs": {}}}
+    text = side_by_side(methods, levels)
+    assert "| method | CP L1 | CP L2 | CP L3 | CIDEr L1 | CIDEr L2 | CIDEr long L3 |" in text
+    assert "| CLID | 100.0 ± 1.0 | 90.0 | 50.0 | 70.0 | 80.0 | 30.0 |" in text
+    assert "| loss-remove | 80.0 | 70.0 | 0.0 | 60.0 | 50.0 | – |" in text
