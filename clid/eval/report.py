@@ -318,7 +318,7 @@ def plot_length_histograms(path, sources: dict[str, list[int] | dict[int, list[i
     import matplotlib.pyplot as plt
     import numpy as np
 
-    top = levels[-1][1] + 10
+    top = min(levels[-1][1], 2 * levels[-1][0]) + 10  # (an open-ended last level, as SSA's >= 40 words)
     bins = np.arange(0.5, top + 1.5)
     fig, axes = plt.subplots(len(sources), 1, figsize=(8, 1.7 * len(sources) + 0.6), sharex=True, squeeze=False)
     for ax, (label, lengths) in zip(axes[:, 0], sources.items()):
