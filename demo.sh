@@ -48,6 +48,7 @@ case "$TASK" in
   *) echo "error: TASK must be caption or paragraph, not '$TASK'"; exit 2 ;;
 esac
 if [ -n "$COMPARE" ] && [ "$TASK" != caption ]; then echo "error: COMPARE=1 runs the caption task only"; exit 2; fi
+CURATE_EVERY=${CURATE_EVERY:-$(( STEPS / 10 ))}  # COMPARE: ten loss curations in a run, as their ten epochs (README)
 # M_theta~'s cosine, which the scoring model continues: the authors' proportions, three times M_theta~'s steps;
 # the miniature and the paragraph demo keep the short scoring model they were measured with (README)
 if [ -n "$SMALL" ] || [ "$TASK" = paragraph ]; then horizon=$(( STEPS + FT_STEPS )); else horizon=$(( 3 * STEPS )); fi
@@ -143,12 +144,12 @@ $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended" 
 compare_seed() {
 banner "06 in two lanes: CLID, loss-remove, extended-only | loss-replacecap, curriculum (lane 2 log: $RUNS/lane2.log)"
 ( export OMP_NUM_THREADS=1
-  $PY "${selection[@]}" --strategy loss-replacecap --out "$RUNS/loss-replacecap"
+  $PY "${selection[@]}" --strategy loss-replacecap --curate-every "$CURATE_EVERY" --out "$RUNS/loss-replacecap"
   $PY "${selection[@]}" --strategy curriculum --difficulty "bootstrap:$RUNS/trusted" --out "$RUNS/curriculum"
 ) > "$RUNS/lane2.log" 2>&1 &
 lane2=$!
 OMP_NUM_THREADS=1 $PY "${selection[@]}" --out "$RUNS/clid"
-OMP_NUM_THREADS=1 $PY "${selection[@]}" --strategy loss-remove --out "$RUNS/loss-remove"
+OMP_NUM_THREADS=1 $PY "${selection[@]}" --strategy loss-remove --curate-every "$CURATE_EVERY" --out "$RUNS/loss-remove"
 OMP_NUM_THREADS=1 $PY "${selection[@]}" --strategy none --out "$RUNS/extended-06"
 await "$lane2" "$RUNS/lane2.log" "lane 2 (loss-replacecap, curriculum)"
 grep -E "^curation time|^checkpoint|already trained" "$RUNS/lane2.log" || true
