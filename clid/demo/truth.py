@@ -180,6 +180,39 @@ def quartile_rows(pool: Pool) -> list[dict]:
     return rows
 
 
+def hallucination_split(pool: Pool) -> dict:
+    """Where the rise of hallucinated captions with u comes from: image or caption.
+
+    ``within``: u of a hallucinated caption minus u of the right captions of the same image with the same
+    number of mentions (mean over such groups, and its standard error); ``between``: u of the right captions
+    of images that have a hallucinated caption minus u of the right captions of images that have none,
+    same number of mentions (weighted by the smaller side). Also for the two models' log p."""
+    hallucinated = pool.kinds["hallucinated"] > 0
+    right = ~pool.wrong
+    with_fake = {i for i, h in zip(pool.image_ids, hallucinated) if h}
+    names = {"u": "u", "log p, scoring model M_theta": "logp_trusted", "log p, M_theta~": "logp_extended"}
+    out = {}
+    for name, key in names.items():
+        score = pool.scores[name]
+        groups: dict = {}
+        for k in range(len(score)):
+            groups.setdefault((pool.image_ids[k], pool.n_mentions[k]), []).append(k)
+        diffs = [score[[k for k in g if hallucinated[k]]].mean() - score[[k for k in g if right[k]]].mean()
+                 for g in groups.values() if hallucinated[g].any() and right[g].any()]
+        between, weights = [], []
+        for m in np.unique(pool.n_mentions):
+            a = [k for k in np.flatnonzero(right & (pool.n_mentions == m)) if pool.image_ids[k] in with_fake]
+            b = [k for k in np.flatnonzero(right & (pool.n_mentions == m)) if pool.image_ids[k] not in with_fake]
+            if a and b:
+                between.append(score[a].mean() - score[b].mean())
+                weights.append(min(len(a), len(b)))
+        out[key] = {"within": float(np.mean(diffs)) if diffs else None,
+                    "within_se": float(np.std(diffs, ddof=1) / np.sqrt(len(diffs))) if len(diffs) > 1 else None,
+                    "within_groups": len(diffs),
+                    "between": float(np.average(between, weights=weights)) if between else None}
+    return out
+
+
 def fig4(quality) -> dict:
     """The paper's Fig. 4: the share of trusted captions with u > 0 and of self-generated ones with u < 0."""
     from clid.files import read_quality
@@ -259,7 +292,8 @@ def measure(selfgen, quality, difficulty=None, runs=(), seed: int = 0) -> dict:
             "scorers": scorer_rows(pool, seed),
             "runs": {name: run_shares(folder, pool) for name, folder in runs},
             "fig4": fig4(quality),
-            "quartiles": quartile_rows(pool)}
+            "quartiles": quartile_rows(pool),
+            "hallucination_split": hallucination_split(pool)}
 
 
 def summarise(results: list):
@@ -329,6 +363,18 @@ def report_text(results: dict, title: str) -> str:
         q = row["quartile"][0] if isinstance(row["quartile"], list) else row["quartile"]
         lines.append(f"| {q:.0f} | {cell(row['u_mean'], 1, 3)} | {cell(row['hallucinated'])} | {cell(row['wrong'])} | "
                      f"{cell(row['mentions'], 1, 2)} | {cell(row['tokens'], 1, 1)} |")
+    if results.get("hallucination_split"):
+        lines += ["\n## Hallucinated captions: the caption or its image?\n",
+                  "Within: a hallucinated caption minus the right captions of the same image with as many mentions "
+                  "(± its standard error; groups: such image and mention-count groups). Between: the right captions "
+                  "of images that have a hallucinated caption minus those of images that have none, as many "
+                  "mentions. Nats.\n",
+                  "| score | within | groups | between |", "|---|---:|---:|---:|"]
+        for key, row in results["hallucination_split"].items():
+            se = row["within_se"]
+            se = se[0] if isinstance(se, list) else se
+            lines.append(f"| {key} | {cell(row['within'], 1, 3)}" + (f" (± {se:.3f})" if se is not None else "")
+                         + f" | {cell(row['within_groups'], 1, 0)} | {cell(row['between'], 1, 3)} |")
     return "\n".join(lines) + "\n"
 
 
