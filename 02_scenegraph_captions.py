@@ -51,6 +51,7 @@ import numpy as np
 from clid import files, runs, shard
 from clid.cli import HelpFormatter, non_negative_int, positive_int, unit_interval
 from clid.data.scenegraphs import load_graph_files, load_image_data
+from clid.demo.truth import TrueGraphs, judge
 from clid.files import DataError
 from clid.rng import item_rng
 from clid.selfgen import english as en
@@ -66,6 +67,8 @@ class Mention:
     index: int  # object index in the graph
     connector: list[str]  # words before the noun phrase: predicate, "and", "."
     phrase: str
+    attributes: tuple[str, ...] = ()  # the attributes the phrase gives the object
+    relation: tuple[int, str] | None = None  # (index of the object it hangs from, predicate)
 
 
 def draw(rng: np.random.Generator, weights: np.ndarray, count: int) -> list[int]:
@@ -88,35 +91,36 @@ def walk(g: Prepared, rng: np.random.Generator, k: int, t_sal: float, n_attr: in
     visited: set[int] = set()
     mentions: list[Mention] = []
 
-    def first_mention(i: int) -> str:
+    def first_mention(i: int, connector: list[str], relation) -> Mention:
         attrs = [a for a in g.attributes[i] if a != g.nouns[i]]
         n = int(rng.integers(0, min(n_attr, len(attrs)) + 1))
         chosen = [attrs[j] for j in sorted(rng.choice(len(attrs), size=n, replace=False))] if n else []
-        return en.mention(g.nouns[i], chosen)
+        return Mention(i, connector, en.mention(g.nouns[i], chosen), tuple(chosen), relation)
 
-    def enter(i: int, connector: list[str]) -> list | None:
+    def enter(i: int, connector: list[str], relation=None) -> list | None:
         """Mention object i; a first visit draws its children and returns them to be walked."""
         if i in visited:  # a re-visit: "the <noun>", no propagation
-            mentions.append(Mention(i, connector, en.mention(g.nouns[i], definite=True)))
+            mentions.append(Mention(i, connector, en.mention(g.nouns[i], definite=True), (), relation))
             return None
         visited.add(i)
-        mentions.append(Mention(i, connector, first_mention(i)))
+        mentions.append(first_mention(i, connector, relation))
         kids = g.children[i]
-        return [kids, draw(rng, g.saliency[[c for c, _ in kids]], k), 0]
+        return [i, kids, draw(rng, g.saliency[[c for c, _ in kids]], k), 0]
 
     def visit(i: int, connector: list[str]) -> None:
         """Depth first from object i, with a stack of its own (a chain of thousands of objects is fine):
         each child's predicate is drawn just before the child is walked."""
         stack = [frame] if (frame := enter(i, connector)) else []
         while stack:
-            kids, picks, n = top = stack[-1]
+            parent, kids, picks, n = top = stack[-1]
             if n == len(picks):
                 stack.pop()
                 continue
-            top[2] += 1
+            top[3] += 1
             child, predicates = kids[picks[n]]
             predicate = predicates[int(rng.integers(len(predicates)))]
-            if frame := enter(child, (["and"] if n else []) + en.predicate_phrase(predicate).split()):
+            relation = (parent, predicate)
+            if frame := enter(child, (["and"] if n else []) + en.predicate_phrase(predicate).split(), relation):
                 stack.append(frame)
 
     visit(draw(rng, g.saliency, 1)[0], [])
@@ -146,16 +150,20 @@ def render(mentions: list[Mention]) -> str:
     return " ".join(en.finish_sentence(en.remove_doubled_words(s)) for s in sentences if s.strip())
 
 
-def caption_image(g: Prepared, seed: int, args) -> list[dict]:
-    """``--per-image`` captions of one graph (without lengths)."""
+def caption_image(g: Prepared, seed: int, args, true_graphs=None) -> list[dict]:
+    """``--per-image`` captions of one graph (without lengths); with ``true_graphs``
+    (:class:`clid.demo.truth.TrueGraphs`) each caption's errors against the true graph (``truth``)."""
     out = []
     for n in range(args.per_image):
         rng = item_rng(seed, g.graph_id, n)
         mentions = walk(g, rng, args.k, args.t_sal, args.n_attr, args.paragraph)
         keep = len(mentions) - int(rng.integers(0, len(mentions)))  # cut 0 .. all but one
         mentions = mentions[:keep]
-        out.append({"id": f"{g.image_id}_{n}", "image_id": g.image_id, "caption": render(mentions),
-                    "objects": [g.object_ids[m.index] for m in mentions]})
+        record = {"id": f"{g.image_id}_{n}", "image_id": g.image_id, "caption": render(mentions),
+                  "objects": [g.object_ids[m.index] for m in mentions]}
+        if true_graphs is not None and (true := true_graphs.get(g.graph_id)) is not None:
+            record["truth"] = judge(g.object_ids, g.nouns, [(m.index, m.attributes, m.relation) for m in mentions], true)
+        out.append(record)
     return out
 
 
@@ -194,6 +202,10 @@ def parse_args(argv=None):
                              "(default: paragraph with --paragraph, else caption)")
     parser.add_argument("--chunk-size", type=positive_int, default=2000, help="graphs per resumable chunk")
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: offline bert-base-uncased)")
+    parser.add_argument("--clean-graphs", default=None, metavar="FILE",
+                        help="the demo world's true graphs (00's scene_graphs_clean.json; diagnostics only): each "
+                             "caption gets 'truth', its counts of hallucinated and mislabelled objects, wrong "
+                             "attributes and wrong relations (clid/demo/truth.py)")
     shard.add_shard_args(parser)
     args = parser.parse_args(argv)
     args.levels = args.levels or ("paragraph" if args.paragraph else "caption")
@@ -207,7 +219,7 @@ PROBLEMS = ("image_id", "action", "kind", "detail")  # the columns of OUT.proble
 def main(argv=None) -> int:
     args = parse_args(argv)
     record = runs.run_record(
-        args, inputs=("scene_graphs", "image_data", "labelmap", "sizes", "saliency", "tokenizer"),
+        args, inputs=("scene_graphs", "image_data", "labelmap", "sizes", "saliency", "tokenizer", "clean_graphs"),
         settings=("graph_format", "images", "min_object_conf", "min_relation_conf", "saliency", "k", "t_sal",
                   "n_attr", "per_image", "paragraph", "levels", "tokenizer", "seed"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".jsonl",))
@@ -221,6 +233,7 @@ def main(argv=None) -> int:
     targets = output_ids(graphs, image_data, len(args.scene_graphs) > 1)
     saliency = None if args.saliency.lower() == "none" else SaliencySource(args.saliency)
     tokenizer = load_tokenizer(args.tokenizer)
+    true_graphs = load_true_graphs(args.clean_graphs) if args.clean_graphs else None
 
     # 2. per chunk of graphs: check each graph and compute its object saliency, then walk it
     def process(chunk):
@@ -234,7 +247,7 @@ def main(argv=None) -> int:
             if target is None and kind:  # (not an image taken from an earlier file)
                 problems.append((graphs[item].image_id, "skipped", kind, detail))
             elif prepared is not None:
-                records += caption_image(prepared, args.seed, args)
+                records += caption_image(prepared, args.seed, args, true_graphs)
         lengths = caption_lengths([r["caption"] for r in records], tokenizer, args.levels == "paragraph")
         for r, n in zip(records, lengths):
             r.update(n_tokens=n, level=length_to_level(n, args.levels), seed=args.seed)
@@ -272,6 +285,14 @@ def load_graphs(args):
         sys.exit(f"error: {err}")
     print("\n".join(notes))
     return graphs, load_problems, image_data
+
+
+def load_true_graphs(path):
+    """The true graphs of --clean-graphs (a malformed file is one error line)."""
+    try:
+        return TrueGraphs(path)
+    except (DataError, FileNotFoundError) as err:
+        sys.exit(f"error: --clean-graphs: {err}")
 
 
 def report_problems(path: Path, saliency, n_graphs: int) -> None:

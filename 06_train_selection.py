@@ -29,24 +29,27 @@ is the global batch: under torchrun keep 64, or eta = 1200 steps no longer means
 Options: ``--full-epochs`` (one epoch of trusted + drawn captions per iteration instead of eta steps:
 an option of the authors' code that their configuration leaves off); ``--schedule constant`` (every
 caption equally likely, the paper's ablation), ``hard`` (s -> 0: a step at T_i), ``none`` (the whole
-extended set, no selection).
+extended set, no selection; the same as ``--strategy none``).
+
+Other strategies on the same data, model, steps, batch and seed (``--strategy``, clid/selection.py):
+``loss-remove`` and ``loss-replacecap`` (loss-based curation every ``--curate-every`` steps),
+``curriculum`` (Baby Step over ``--buckets`` difficulty buckets, ``--difficulty clip:DIR|bootstrap:CKPT|u``)
+and ``none`` (the whole extended set). Their decisions are kept in the checkpoints, so each resumes
+after a kill with the same training sets.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import math
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from clid import ops
+from clid import selection
 from clid.cli import HelpFormatter, number, positive_float, positive_int
 from clid.features.store import RegionCache, check_features_match
-from clid.files import DataError, atomic_path, read_quality, run_main
+from clid.files import run_main
 from clid.model.captioner import count_parameters
 from clid.model.checkpoints import feature_record, load_init_weights, read_config
 from clid.model.inputs import make_examples, training_items
@@ -72,11 +75,12 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     groups = train_arg_groups(p)
     data, schedule = groups["data"], groups["schedule"]
+    strategy = p.add_argument_group("selection", "the strategy that picks each round's self-generated captions")
     data.add_argument("--captions", required=True, help="trusted captions (Karpathy JSON, or any caption file with "
                                                         "--test-ids)")
     data.add_argument("--selfgen", required=True, help="self-generated (paraphrased) captions JSONL, the pool scored "
                                                        "by 05")
-    data.add_argument("--quality", required=True, help="quality HDF5 from 05")
+    data.add_argument("--quality", help="quality HDF5 from 05 (needed by --strategy clid and --difficulty u)")
     schedule.add_argument("--c", type=number(float, low=0, high=100, low_open=True), default=2.0,
                           help="percent of the pool dropped per iteration")
     schedule.add_argument("--s", type=positive_float, default=1.0, help="smoothness of the weighting")
@@ -90,6 +94,7 @@ def parse_args(argv=None):
     groups["model"].add_argument("--init", default="random",
                                  help="random (the authors' code re-initialises the model) | bert (as 04 starts) | "
                                       "a checkpoint folder")
+    selection.add_strategy_args(strategy)
     add_train_args(groups)
     p.set_defaults(lr_horizon=300_000)  # the authors' schedule: a 300,000-step cosine, of which 06 trains 100,000
     args = p.parse_args(argv)
@@ -100,96 +105,8 @@ def parse_args(argv=None):
         p.error(f"--init must be bert, random or a checkpoint folder (got {args.init!r})")
     if args.region_init and args.init not in ("bert", "random"):
         p.error("--region-init sets a new model's first region layer; the checkpoint of --init brings its own")
+    selection.check_strategy_args(p, args)
     return args
-
-
-# ---------------------------------------------------------------------------------------------
-# The selection plan
-
-
-def draw(u: torch.Tensor, iteration: int, args) -> tuple[np.ndarray, float]:
-    """Indices into the pool drawn at ``iteration``, and the threshold T_i."""
-    M = len(u)
-    percent = args.c * iteration
-    k = math.floor(M * (100.0 - percent) / 100.0 + 1e-9)  # the authors' int(M * (1 - c*i/100))
-    threshold = float(ops.percentile_threshold(u, percent)) if M else 0.0
-    if args.schedule == "constant":  # every caption equally likely: a uniform draw of k
-        indices = ops.smoothstep_sample(torch.zeros_like(u), 0.0, 1.0, k, args.seed, iteration)
-    else:
-        s = 0.0 if args.schedule == "hard" else args.s
-        indices = ops.smoothstep_sample(u, threshold, s, k, args.seed, iteration)
-    return indices.cpu().numpy(), threshold
-
-
-def make_plan(u: torch.Tensor, n_trusted: int, selfgen_lengths: np.ndarray, selfgen_levels: np.ndarray,
-              num_levels: int, args) -> list[dict]:
-    """One entry per iteration: threshold, draw size and statistics, and its range of steps."""
-    plan, step, iteration = [], 0, 0
-    if args.schedule == "none":  # the whole extended set, no selection
-        return [{"iteration": 0, "start": 0, "end": args.max_steps, "threshold": None,
-                 "drawn": int(len(u)), "pool": int(len(u)), "digest": "all"}]
-    while args.c * iteration < 100 and step < args.max_steps and len(u):
-        indices, threshold = draw(u, iteration, args)
-        size = n_trusted + len(indices)
-        steps = math.ceil(size / args.batch_size) if args.full_epochs else args.eta
-        histogram = np.bincount(selfgen_levels[indices], minlength=num_levels + 1)[1:]
-        plan.append({"iteration": iteration, "start": step, "end": min(step + steps, args.max_steps),
-                     "threshold": threshold, "drawn": int(len(indices)), "pool": int(len(u)),
-                     "mean_length": round(float(selfgen_lengths[indices].mean()), 3) if len(indices) else None,
-                     "mean_u": round(float(u[indices].mean()), 4) if len(indices) else None,
-                     "levels": histogram.tolist(),
-                     "digest": hashlib.sha1(indices.tobytes()).hexdigest()[:16]})
-        step += steps
-        iteration += 1
-    if step < args.max_steps:
-        plan.append({"iteration": iteration, "start": step, "end": args.max_steps, "threshold": None,
-                     "drawn": 0, "pool": int(len(u)), "trusted_only": True, "digest": "none"})
-    return plan
-
-
-def scores_for(selfgen_ids: list[str], quality_path) -> torch.Tensor:
-    """u of every usable self-generated caption, in the order of ``selfgen_ids``."""
-    q = read_quality(quality_path)
-    by_id = dict(zip(q["id"], q["u"]))
-    missing = [c for c in selfgen_ids if c not in by_id]
-    if missing:
-        raise DataError(quality_path, None, f"{len(missing)} self-generated captions have no quality score "
-                                            f"(first: {missing[0]}); run 05 on the same captions")
-    u = np.asarray([by_id[c] for c in selfgen_ids], dtype=np.float32)
-    bad = ~np.isfinite(u)  # NaN or +-inf: no threshold or weight can be computed from it
-    if bad.any():
-        first = int(bad.argmax())
-        raise DataError(quality_path, f"caption {selfgen_ids[first]}",
-                        f"u is {u[first]} ({int(bad.sum())} of the {len(u)} scores are not finite)")
-    return torch.from_numpy(u)
-
-
-def report_plan(plan, notes, skipped, features, n_trusted, u, out: Path, args) -> None:
-    """Print what is trained on and the plan, and write the plan to OUT/selection_log.jsonl."""
-    for note in notes:
-        print(note)
-    print(f"trusted captions: {n_trusted}; self-generated pool: {len(u)} (u mean {float(u.mean()):+.3f})")
-    for reason, count in sorted(skipped.items()):
-        print(f"  skipped {count}: {reason}")
-    if bad_line := features.skip_report():
-        print(f"  {bad_line}")
-    print(f"plan: {sum(1 for p in plan if p['drawn'])} selection iterations, then trusted only "
-          f"from step {plan[-1]['start'] if plan[-1].get('trusted_only') else args.max_steps}")
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / "selection_log.jsonl") as tmp:
-        tmp.write_text("".join(json.dumps(p) + "\n" for p in plan))
-
-
-def training_set(entry: dict, u: torch.Tensor, n_trusted: int, n_examples: int, args) -> np.ndarray:
-    """The example indices one iteration trains on: the trusted captions plus that iteration's draw
-    (drawn again from its seed, and checked against the plan), or every example with --schedule none."""
-    if args.schedule == "none":
-        return np.arange(n_examples)
-    if not entry["drawn"]:
-        return np.arange(n_trusted)
-    drawn, _ = draw(u, entry["iteration"], args)
-    assert hashlib.sha1(drawn.tobytes()).hexdigest()[:16] == entry["digest"], "the draw is not reproducible"
-    return np.concatenate([np.arange(n_trusted), n_trusted + drawn])
 
 
 def main(argv=None):
@@ -206,28 +123,35 @@ def main(argv=None):
         load_init_weights(model, args.init, "--init")
     config = model.config
 
-    # the data: trusted examples first, then the scored self-generated pool
+    # the data: trusted examples first, then the self-generated pool (scored by 05 for CLID)
     items = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check)
     trusted, skipped = make_examples(items.trusted, model.tokenizer, config.levels, "trusted", features)
     pool, pool_skipped = make_examples(items.selfgen, model.tokenizer, config.levels, "selfgen", features)
     skipped.update(items.skipped + pool_skipped)
     items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, config.levels)
-    u = scores_for(pool.caption_ids, args.quality)
+    u = selection.scores_for(pool.caption_ids, args.quality) if args.strategy == "clid" else None
     n_trusted = len(trusted)
     examples = trusted.extend(pool)  # trusted captions first, then the pool
     if args.init in ("bert", "random"):  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
-    lengths = np.array([len(t) for t in pool.tokens])
-    plan = make_plan(u, n_trusted, lengths, np.array(pool.levels), config.num_levels, args)
-    if world > 1:  # every rank must draw the same captions
-        digests = [None] * world
-        torch.distributed.all_gather_object(digests, [p["digest"] for p in plan])
-        if any(d != digests[0] for d in digests):
-            sys.exit("error: DDP ranks drew different captions")
-    if rank == 0:
-        report_plan(plan, items.notes, skipped, features, n_trusted, u, out, args)
+    regions = RegionCache.for_model(features, config)
 
-    trainer = Trainer(model, examples, RegionCache.for_model(features, config), settings_from_args(args), out,
+    # the strategy: which captions each round trains on
+    data = selection.Pool(examples.image_ids, examples.caption_ids, n_trusted, np.array([len(t) for t in pool.tokens]),
+                          np.array(pool.levels, dtype=np.int64), config.num_levels)
+    texts = {c: t for c, _, t in items.trusted + items.selfgen}
+    val, _ = make_examples(items.val, model.tokenizer, config.levels, "val", features)
+    check = same_on_every_rank(world)
+    strategy = selection.make_strategy(args, data, examples, model, regions, device, out, u, val,
+                                       [texts[c] for c in examples.caption_ids], items.filenames, check, rank)
+    if check and isinstance(strategy, selection.Schedule):  # every rank must draw the same captions
+        check([p["digest"] for p in strategy.plan])
+    if rank == 0:
+        report_data(items.notes, skipped, features, n_trusted, len(pool), u)
+        print("\n".join(strategy.summary()))
+        selection.write_log(out, strategy.log_rows())
+
+    trainer = Trainer(model, examples, regions, settings_from_args(args), out,
                       {"train": vars(args), "stage": "06_train_selection", "run": training_record(args),
                        **feature_record(features)}, device, rank, world,
                       validation_check(args, features, items.val_ids, device))
@@ -236,19 +160,43 @@ def main(argv=None):
     if rank == 0:
         print(f"model: {args.preset}, {count_parameters(model) / 1e6:.1f}M parameters; {world} process(es) on {device}")
 
-    for entry in plan:
-        if trainer.step >= entry["end"]:
-            continue
-        members = training_set(entry, u, n_trusted, len(examples), args)
+    for rnd in strategy.rounds(trainer.step, trainer.state):
         if rank == 0:
-            print(f"iteration {entry['iteration']}: T={entry['threshold']}, drawn {entry['drawn']} of {entry['pool']}, "
-                  f"mean length {entry.get('mean_length')}, levels {entry.get('levels')}, steps {entry['start']}-{entry['end']}")
-        start = entry["start"]
-        batch_for = (lambda step, members=members, start=start, i=entry["iteration"]:
-                     members[epoch_batches(len(members), args.batch_size, step - start, args.seed, ("iter", i))])
-        trainer.run(entry["end"], batch_for, desc=f"06 it {entry['iteration']}",
-                    state_for=lambda step, i=entry["iteration"]: {"iteration": i})
+            print(rnd.description)
+            if not isinstance(strategy, selection.Schedule):  # the log grows with each curation or evaluation
+                selection.write_log(out, strategy.log_rows())
+        batch_for = (lambda step, rnd=rnd: rnd.members[epoch_batches(len(rnd.members), args.batch_size, step - rnd.start,
+                                                                     args.seed, rnd.key)])
+        trainer.run(rnd.end, batch_for, desc=f"06 {rnd.key[0]} {rnd.key[1]}", state_for=lambda step, rnd=rnd: rnd.state)
+    if rank == 0 and hasattr(strategy, "seconds"):
+        print(f"curation time: {strategy.seconds():.1f} s")
     finish_distributed(out, rank, world)
+
+
+def report_data(notes, skipped, features, n_trusted: int, n_pool: int, u) -> None:
+    """Print what is trained on: the split guard's notes, the counts, and what was skipped."""
+    for note in notes:
+        print(note)
+    print(f"trusted captions: {n_trusted}; self-generated pool: {n_pool}"
+          + (f" (u mean {float(u.mean()):+.3f})" if u is not None else ""))
+    for reason, count in sorted(skipped.items()):
+        print(f"  skipped {count}: {reason}")
+    if bad_line := features.skip_report():
+        print(f"  {bad_line}")
+
+
+def same_on_every_rank(world: int):
+    """A check that every DDP rank holds the same value (a selection's digest); None on one process."""
+    if world == 1:
+        return None
+
+    def check(value) -> None:
+        values = [None] * world
+        torch.distributed.all_gather_object(values, value)
+        if any(v != values[0] for v in values):
+            sys.exit("error: DDP ranks drew different captions")
+
+    return check
 
 
 if __name__ == "__main__":

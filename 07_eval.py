@@ -38,12 +38,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a mod
 
 from clid.cli import HelpFormatter, non_negative_int, number, positive_int
 from clid.eval.metrics import (
+    SSA_LEVELS,
     CocoScorer,
     counts_sentences,
     evaluate,
     load_refs,
     long_refs_for,
     read_generated,
+    to_ssa_levels,
     write_generated,
 )
 from clid.eval.report import FIGURES, combine, length_histograms, selfgen_captions, write_outputs
@@ -71,8 +73,10 @@ def parse_args(argv=None):
     p.add_argument("--name", action="append", default=[],
                    help="names, one per entry, checkpoints first then generated files (instead of NAME=; "
                         "default: the checkpoint folder's name / the file's name without extension)")
-    p.add_argument("--levels", default=None, choices=sorted(LEVEL_SETS),
-                   help="level set (default: the checkpoints' own, else caption)")
+    p.add_argument("--levels", default=None, choices=sorted(LEVEL_SETS) + ["ssa"],
+                   help="level set (default: the checkpoints' own, else caption); ssa: CIC-BART-SSA's word-count "
+                        "levels <10, 10-19, 20-29, 30-39, >=40 words, for evaluation only: a checkpoint's captions of "
+                        "its levels 1-5 (caption levels) are counted in words, a --generated file's levels are these")
     p.add_argument("--score-captions", default="in-range", choices=["in-range", "all"],
                    help="which captions get quality scores (in-range: the paper)")
     p.add_argument("--spice", default="auto", choices=["auto", "off"],
@@ -271,11 +275,17 @@ def main(argv=None) -> None:
     selfgen_texts = selfgen_captions(args.selfgen)  # (read now: a bad line stops the run before any work)
 
     # 2. the runs' captions: generated from checkpoints (cached), or read from generated files
+    ssa = args.levels == "ssa"
+    if ssa:  # the checkpoints' captions at their own levels, counted against SSA's word levels
+        args.levels = None
     levels, captions, sources, run_skips = collect_captions(runs, ids, args, image_ids, out)
     level_set = next((k for k, v in LEVEL_SETS.items() if v == levels), "custom")
     keep_sentences = counts_sentences(levels)
     histograms = length_histograms(trusted, selfgen_texts, tokenizer, keep_sentences)
     long_refs = long_refs_for(args.long_refs, refs, levels, skipped)
+    if ssa:
+        captions = {run: to_ssa_levels(*captions[run], levels, kind, path) for run, (_, kind, path) in zip(ids, runs)}
+        levels, level_set, long_refs = SSA_LEVELS, "ssa", {}
 
     # 3. every run's lengths as counted, control precision and quality per level (one PTB / METEOR process)
     scorer = CocoScorer(spice=args.spice)
@@ -284,13 +294,13 @@ def main(argv=None) -> None:
     for run, (generated, filled) in captions.items():
         results[run] = evaluate(generated, refs, levels, long_refs=long_refs, scorer=scorer, tokenizer=tokenizer,
                                 keep_sentences=keep_sentences, score_captions=args.score_captions, progress=True,
-                                desc=f"scoring {run}", filled=filled, strict=args.length_count == "strict")
+                                desc=f"scoring {run}", filled=filled, strict=args.length_count == "strict", words=ssa)
         run_skips[run]["captions of images outside the test images"] = n_outside = results[run].pop("n_outside")
         if n_outside:
             print(f"warning: {run}: left out {n_outside} captions of images that are not test images")
     scorer.close()
     for run, (name, kind, _) in zip(ids, runs):
-        if kind == "checkpoint":  # each generated caption with its length as counted
+        if kind == "checkpoint" and not ssa:  # each generated caption with its length as counted (the cache)
             write_generated(out / "generated" / f"{run}.jsonl", *captions[run], results[run]["lengths"])
 
     # 4. metrics.json, report.md and the plots, per method (the mean and spread of its runs)

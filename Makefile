@@ -3,6 +3,8 @@
 #               reported as mean ± std in runs/demo/eval-seeds)
 #   make demo-paragraph   the paper's second task on the demo world: paragraph-only baseline vs CLID
 #               (data/demo-paragraph, runs/demo-paragraph)
+#   make demo-compare   CLID against loss-based curation and a curriculum on the demo world, with its ground
+#               truth (runs/demo-compare; SEEDS=3 as for make demo)
 #   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
 # Both create and fill .venv on first use: the pinned requirements, then this package with its
 # C++/CUDA extension clid._C (pip install --no-build-isolation -e .), rebuilt when csrc/ changes.
@@ -21,7 +23,7 @@ export TOKENIZERS_PARALLELISM := false
 
 CSRC   := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu') setup.py pyproject.toml
 
-.PHONY: all venv test demo demo-paragraph cuda-check clean
+.PHONY: all venv test demo demo-paragraph demo-compare cuda-check clean
 
 all: test
 
@@ -44,6 +46,9 @@ demo: $(STAMP)
 
 demo-paragraph: $(STAMP)
 	TASK=paragraph SEEDS=$(SEEDS) bash demo.sh $(DEMO)-paragraph $(RUNS)-paragraph
+
+demo-compare: $(STAMP)
+	COMPARE=1 SEEDS=$(SEEDS) bash demo.sh $(DEMO) $(RUNS)-compare
 
 clean:
 	rm -rf $(VENV) build .pytest_cache clid/_C*.so *.egg-info

@@ -5,6 +5,8 @@
 #   SEEDS=3 bash demo.sh                      (three seeds: seed k >= 1 in DEMO_DIR-seedK, RUNS_DIR/seedK)
 #   TASK=paragraph bash demo.sh data/demo-paragraph runs/demo-paragraph   (the paper's second task:
 #                                             `make demo-paragraph`; paragraph-only baseline vs CLID)
+#   COMPARE=1 bash demo.sh data/demo runs/demo-compare   (`make demo-compare`: CLID against its peers on equal
+#                                             footing, and the world's ground truth; see below)
 #
 # Every stage resumes or skips finished work, so running it again is quick. About 19 minutes a seed
 # on 2 CPU cores (README.md, "What the demo shows", has the stage times and the results). Seed k
@@ -26,6 +28,8 @@ SEEDS=${SEEDS:-1}                # independent repetitions (world and training s
 PY=${PY:-.venv/bin/python}
 SMALL=${SMALL:-}                 # SMALL=1: the tiny world of the tests, for a quick look
 TASK=${TASK:-caption}            # caption, or paragraph: 13 levels up to 129 tokens, sentence joins, eta scaled alike
+COMPARE=${COMPARE:-}             # COMPARE=1: 06 also trains loss-remove, loss-replacecap, a curriculum and the whole
+                                 # extended set, all as CLID trains; 07 reports them; python -m clid.demo.truth the truth
 STEPS=${STEPS:-1000}             # optimizer steps of each model
 ETA=${ETA:-18}                   # steps per selection iteration: the 50 iterations end at 90% of the steps (README)
 FT_STEPS=${FT_STEPS:-$STEPS}     # steps of the scoring model M_theta on trusted captions: as many as M_theta~'s
@@ -43,6 +47,8 @@ case "$TASK" in
              if [ -z "$SMALL" ]; then STEPS=${STEPS_PARAGRAPH:-400}; ETA=${ETA_PARAGRAPH:-7}; FT_STEPS=${FT_PARAGRAPH:-80}; fi ;;
   *) echo "error: TASK must be caption or paragraph, not '$TASK'"; exit 2 ;;
 esac
+if [ -n "$COMPARE" ] && [ "$TASK" != caption ]; then echo "error: COMPARE=1 runs the caption task only"; exit 2; fi
+CURATE_EVERY=${CURATE_EVERY:-$(( STEPS / 10 ))}  # COMPARE: ten loss curations in a run, as their ten epochs (README)
 # M_theta~'s cosine, which the scoring model continues: the authors' proportions, three times M_theta~'s steps;
 # the miniature and the paragraph demo keep the short scoring model they were measured with (README)
 if [ -n "$SMALL" ] || [ "$TASK" = paragraph ]; then horizon=$(( STEPS + FT_STEPS )); else horizon=$(( 3 * STEPS )); fi
@@ -69,9 +75,13 @@ banner "01 saliency (spectral residual)"
 $PY 01_saliency.py --images "$DEMO/images" --list "$CAPTIONS" --out "$RUNS/saliency.h5" \
     --preview 8 --scene-graphs "$DEMO/scene_graphs.json" --image-data "$DEMO/image_data.json"
 
+# with COMPARE, each caption records what it states wrongly against the world's true graphs (its 'truth')
+truth=(); include_trusted=()
+if [ -n "$COMPARE" ]; then truth=(--clean-graphs "$DEMO/scene_graphs_clean.json"); include_trusted=(--include-trusted); fi
 banner "02 self-generated captions from the scene graphs (saliency-guided walks)"
 $PY 02_scenegraph_captions.py --scene-graphs "$DEMO/scene_graphs.json" --image-data "$DEMO/image_data.json" \
-    --saliency "$RUNS/saliency.h5" --out "$RUNS/selfgen.jsonl" --per-image "$PER_IMAGE" --seed "$SEED" "${levels[@]}"
+    --saliency "$RUNS/saliency.h5" --out "$RUNS/selfgen.jsonl" --per-image "$PER_IMAGE" --seed "$SEED" "${levels[@]}" \
+    ${truth[@]+"${truth[@]}"}
 
 banner "03 paraphrase (rule-based, offline)"
 $PY 03_paraphrase.py --in "$RUNS/selfgen.jsonl" --out "$RUNS/paraphrased.jsonl" --model rules --seed "$SEED" "${levels[@]}"
@@ -108,16 +118,19 @@ grep -E "^checkpoint|already trained" "$RUNS/trusted.log" || true
 
 banner "05 quality scores u = log p(y|x; theta) - log p(y|x; theta~), two shards (shard 1 log: $RUNS/quality.log)"
 score=(05_score_quality.py --trusted "$RUNS/trusted_ft" --extended "$RUNS/extended" --selfgen "$RUNS/paraphrased.jsonl"
-       --features "$DEMO/features.h5" --captions "$CAPTIONS" --out "$RUNS/quality.h5" --num-shards 2 --seed "$SEED")
+       --features "$DEMO/features.h5" --captions "$CAPTIONS" --out "$RUNS/quality.h5" --num-shards 2 --seed "$SEED"
+       ${include_trusted[@]+"${include_trusted[@]}"})
 OMP_NUM_THREADS=1 $PY "${score[@]}" --shard-id 1 > "$RUNS/quality.log" 2>&1 &
 shard1=$!
 OMP_NUM_THREADS=1 $PY "${score[@]}" --shard-id 0
 await "$shard1" "$RUNS/quality.log" "05 shard 1"
 [ -f "$RUNS/quality.h5" ] || $PY -m clid.shard merge "$RUNS/quality.h5" --num-shards 2
 
+selection=(06_train_selection.py --captions "$CAPTIONS" --selfgen "$RUNS/paraphrased.jsonl" --quality "$RUNS/quality.h5"
+        --eta "$ETA" "${train[@]}" --lr-horizon "$STEPS")
+if [ -n "$COMPARE" ]; then compare_seed; return; fi
 banner "06 CLID: training with gradual data selection (c=2, s=1, eta=$ETA)"
-$PY 06_train_selection.py --captions "$CAPTIONS" --selfgen "$RUNS/paraphrased.jsonl" \
-    --quality "$RUNS/quality.h5" --out "$RUNS/clid" --eta "$ETA" "${train[@]}" --lr-horizon "$STEPS"
+$PY "${selection[@]}" --out "$RUNS/clid"
 
 banner "07 evaluation: $baseline_name vs extended-only vs CLID"
 $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended" --checkpoint "$RUNS/clid" \
@@ -130,15 +143,48 @@ $PY -m clid.caption --checkpoint "$RUNS/clid" --name CLID "${gallery[@]}" --out 
     --gallery "$RUNS/gallery.html" --images "$DEMO/images" --compare "$baseline_name=$RUNS/gallery/$baseline_name.jsonl"
 }
 
-evals=()
+# COMPARE=1: CLID and its peers, each trained by 06 on the same data, model, steps, batch and seed, and all
+# reusing this seed's trusted-only baseline, M_theta~, scoring model and u. Extended-only is 06 on the whole
+# extended set (--strategy none), so it trains as the others do; the curriculum's difficulty is the loss under
+# the trusted-only baseline (Simi-CL's Bootstrap-CL). Two lanes of one-thread trainings, as the 04s above.
+compare_seed() {
+banner "06 in two lanes: CLID, loss-remove, extended-only | loss-replacecap, curriculum (lane 2 log: $RUNS/lane2.log)"
+( export OMP_NUM_THREADS=1
+  $PY "${selection[@]}" --strategy loss-replacecap --curate-every "$CURATE_EVERY" --out "$RUNS/loss-replacecap"
+  $PY "${selection[@]}" --strategy curriculum --difficulty "bootstrap:$RUNS/trusted" --out "$RUNS/curriculum"
+) > "$RUNS/lane2.log" 2>&1 &
+lane2=$!
+OMP_NUM_THREADS=1 $PY "${selection[@]}" --out "$RUNS/clid"
+OMP_NUM_THREADS=1 $PY "${selection[@]}" --strategy loss-remove --curate-every "$CURATE_EVERY" --out "$RUNS/loss-remove"
+OMP_NUM_THREADS=1 $PY "${selection[@]}" --strategy none --out "$RUNS/extended-06"
+await "$lane2" "$RUNS/lane2.log" "lane 2 (loss-replacecap, curriculum)"
+grep -E "^curation time|^checkpoint|already trained" "$RUNS/lane2.log" || true
+
+banner "07 evaluation: $baseline_name, extended-only, CLID, loss-remove, loss-replacecap, curriculum"
+$PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended-06" --checkpoint "$RUNS/clid" \
+    --checkpoint "$RUNS/loss-remove" --checkpoint "$RUNS/loss-replacecap" --checkpoint "$RUNS/curriculum" \
+    --name "$baseline_name" --name extended-only --name CLID --name loss-remove --name loss-replacecap --name curriculum
+
+banner "ground truth: every scorer and every run against the captions known to be wrong"
+$PY -m clid.demo.truth --selfgen "$RUNS/paraphrased.jsonl" --quality "$RUNS/quality.h5" --seed "$SEED" \
+    --difficulty "$RUNS/curriculum/difficulty.h5" --run "CLID=$RUNS/clid" --run "loss-remove=$RUNS/loss-remove" \
+    --run "loss-replacecap=$RUNS/loss-replacecap" --run "curriculum=$RUNS/curriculum" \
+    --run "extended-only=$RUNS/extended-06" --out "$RUNS/truth"
+}
+
+evals=(); truths=()
 for (( seed = 0; seed < SEEDS; seed++ )); do
-    if (( seed == 0 )); then run_seed 0 "$DEMO_DIR" "$RUNS_DIR"; evals+=("$RUNS_DIR/eval")
-    else run_seed "$seed" "$DEMO_DIR-seed$seed" "$RUNS_DIR/seed$seed"; evals+=("$RUNS_DIR/seed$seed/eval"); fi
+    if (( seed == 0 )); then run_seed 0 "$DEMO_DIR" "$RUNS_DIR"; evals+=("$RUNS_DIR/eval"); truths+=("$RUNS_DIR/truth")
+    else run_seed "$seed" "$DEMO_DIR-seed$seed" "$RUNS_DIR/seed$seed"; evals+=("$RUNS_DIR/seed$seed/eval")
+         truths+=("$RUNS_DIR/seed$seed/truth"); fi
 done
 report="$RUNS_DIR/eval/report.md"
 if (( SEEDS > 1 )); then
     banner "07 the $SEEDS seeds together: each method's mean ± standard deviation"
     $PY 07_eval.py --combine "${evals[@]}" --out "$RUNS_DIR/eval-seeds"
     report="$RUNS_DIR/eval-seeds/report.md"
+    if [ -n "$COMPARE" ]; then $PY -m clid.demo.truth --combine "${truths[@]}" --out "$RUNS_DIR/truth-seeds"
+                               report="$report and $RUNS_DIR/truth-seeds/truth.md"; fi
+elif [ -n "$COMPARE" ]; then report="$report and $RUNS_DIR/truth/truth.md"
 fi
 banner "done in $(( $(date +%s) - started )) s: see $report and $RUNS_DIR/gallery.html"

@@ -32,7 +32,7 @@ SCRIPTS = {"00": "00_demo_data.py", "01": "01_saliency.py", "02": "02_scenegraph
            "03": "03_paraphrase.py", "04": "04_train_base.py", "05": "05_score_quality.py",
            "06": "06_train_selection.py", "07": "07_eval.py", "stats": "clid.stats", "data": "clid.data",
            "shard": "clid.shard", "features": "clid.features", "emlnet": "clid.saliency.emlnet",
-           "caption": "clid.caption"}
+           "caption": "clid.caption", "truth": "clid.demo.truth"}
 NEEDS = {"stages": "needs h-stages", "ops": "needs h-ops"}
 
 
@@ -904,6 +904,125 @@ for name, make, fragment, needs in QUALITY_CASES:
 row("06", "init-other-levels", lambda w, d: w.selection_args(d / "out", "--init", w.trusted, "--levels", "paragraph"),
     "trained with levels caption, not this run's --levels paragraph")
 row("06", "init-not-a-folder", lambda w, d: w.selection_args(d / "out", "--init", d / "nope"), "--init must be")
+
+# -- 06 selection strategies (clid/selection.py) ---------------------------------------------------------
+STRATEGY_FLAG_CASES = [
+    ("curriculum-no-difficulty", ["--strategy", "curriculum"], "needs --difficulty"),
+    ("difficulty-unknown", ["--strategy", "curriculum", "--difficulty", "loss"], "--difficulty must be"),
+    ("difficulty-bootstrap-missing", ["--strategy", "curriculum", "--difficulty", "bootstrap:/no/such/ckpt"], "is not a folder"),
+    ("difficulty-clip-no-images", ["--strategy", "curriculum", "--difficulty", "clip:."], "needs --images"),
+    ("curate-ratio-zero", ["--strategy", "loss-remove", "--curate-ratio", "0"], "--curate-ratio must be in"),
+    ("curate-ratio-one", ["--strategy", "loss-remove", "--curate-ratio", "1"], "--curate-ratio must be in"),
+    ("curate-std-negative", ["--strategy", "loss-remove", "--curate-std", "-2"], "--curate-std must be a positive"),
+    ("curate-std-inf", ["--strategy", "loss-remove", "--curate-std", "inf"], "--curate-std must be a positive"),
+    ("curate-every-zero", ["--strategy", "loss-remove", "--curate-every", "0"], "--curate-every must be at least 1"),
+    ("buckets-zero", ["--strategy", "curriculum", "--difficulty", "u", "--buckets", "0"], "--buckets must be at least 1"),
+    ("patience-zero", ["--strategy", "curriculum", "--difficulty", "u", "--patience", "0"], "--patience must be at least 1"),
+    ("min-improvement-nan", ["--strategy", "curriculum", "--difficulty", "u", "--min-improvement", "nan"],
+     "--min-improvement must be"),
+]
+
+
+def without(args: list, flag: str) -> list:
+    """An argument list of flag-value pairs without ``flag``."""
+    return [x for pair in zip(args[::2], args[1::2]) if pair[0] != flag for x in pair]
+
+
+for name, extra, fragment in STRATEGY_FLAG_CASES:
+    row("06", name, lambda w, d, extra=extra: w.selection_args(d / "out", *extra), fragment)
+row("06", "strategy-clid-no-quality", lambda w, d: without(w.selection_args(d / "out"), "--quality"), "needs --quality")
+row("06", "difficulty-u-no-trusted-scores", lambda w, d: w.selection_args(d / "out", "--strategy", "curriculum",
+                                                                           "--difficulty", "u"),
+    "trusted captions have no quality score")
+row("06", "difficulty-bootstrap-other-levels",
+    lambda w, d: w.selection_args(d / "out", "--strategy", "curriculum", "--difficulty", f"bootstrap:{w.trusted}",
+                                  "--levels", "paragraph"), "trained with levels caption")
+row("06", "difficulty-bootstrap-not-a-checkpoint",
+    lambda w, d: w.selection_args(d / "out", "--strategy", "curriculum", "--difficulty", f"bootstrap:{w.images}"),
+    "is not a checkpoint")
+row("06", "difficulty-clip-not-a-model",
+    lambda w, d: w.selection_args(d / "out", "--strategy", "curriculum", "--difficulty", f"clip:{w.images}",
+                                  "--images", w.images), "not a transformers clip model folder")
+
+
+# -- the demo world's ground truth: 02 --clean-graphs, python -m clid.demo.truth --------------------------
+row("02", "clean-graphs-missing", lambda w, d: sg_args(w, d, None, None, "none", "--clean-graphs", d / "nope.json"),
+    "no such file|not found")
+row("02", "clean-graphs-not-json", lambda w, d: sg_args(w, d, None, None, "none", "--clean-graphs", write(d, "c.json", "[{")),
+    "not valid json")
+row("02", "clean-graphs-object-no-id",
+    lambda w, d: sg_args(w, d, None, None, "none", "--clean-graphs", scene_graphs(d, obj(object_id="DELETE"), "c.json")),
+    "--clean-graphs")
+
+
+def truth_args(w: World, d: Path, selfgen=None, *extra) -> list:
+    return ["--selfgen", selfgen or jsonl_lines(w.selfgen, d, lambda rows: [dict(r, truth={"hallucinated": 0})
+                                                                             for r in rows], "t.jsonl"),
+            "--quality", w.quality, "--out", d / "truth", *extra]
+
+
+row("truth", "selfgen-without-truth", lambda w, d: truth_args(w, d, w.selfgen), "no 'truth'")
+row("truth", "quality-missing", lambda w, d: truth_args(w, d, None, "--quality", d / "nope.h5"), "no such file|not found")
+row("truth", "quality-of-other-captions",
+    lambda w, d: truth_args(w, d, None, "--quality", h5_changed(w.quality, d, first_rows(0))), "scores none of the captions")
+row("truth", "run-not-a-folder", lambda w, d: truth_args(w, d, None, "--run", f"CLID={d / 'nope'}"), "--run must be")
+row("truth", "run-without-log", lambda w, d: truth_args(w, d, None, "--run", f"CLID={w.trusted}"),
+    "selection_log.jsonl")
+row("truth", "difficulty-of-other-captions",
+    lambda w, d: truth_args(w, d, None, "--difficulty", write_difficulty(d)), "no difficulty for")
+row("truth", "combine-missing", lambda w, d: ["--combine", d / "nope", "--out", d / "all"], "no such file|not found")
+row("truth", "no-inputs", lambda w, d: ["--out", d / "t"], "are required")
+
+
+def write_difficulty(d: Path) -> Path:
+    from clid.files import write_arrays
+
+    write_arrays(d / "difficulty.h5", {"id": np.asarray(["someone_else"], dtype=object), "difficulty": np.zeros(1)})
+    return d / "difficulty.h5"
+
+
+# -- CIC-BART-SSA's captions: python -m clid.data convert-ssa ---------------------------------------------
+def ssa_folder(d: Path, files: dict) -> Path:
+    folder = d / "ssa"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        write(folder, name, content)
+    return folder
+
+
+GOOD_REGION = {"objects": [{"object_id": 5, "name": "dog"}], "relationships": [], "phrase": "a dog on the grass"}
+row("data", "convert-ssa-missing", lambda w, d: ["convert-ssa", "--ssa", d / "nope", "--out", d / "o.jsonl"],
+    "no such file or folder")
+row("data", "convert-ssa-empty-folder", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(d, {}), "--out", d / "o.jsonl"],
+    "holds no .json file")
+row("data", "convert-ssa-not-json", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(d, {"1.json": "{"}), "--out", d / "o.jsonl"],
+    "not valid json")
+row("data", "convert-ssa-top-level-list",
+    lambda w, d: ["convert-ssa", "--ssa", ssa_folder(d, {"1.json": [GOOD_REGION]}), "--out", d / "o.jsonl"],
+    "expected an object of regions")
+row("data", "convert-ssa-binary", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(d, {"1.json": BINARY}), "--out", d / "o.jsonl"],
+    "utf-8")
+row("data", "convert-ssa-out-is-input",
+    lambda w, d: ["convert-ssa", "--ssa", (f := ssa_folder(d, {"1.json": {"0": GOOD_REGION}})), "--out", f / "1.json"],
+    "is also the input --ssa")
+SSA_SKIPS = [
+    ("phrase-int", dict(GOOD_REGION, phrase=4), "malformed region"),
+    ("phrase-missing", {"objects": []}, "malformed region"),
+    ("objects-string", dict(GOOD_REGION, objects="dog"), "malformed region"),
+    ("object-without-id", dict(GOOD_REGION, objects=[{"name": "dog"}]), "malformed region"),
+    ("region-a-string", "a dog", "malformed region"),
+    ("image-id-of-another-file", dict(GOOD_REGION, image_id=2), "malformed region"),
+    ("ungrounded-object", dict(GOOD_REGION, objects=[{"object_id": "unknown"}]), "not grounded"),
+    ("phrase-no-word", dict(GOOD_REGION, phrase="?!"), "no word left"),
+]
+for name, region, fragment in SSA_SKIPS:
+    row("data", f"convert-ssa-{name}",
+        lambda w, d, region=region: ["convert-ssa", "--ssa", ssa_folder(d, {"1.json": {"0": GOOD_REGION, "1": region}}),
+                                     "--out", d / "o.jsonl"], fragment, "skip")
+row("07", "levels-ssa-generated-level-6",
+    lambda w, d: w.eval_args(d / "out", "--levels", "ssa", "--generated",
+                             jsonl_lines(w.generated, d, first(level=6), "g.jsonl")), "outside the 5 ssa levels")
+
 
 # -- 07 evaluation: generated captions, features, long references, other files --------------------------
 GENERATED_CASES = [

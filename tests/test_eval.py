@@ -533,3 +533,18 @@ def test_a_level_with_a_scored_caption_of_score_0_is_plotted_not_called_empty(tm
                         "long_refs": {}}}
     plot_quality_vs_control(tmp_path / "q.png", results, ((1, 9), (10, 19)))
     assert said == ["no scored caption"] and (tmp_path / "q.png").exists()
+
+
+def test_side_by_side_puts_every_method_in_one_row():
+    from clid.eval.report import side_by_side
+
+    def row(cp, cider=None, std=None):
+        return {"control_precision": cp, "CIDEr": cider, **({"control_precision_std": std} if std else {})}
+
+    levels = ((1, 9), (10, 19), (20, 29))
+    methods = {"CLID": {"levels": {1: row(1.0, 0.7, 0.01), 2: row(0.9, 0.8), 3: row(0.5, 0.1)}, "long_refs": {3: row(None, 0.3)}},
+               "loss-remove": {"levels": {1: row(0.8, 0.6), 2: row(0.7, 0.5), 3: row(0.0)}, "long_refs": {}}}
+    text = side_by_side(methods, levels)
+    assert "| method | CP L1 | CP L2 | CP L3 | CIDEr L1 | CIDEr L2 | CIDEr long L3 |" in text
+    assert "| CLID | 100.0 ± 1.0 | 90.0 | 50.0 | 70.0 | 80.0 | 30.0 |" in text
+    assert "| loss-remove | 80.0 | 70.0 | 0.0 | 60.0 | 50.0 | – |" in text

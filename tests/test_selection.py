@@ -8,13 +8,15 @@ import torch
 from conftest import import_script, kill_after_checkpoint, run_script
 from toyworld import make_toy_world
 
+from clid import selection as selection_module
 from clid.files import write_quality
 
 selection = import_script("06_train_selection.py", "selection")
 
 
 def plan_args(**kw):
-    base = dict(c=2.0, s=1.0, eta=1200, full_epochs=False, schedule="smooth", max_steps=100_000, batch_size=64, seed=0)
+    base = dict(c=2.0, s=1.0, eta=1200, full_epochs=False, schedule="smooth", strategy="clid", max_steps=100_000,
+                batch_size=64, seed=0)
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -23,7 +25,7 @@ def test_plan_follows_the_paper_schedule():
     rng = np.random.default_rng(0)
     u = torch.from_numpy(rng.normal(size=1003).astype(np.float32))
     lengths, levels = rng.integers(3, 60, 1003), rng.integers(1, 8, 1003)
-    plan = selection.make_plan(u, 500, lengths, levels, 7, plan_args())
+    plan = selection_module.make_plan(u, 500, lengths, levels, 7, plan_args())
     draws = [p for p in plan if p["drawn"]]
     assert len(draws) == 50  # c*i < 100 for i = 0..49
     for p in draws:
@@ -48,23 +50,23 @@ def test_eta_is_the_papers_for_the_task():
 def test_draws_prefer_high_u_and_are_reproducible():
     u = torch.linspace(-3, 3, 2000)
     args = plan_args()
-    drawn, threshold = selection.draw(u, 25, args)  # T = median, half the pool
+    drawn, threshold = selection_module.draw(u, 25, args)  # T = median, half the pool
     assert len(drawn) == 1000 and abs(threshold) < 1e-2
     assert (u[drawn] > 0).float().mean() > 0.75  # weighted towards u above T
-    assert np.array_equal(drawn, selection.draw(u, 25, args)[0])
-    assert not np.array_equal(drawn, selection.draw(u, 25, plan_args(seed=1))[0])
-    hard, _ = selection.draw(u, 25, plan_args(schedule="hard"))
+    assert np.array_equal(drawn, selection_module.draw(u, 25, args)[0])
+    assert not np.array_equal(drawn, selection_module.draw(u, 25, plan_args(seed=1))[0])
+    hard, _ = selection_module.draw(u, 25, plan_args(schedule="hard"))
     assert (u[hard] >= threshold).all()  # s -> 0: a step at T
-    constant, _ = selection.draw(u, 25, plan_args(schedule="constant"))
+    constant, _ = selection_module.draw(u, 25, plan_args(schedule="constant"))
     assert 0.4 < (u[constant] > 0).float().mean() < 0.6  # every caption equally likely
 
 
 def test_full_epochs_and_none_schedules():
     u = torch.zeros(100)
     lengths, levels = np.full(100, 12), np.full(100, 2)
-    plan = selection.make_plan(u, 60, lengths, levels, 7, plan_args(full_epochs=True, batch_size=16, c=25))
+    plan = selection_module.make_plan(u, 60, lengths, levels, 7, plan_args(full_epochs=True, batch_size=16, c=25))
     assert [p["end"] - p["start"] for p in plan if p["drawn"]] == [10, 9, 7, 6]  # ceil((60 + k) / 16)
-    none = selection.make_plan(u, 60, lengths, levels, 7, plan_args(schedule="none", max_steps=50))
+    none = selection_module.make_plan(u, 60, lengths, levels, 7, plan_args(schedule="none", max_steps=50))
     assert none == [{"iteration": 0, "start": 0, "end": 50, "threshold": None, "drawn": 100, "pool": 100,
                      "digest": "all"}]
 

@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a mod
 from clid import runs, shard
 from clid.caption import CaptionWriter, caption_records, decode_steps, default_device, describe_levels
 from clid.caption.gallery import THUMBNAIL_SIDE, image_files, thumbnail, write_gallery
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, number, positive_int
 from clid.features.store import FeatureStore, add_bad_features_arg
 from clid.files import DataError, check_not_input, natural_key, read_jsonl, run_main, write_jsonl
 
@@ -44,17 +44,17 @@ def parse_args(argv=None):
                    help="image ids to caption: one a line, a JSON list, or a captions file (Karpathy, COCO or "
                         "paragraphs JSON; its --split images). Default: every image of --features")
     p.add_argument("--split", default="test", help="with a captions file as --ids: the split to caption")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="caption only the first N ids")
+    p.add_argument("--limit", type=positive_int, default=None, metavar="N", help="caption only the first N ids")
     p.add_argument("--levels", nargs="+", default=None, metavar="LEVEL",
                    help="level numbers (from 1) to decode, or 'all' for every level of the checkpoint (default: all)")
     p.add_argument("--out", required=True, help="captions JSONL to write")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
-    p.add_argument("--batch-size", type=int, default=64, help="images decoded together")
-    p.add_argument("--chunk-size", type=int, default=256, help="images per resumable chunk")
-    p.add_argument("--decode-steps", type=int, nargs="+", default=None, metavar="N",
+    p.add_argument("--batch-size", type=positive_int, default=64, help="images decoded together")
+    p.add_argument("--chunk-size", type=positive_int, default=256, help="images per resumable chunk")
+    p.add_argument("--decode-steps", type=positive_int, nargs="+", default=None, metavar="N",
                    help="mask-predict iterations, one number per level of the checkpoint or one for every level "
                         "(default: the paper's 10, 15, ..., 40)")
-    p.add_argument("--eos-decay", type=float, default=1.0,
+    p.add_argument("--eos-decay", type=number(float, low=0, high=1, low_open=True), default=1.0,
                    help="penalty on '.' inside a level's range, decay ** (distance to the level's end); 1.0: none")
     p.add_argument("--labert-average", action=argparse.BooleanOptionalAction, default=True,
                    help="decoding as LaBERT's and the authors' code: re-predict every position and average the "
@@ -70,7 +70,7 @@ def parse_args(argv=None):
     p.add_argument("--compare", action="append", default=[], metavar="NAME=FILE",
                    help="also show these captions (JSONL of an earlier run, or 07's generated/) in the gallery, "
                         "one column each, left of this run's (repeatable)")
-    p.add_argument("--thumbnail", type=int, default=THUMBNAIL_SIDE, help="longer side of a gallery image, in pixels")
+    p.add_argument("--thumbnail", type=positive_int, default=THUMBNAIL_SIDE, help="longer side of a gallery image, in pixels")
     shard.add_shard_args(p)
     args = p.parse_args(argv)
     if args.levels in (None, ["all"]):
@@ -79,14 +79,6 @@ def parse_args(argv=None):
         if not all(level.isdigit() and int(level) >= 1 for level in args.levels):
             p.error(f"--levels takes level numbers from 1, or 'all'; got {' '.join(args.levels)}")
         args.levels = [int(level) for level in args.levels]
-    for flag, value in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--chunk-size", args.chunk_size),
-                        ("--thumbnail", args.thumbnail)):
-        if value is not None and value < 1:
-            p.error(f"{flag} must be at least 1")
-    if args.decode_steps is not None and min(args.decode_steps) < 1:
-        p.error("--decode-steps must be at least 1")
-    if not 0.0 < args.eos_decay <= 1.0:
-        p.error("--eos-decay must be in (0, 1]")
     if Path(args.out).suffix != ".jsonl":
         p.error(f"--out {args.out}: the captions file must end in .jsonl")
     if not args.gallery and (args.images or args.compare):

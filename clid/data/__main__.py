@@ -1,4 +1,5 @@
-"""``python -m clid.data convert-coco``: official COCO captions JSONs -> a Karpathy-style JSON."""
+"""``python -m clid.data convert-coco``: official COCO captions JSONs -> a Karpathy-style JSON;
+``python -m clid.data convert-ssa``: CIC-BART-SSA's SSA captions -> our self-generated JSONL."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +7,7 @@ import sys
 
 from clid.cli import HelpFormatter, non_negative_int
 from clid.data.splits import convert_coco
-from clid.files import DataError, check_not_input, write_json
+from clid.files import DataError, check_not_input, write_json, write_jsonl
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m clid.data", description="Caption-file tools.",
@@ -26,11 +27,24 @@ def parse_args(argv=None):
                          help="take val (and restval) from the Karpathy split file; default: the 5,000 val2014 images "
                               "outside the test split with the smallest SHA-1 of their COCO id")
     convert.add_argument("--val-size", type=non_negative_int, default=5000, help="validation images without --karpathy")
+    ssa = commands.add_parser(
+        "convert-ssa", help="CIC-BART-SSA's SSA captions (one JSON per image) -> self-generated captions JSONL",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="The released SSA captions (ASG-style JSON, one <image id>.json per image, regions keyed by "
+                    "region id, each with objects, relationships and a phrase) -> our self-generated JSONL (id, "
+                    "image_id, caption, objects, n_tokens, level), for 05 and 06. Malformed regions and regions with "
+                    "an ungrounded object are left out and counted (clid/data/ssa.py).")
+    ssa.add_argument("--ssa", nargs="+", required=True, metavar="PATH", help="SSA JSON files or folders of them")
+    ssa.add_argument("--out", required=True, help="the JSONL to write")
+    ssa.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption",
+                     help="length levels for 'level'")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.command == "convert-ssa":
+        return convert_ssa(args)
     check_not_input(args.out, {"--captions": args.captions, "--karpathy": args.karpathy})
     try:
         data, notes = convert_coco(args.captions, args.karpathy, args.val_size)
@@ -39,6 +53,26 @@ def main(argv=None) -> None:
     write_json(args.out, data)
     print("\n".join(notes))
     print(f"wrote {args.out}")
+
+
+def convert_ssa(args) -> None:
+    from clid.data.ssa import load_ssa, ssa_files
+    from clid.stats import format_table, length_stats
+
+    try:
+        check_not_input(args.out, {"--ssa": [*args.ssa, *ssa_files(args.ssa)]})
+        records, skipped, problems = load_ssa(args.ssa, args.levels)
+    except (DataError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    write_jsonl(args.out, records)
+    for reason, count in sorted(skipped.items()):
+        print(f"  left out {count}: {reason}")
+    for line in problems[:5]:
+        print(f"    {line}")
+    if len(problems) > 5:
+        print(f"    ... and {len(problems) - 5} more malformed regions")
+    print(format_table(length_stats([r["n_tokens"] for r in records], args.levels), f"{args.out} ({args.levels} levels)"))
+    print(f"wrote {len(records)} captions of {len({r['image_id'] for r in records})} images to {args.out}")
 
 
 if __name__ == "__main__":

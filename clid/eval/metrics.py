@@ -52,6 +52,10 @@ from clid.files import DataError, natural_key, read_json, read_jsonl, write_json
 from clid.text import LEVEL_SETS, caption_lengths, get_levels, karpathy_tokens
 
 BLEU = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4")
+
+# CIC-BART-SSA's length levels (their eval_length_precision.py): < 10, 10-19, 20-29, 30-39 and >= 40
+# words (whitespace-separated), for evaluation only; 07 --levels ssa
+SSA_LEVELS = ((1, 9), (10, 19), (20, 29), (30, 39), (40, 100_000))
 QUALITY_METRICS = BLEU + ("METEOR", "ROUGE_L", "CIDEr", "SPICE")
 
 # Characters that Java's line reader (behind the PTB tokenizer's -preserveLines) treats as line
@@ -125,11 +129,13 @@ def normalise_generated(generated) -> dict[int, dict[str, str]]:
 
 
 def length_control(generated, image_ids, levels="caption", tokenizer=None,
-                   keep_sentences: bool | None = None, filled=None, strict: bool = False) -> dict[int, LevelControl]:
+                   keep_sentences: bool | None = None, filled=None, strict: bool = False,
+                   words: bool = False) -> dict[int, LevelControl]:
     """Per level, the lengths of the captions of ``image_ids`` and what falls in range.
 
     ``filled``: ``{level: image ids}`` of the captions that filled their level without "."; unless
     ``strict``, their length has no final "." (the authors' count, see the module docstring).
+    ``words``: lengths are whitespace-separated words instead (CIC-BART-SSA's count, :data:`SSA_LEVELS`).
     Captions of images outside ``image_ids`` are ignored (the caller counts them).
     """
     levels = get_levels(levels)
@@ -141,8 +147,11 @@ def length_control(generated, image_ids, levels="caption", tokenizer=None,
         captions = generated.get(index, {})
         given = [i for i in image_ids if i in captions]
         present = [i for i in given if has_words(captions[i])]
-        lengths = caption_lengths([captions[i] for i in present], tokenizer, keep_sentences)
-        if not strict and filled:
+        if words:
+            lengths = [len(captions[i].split()) for i in present]
+        else:
+            lengths = caption_lengths([captions[i] for i in present], tokenizer, keep_sentences)
+        if not strict and filled and not words:
             no_end = {str(i) for i in filled.get(index, ())}
             lengths = [n - (i in no_end) for i, n in zip(present, lengths)]
         out[index] = LevelControl(index, low, high, len(image_ids), dict(zip(present, lengths)),
@@ -293,14 +302,14 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
              long_refs: dict[int, dict[str, list[str]]] | None = None,
              scorer: CocoScorer | None = None, tokenizer=None, keep_sentences: bool | None = None,
              score_captions: str = "in-range", progress: bool = False, desc: str = "",
-             filled=None, strict: bool = False) -> dict:
+             filled=None, strict: bool = False, words: bool = False) -> dict:
     """Every metric of one run, per level.
 
     ``generated``: ``{level: {image_id: caption}}``. ``refs``: image id -> raw reference captions;
     its keys are the evaluated images (the test split). ``long_refs``: ``{level: {image_id:
     [captions]}}``, scored against that level's captions, reported under ``"long_refs"``.
     ``score_captions``: "in-range" (the paper) scores only the captions inside their level;
-    "all" scores every caption. ``filled``, ``strict``: how lengths are counted (:func:`length_control`).
+    "all" scores every caption. ``filled``, ``strict``, ``words``: how lengths are counted (:func:`length_control`).
     Returns ``{"levels": {L: {...}}, "long_refs": {L: {...}}, "lengths": {L: {image_id: length as
     counted}}, "n_outside": captions of images that are not evaluated}``.
     """
@@ -318,7 +327,7 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
     if bare:
         raise ValueError(f"{len(bare)} evaluated images have no reference caption (first: {bare[0]})")
     image_ids = sorted(refs, key=natural_key)
-    control = length_control(generated, image_ids, levels, tokenizer, keep_sentences, filled, strict)
+    control = length_control(generated, image_ids, levels, tokenizer, keep_sentences, filled, strict, words)
     long_refs = {int(level): {str(i): list(r) for i, r in by_image.items() if str(i) in refs}
                  for level, by_image in (long_refs or {}).items() if 1 <= int(level) <= len(levels)}
     own_scorer = scorer is None
@@ -357,6 +366,27 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
     if own_scorer:
         scorer.close()
     return result
+
+
+def ssa_requests(levels) -> list[int]:
+    """For each of :data:`SSA_LEVELS`, the level of ``levels`` a model is asked for: the one holding the SSA
+    level's lowest word count as tokens, else the nearest to it (caption levels: L1-L5)."""
+    levels = get_levels(levels)
+    return [min(range(1, len(levels) + 1), key=lambda n: length_error(low, *levels[n - 1])) for low, _ in SSA_LEVELS]
+
+
+def to_ssa_levels(generated: dict, filled: dict, levels, kind: str = "checkpoint", path=None) -> tuple[dict, dict]:
+    """A run's captions at the SSA levels: a checkpoint's, made at its own ``levels``, by :func:`ssa_requests`;
+    a generated file's are at the SSA levels already (a level beyond them is an error)."""
+    generated = normalise_generated(generated)
+    if kind != "checkpoint":
+        beyond = sorted(n for n in generated if n > len(SSA_LEVELS))
+        if beyond:
+            raise DataError(path, None, f"level {beyond[0]} is outside the {len(SSA_LEVELS)} SSA levels (--levels ssa)")
+        return generated, filled
+    pick = ssa_requests(levels)
+    return ({k: dict(generated.get(n, {})) for k, n in enumerate(pick, 1)},
+            {k: set(filled.get(n, ())) for k, n in enumerate(pick, 1)})
 
 
 # ---------------------------------------------------------------------------------------------

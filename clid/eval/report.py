@@ -112,6 +112,25 @@ def paper_table(methods, levels) -> str:
     return text + "\n"
 
 
+def side_by_side(methods, levels) -> str:
+    """One row per method: control precision at every level, CIDEr at L1 and L2 (trusted references),
+    and CIDEr against the long references at their levels (mean ± std over a method's runs, x100)."""
+    numbers = list(range(1, len(levels) + 1))
+    long_numbers = sorted({n for r in methods.values() for n in r["long_refs"]})
+    short = [n for n in (1, 2) if n in numbers]
+    cols = ([f"CP L{n}" for n in numbers] + [f"CIDEr L{n}" for n in short]
+            + [f"CIDEr long L{n}" for n in long_numbers])
+    text = ("**Side by side** (CP: control precision, %; CIDEr x100 on the in-range captions, against the trusted "
+            "references at L1-L2 and against the long references at their levels)\n\n")
+    text += "| method | " + " | ".join(cols) + " |\n|---|" + "---:|" * len(cols) + "\n"
+    for name, result in methods.items():
+        cells = [cell(result["levels"][n], "control_precision", 100) for n in numbers]
+        cells += [cell(result["levels"][n], "CIDEr", 100) for n in short]
+        cells += [cell(result["long_refs"][n], "CIDEr", 100) if n in result["long_refs"] else "–" for n in long_numbers]
+        text += f"| {name} | " + " | ".join(cells) + " |\n"
+    return text + "\n"
+
+
 QUALITY_TITLES = {"Bleu_1": "BLEU-1", "Bleu_2": "BLEU-2", "Bleu_3": "BLEU-3", "Bleu_4": "BLEU-4",
                   "METEOR": "METEOR", "ROUGE_L": "ROUGE-L", "CIDEr": "CIDEr", "SPICE": "SPICE"}
 
@@ -146,6 +165,9 @@ def write_report(path, meta, results, generated, refs, long_refs, levels, exampl
     if skipped:
         lines.append("Left out: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + "\n")
 
+    if len(results) > 2:
+        lines.append("## Side by side\n")
+        lines.append(side_by_side(results, levels))
     lines.append("## Length control\n")
     if meta["level_set"] == "caption":
         lines.append(paper_table(results, levels))
@@ -299,7 +321,7 @@ def plot_length_histograms(path, sources: dict[str, list[int] | dict[int, list[i
     import matplotlib.pyplot as plt
     import numpy as np
 
-    top = levels[-1][1] + 10
+    top = min(levels[-1][1], 2 * levels[-1][0]) + 10  # (an open-ended last level, as SSA's >= 40 words)
     bins = np.arange(0.5, top + 1.5)
     fig, axes = plt.subplots(len(sources), 1, figsize=(8, 1.7 * len(sources) + 0.6), sharex=True, squeeze=False)
     for ax, (label, lengths) in zip(axes[:, 0], sources.items()):

@@ -44,8 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
-from clid import shard
-from clid.cli import HelpFormatter
+from clid import runs, shard
+from clid.cli import HelpFormatter, positive_int
 from clid.data.scenegraphs import image_key_to_id, load_sizes
 from clid.features.store import Regions, region_problem, write_features
 from clid.files import DataError, open_h5, read_json
@@ -56,16 +56,6 @@ FEAT_FILE = re.compile(r"_feat(\d{3})\.h5$")
 CLS_FILE = re.compile(r"_cls(\d{3})\.h5$")
 PROGRESS_SECONDS = 10
 
-
-def positive_int(text: str) -> int:
-    """argparse type: a whole number of at least 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -504,7 +494,7 @@ def summary(out: Path) -> list[str]:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    record = shard.run_record(args, inputs=("inputs", "sizes"), settings=("format", "ids", "bad_records"))
+    record = runs.run_record(args, inputs=("inputs", "sizes"), settings=("format", "ids", "bad_records"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     converter = CONVERTERS[args.format](args)
     items = [] if job.done else converter.index()

@@ -143,7 +143,7 @@ def read_train_state(folder) -> dict:
 
 
 # files a training stage writes into --out beside its checkpoint, and the checkpoint's own files
-STAGE_FILES = ("selection_log.jsonl",)
+STAGE_FILES = ("selection_log.jsonl", "difficulty.h5")
 
 
 CHECKPOINT_NAMES = ("model.safetensors", "config.json", "optimizer.pt", "train_state.json", "train_log.jsonl",

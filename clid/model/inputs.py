@@ -150,6 +150,8 @@ class CaptionItems:
     val_ids: list[str]  # validation images (for the quick control-precision check)
     skipped: Counter
     notes: list[str] = field(default_factory=list)  # what the split guard held out
+    val: list[tuple[str, str, str]] = field(default_factory=list)  # the validation images' trusted captions
+    filenames: dict[str, str] = field(default_factory=dict)  # image id -> image file name (train and val images)
 
     def offered(self, source: str) -> int:
         """The captions of ``source`` ("trusted", "selfgen") the files hold: those kept and those left out here."""
@@ -186,4 +188,6 @@ def training_items(captions_path, selfgen_path=None, test_ids=None, split_check:
             else:
                 skipped["selfgen: image not in the training split"] += 1
         report_wordless(selfgen_path, wordless)
-    return CaptionItems(trusted, selfgen, [r.image_id for r in val], skipped, notes)
+    val_items = [(f"{r.image_id}#{j}", r.image_id, text) for r in val for j, text in enumerate(r.captions)]
+    filenames = {r.image_id: r.filename for r in (*train, *val)}
+    return CaptionItems(trusted, selfgen, [r.image_id for r in val], skipped, notes, val_items, filenames)
