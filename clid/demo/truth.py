@@ -16,7 +16,6 @@ rule-based paraphraser rewords, it does not add facts).
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
