@@ -9,6 +9,7 @@ CLID_CUDA=1 requires them). A failed compile fails the install.
 """
 import glob
 import os
+import sys
 
 import torch
 from setuptools import find_packages, setup
@@ -37,9 +38,13 @@ def extension():
         if not os.environ.get("TORCH_CUDA_ARCH_LIST"):  # not the visible GPUs: a login node has none
             nvcc += [f"-gencode=arch=compute_{a},code=sm_{a}" for a in CUDA_ARCHS]
             nvcc.append(f"-gencode=arch=compute_{CUDA_ARCHS[-1]},code=compute_{CUDA_ARCHS[-1]}")
+    # torch's libraries use the shared libstdc++. A compiler that links it statically by default (some
+    # cluster GCC builds) would give the extension a second, uninitialised C++ locale, and every error
+    # message holding a number would crash: name the shared one before the compiler's own.
+    link = ["-fopenmp"] + (["-l:libstdc++.so.6"] if sys.platform.startswith("linux") else [])
     kind = CUDAExtension if cuda else CppExtension
     return kind("clid._C", sources, include_dirs=[os.path.abspath("csrc")],
-                extra_compile_args={"cxx": cxx, "nvcc": nvcc}, extra_link_args=["-fopenmp"])
+                extra_compile_args={"cxx": cxx, "nvcc": nvcc}, extra_link_args=link)
 
 
 setup(

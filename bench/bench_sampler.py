@@ -16,7 +16,8 @@ k = 90% of M (the authors' k = (100 - c i)% at i = 5), weights f = 0.5 (1 + tanh
                          vs exponential keys E/f, the k smallest by numpy.argpartition (the same
                             distribution, the best plain NumPy way)
                          vs exponential keys E/f, the k smallest by torch.topk
-  kth_value(u, 2% of M)  vs numpy.percentile(u, 2), numpy.partition, torch.kthvalue
+  kth_value(u, 2% of M)  vs numpy.percentile(u, 2), numpy.partition, torch.kthvalue, torch.quantile
+With --device cuda the torch peers run on the GPU and the NumPy peers are left out.
 Each peer runs in a subprocess with a time limit (--limit seconds): a peer that refuses the size
 (torch.multinomial above 2^24 categories), runs out of memory or out of time is reported as such.
 --old-build FILE.so adds another build of the kernels as a peer: the module an earlier version of
@@ -48,19 +49,24 @@ from clid.cli import HelpFormatter
 SEED, ITERATION, S, PERCENT, KEEP = 0, 1, 1.0, 2.0, 0.9
 PEERS = {"smoothstep_sample": ("numpy.random.choice", "torch.multinomial", "numpy exp-keys+argpartition",
                                "torch exp-keys+topk"),
-         "kth_value": ("numpy.percentile", "numpy.partition", "torch.kthvalue")}
+         "kth_value": ("numpy.percentile", "numpy.partition", "torch.kthvalue", "torch.quantile")}
+GPU_PEERS = {op: tuple(p for p in peers if p.startswith("torch")) for op, peers in PEERS.items()}  # NumPy has no GPU
 
 
 def scores(m: int) -> np.ndarray:
     return np.random.default_rng(SEED).normal(size=m).astype(np.float32)
 
 
-def best_time(fn, rounds: int, enough: float = 10.0) -> float:
-    """The fastest of `rounds` runs (a run longer than `enough` seconds is not repeated)."""
+def best_time(fn, rounds: int, enough: float = 10.0, device: str = "cpu") -> float:
+    """The fastest of `rounds` runs (a run longer than `enough` seconds is not repeated); a GPU run
+    is warmed up once and waited for."""
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    if device.startswith("cuda"):
+        fn(); sync()
     best = float("inf")
     for _ in range(rounds):
         start = time.perf_counter()
-        fn()
+        fn(); sync()
         best = min(best, time.perf_counter() - start)
         if best > enough:
             break
@@ -68,10 +74,10 @@ def best_time(fn, rounds: int, enough: float = 10.0) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Peers, each run in its own process: `python bench_sampler.py --peer NAME --m M --rounds R`
-# prints {"seconds": ...} or {"error": ...}.
+# Peers, each run in its own process: `python bench_sampler.py --peer NAME --m M --rounds R --device D`
+# prints {"seconds": ...} or {"error": ...}. The torch peers run on --device, the NumPy ones on the CPU.
 
-def run_peer(name: str, m: int, rounds: int) -> dict:
+def run_peer(name: str, m: int, rounds: int, device: str = "cpu") -> dict:
     u = scores(m)
     threshold = np.percentile(u, PERCENT)
     k = int(KEEP * m)
@@ -83,9 +89,9 @@ def run_peer(name: str, m: int, rounds: int) -> dict:
         np.random.seed(SEED)
         return {"seconds": best_time(lambda: np.random.choice(m, k, replace=False, p=p), rounds)}
     if name == "torch.multinomial":
-        w = torch.from_numpy(weights)
+        w = torch.from_numpy(weights).to(device)
         try:
-            return {"seconds": best_time(lambda: torch.multinomial(w, k, replacement=False), rounds)}
+            return {"seconds": best_time(lambda: torch.multinomial(w, k, replacement=False), rounds, device=device)}
         except RuntimeError as err:
             message = str(err).splitlines()[0]
             return {"error": "refuses M > 2^24" if "2^24" in message else f"refuses: {message}"}
@@ -95,24 +101,30 @@ def run_peer(name: str, m: int, rounds: int) -> dict:
             return np.sort(np.argpartition(keys, k - 1)[:k])
         return {"seconds": best_time(draw, rounds)}
     if name == "torch exp-keys+topk":
-        w = torch.from_numpy(weights)
+        w = torch.from_numpy(weights).to(device)
 
         def draw():
-            keys = torch.empty(m, dtype=torch.float64).exponential_() / w
+            keys = torch.empty(m, dtype=torch.float64, device=device).exponential_() / w
             return torch.topk(keys, k, largest=False, sorted=False).indices.sort().values
-        return {"seconds": best_time(draw, rounds)}
+        return {"seconds": best_time(draw, rounds, device=device)}
     if name == "numpy.percentile":
         return {"seconds": best_time(lambda: np.percentile(u, PERCENT), rounds)}
     if name == "numpy.partition":
         return {"seconds": best_time(lambda: np.partition(u, rank - 1)[rank - 1], rounds)}
-    if name == "torch.kthvalue":
-        t = torch.from_numpy(u)
-        return {"seconds": best_time(lambda: torch.kthvalue(t, rank), rounds)}
+    if name in ("torch.kthvalue", "torch.quantile"):
+        t = torch.from_numpy(u).to(device)
+        if name == "torch.kthvalue":
+            return {"seconds": best_time(lambda: torch.kthvalue(t, rank), rounds, device=device)}
+        try:
+            return {"seconds": best_time(lambda: torch.quantile(t, PERCENT / 100), rounds, device=device)}
+        except RuntimeError as err:
+            return {"error": f"refuses: {str(err).splitlines()[0][:60]}"}
     raise ValueError(name)
 
 
-def peer_in_subprocess(name: str, m: int, rounds: int, limit: float) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--peer", name, "--m", str(m), "--rounds", str(rounds)]
+def peer_in_subprocess(name: str, m: int, rounds: int, limit: float, device: str) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--peer", name, "--m", str(m), "--rounds", str(rounds),
+           "--device", device]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
@@ -152,12 +164,14 @@ def main(argv=None):
     p.add_argument("--m", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.peer:
-        print(json.dumps(run_peer(args.peer, args.m, args.rounds)))
+        print(json.dumps(run_peer(args.peer, args.m, args.rounds, args.device)))
         return
 
     old = load_old_build(args.old_build) if args.old_build else None
     default_threads = torch.get_num_threads()
     thread_counts = sorted({default_threads, 1} if args.threads is None else {args.threads}, reverse=True)
+    if args.device.startswith("cuda"):
+        thread_counts = [default_threads]
     print(f"# {ops.build_info()}; {os.cpu_count()} CPUs, ours timed with {thread_counts} threads (the faster "
           f"counts; peers use {default_threads}), device {args.device}, load average {os.getloadavg()[0]:.1f} at start")
     print(f"{'M':>11}  {'op':<18} {'ours (s)':>9}  {'by thread count (s)':<22}  {'peer':<28} {'peer (s)':>22}"
@@ -179,13 +193,14 @@ def main(argv=None):
             ours, theirs = {}, {}
             for threads in thread_counts:
                 torch.set_num_threads(threads)
-                ours[threads] = best_time(call, rounds)
+                ours[threads] = best_time(call, rounds, device=args.device)
                 if op in old_calls:
                     theirs[threads] = best_time(old_calls[op], rounds)
             torch.set_num_threads(default_threads)
             mine = min(ours.values())
             threads_text = " ".join(f"{t}t:{ours[t]:.4f}" for t in thread_counts)
-            results = {peer: peer_in_subprocess(peer, m, rounds, args.limit) for peer in PEERS[op]}
+            peers = GPU_PEERS[op] if args.device.startswith("cuda") else PEERS[op]
+            results = {peer: peer_in_subprocess(peer, m, rounds, args.limit, args.device) for peer in peers}
             if theirs:
                 results["the --old-build kernels"] = {"seconds": min(theirs.values())}
             for peer, result in results.items():
@@ -200,7 +215,7 @@ def main(argv=None):
                 rows.append({"M": m, "op": op, "k": k if op == "smoothstep_sample" else rank, "seconds": mine,
                              "seconds_by_threads": ours, "peer": peer, "peer_seconds": result.get("seconds"),
                              "peer_error": result.get("error"), "ratio": ratio, "ratio_is_lower_bound": timed_out})
-            timed = {peer: r["seconds"] for peer, r in results.items() if "seconds" in r and peer in PEERS[op]}
+            timed = {peer: r["seconds"] for peer, r in results.items() if "seconds" in r and peer in peers}
             if timed:
                 fastest = min(timed, key=timed.get)
                 print(f"{m:>11,}  {op:<18} against the fastest peer, {fastest}: {timed[fastest] / mine:.2f}x", flush=True)

@@ -76,21 +76,21 @@ def bare_matmul(hidden, weight):
 # ---------------------------------------------------------------------------------------------
 # Inputs, timing, memory
 
-def seq_inputs(device, seed=0, shape=SEQ_SHAPE):
+def seq_inputs(device, seed=0, shape=SEQ_SHAPE, dtype=torch.float32):
     gen = torch.Generator().manual_seed(seed)
     N, T, V = shape
-    logits = (torch.randn(N, T, V, generator=gen) * 3).to(device)
+    logits = (torch.randn(N, T, V, generator=gen) * 3).to(device, dtype)
     targets = torch.randint(0, V, (N, T), generator=gen).to(device)
     mask = torch.ones(N, T, device=device)
     return logits, targets, mask
 
 
-def hidden_inputs(device, seed=0, shape=HIDDEN_SHAPE):
+def hidden_inputs(device, seed=0, shape=HIDDEN_SHAPE, dtype=torch.float32):
     gen = torch.Generator().manual_seed(seed)
     P, H, V = shape
-    hidden = torch.randn(P, H, generator=gen).to(device)
-    weight = (torch.randn(V, H, generator=gen) / math.sqrt(H)).to(device)
-    bias = torch.randn(V, generator=gen).to(device)
+    hidden = torch.randn(P, H, generator=gen).to(device, dtype)
+    weight = (torch.randn(V, H, generator=gen) / math.sqrt(H)).to(device, dtype)
+    bias = torch.randn(V, generator=gen).to(device, dtype)
     targets = torch.randint(0, V, (P,), generator=gen).to(device)
     return hidden, weight, bias, targets
 
@@ -98,6 +98,31 @@ def hidden_inputs(device, seed=0, shape=HIDDEN_SHAPE):
 def sync(device):
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def gpu_copy_bandwidth() -> float:
+    """Bytes per second of a large device-to-device copy, counting bytes read and written."""
+    src = torch.randn(256 * 2**20, device="cuda")      # 1 GiB
+    dst = torch.empty_like(src)
+    best = math.inf
+    for _ in range(10):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        dst.copy_(src)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.numel() * src.element_size() / best
+
+
+def gpu_peak_extra(fn) -> int:
+    """Bytes the CUDA allocator's high-water mark rises during one call (the output included)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    del out
+    return torch.cuda.max_memory_allocated() - before
 
 
 def process_cpu_seconds() -> float:
@@ -246,18 +271,25 @@ def main():
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     parser.add_argument("--no-e2e", action="store_true", help="skip the 05 end-to-end row")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="dtype of the logits and of the head's inputs")
+    parser.add_argument("--seq-shape", type=int, nargs=3, metavar=("N", "T", "V"), help="seq_logprob's logits shape")
+    parser.add_argument("--hidden-shape", type=int, nargs=3, metavar=("P", "H", "V"),
+                        help="token_logprob_hidden's shape")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rounds = args.rounds or (3 if args.quick else 7)
     seq_shape, hidden_shape = (QUICK_SEQ_SHAPE, QUICK_HIDDEN_SHAPE) if args.quick else (SEQ_SHAPE, HIDDEN_SHAPE)
-    device = args.device
+    seq_shape, hidden_shape = tuple(args.seq_shape or seq_shape), tuple(args.hidden_shape or hidden_shape)
+    device, dtype = args.device, getattr(torch, args.dtype)
+    dname = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[args.dtype]
     print(f"device {device}, {args.threads} threads, torch {torch.__version__}, {ops.build_info()}, "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
     print(HEADER, flush=True)
     rows = []
 
     # seq_logprob, fp32 logits
-    logits, targets, mask = seq_inputs(device, shape=seq_shape)
+    logits, targets, mask = seq_inputs(device, shape=seq_shape, dtype=dtype)
     methods = {
         "fused": lambda: ops.seq_logprob(logits, targets, mask),
         "eager": lambda: eager_seq_logprob(logits, targets, mask),
@@ -274,7 +306,7 @@ def main():
     t, c = time_round_robin(methods, rounds, device)
     cr = lambda peer: c[peer] / c["fused"]  # noqa: E731
     shape = "x".join(map(str, seq_shape))
-    row(rows, f"seq_logprob [{shape}] fp32", "eager log_softmax+gather", t["fused"], t["eager"],
+    row(rows, f"seq_logprob [{shape}] {dname}", "eager log_softmax+gather", t["fused"], t["eager"],
         "faster", t["fused"] < t["eager"], cr("eager"))
     if "torch.compile" in t:
         row(rows, "seq_logprob", "torch.compile(eager)", t["fused"], t["torch.compile"],
@@ -283,23 +315,37 @@ def main():
         row(rows, "seq_logprob", "torch.compile(eager)", t["fused"], None, ">= 2x faster", None)
     row(rows, "seq_logprob", "read-bound logits.sum(-1)", t["fused"], t["read-bound sum"],
         "within 1.5x", t["fused"] <= 1.5 * t["read-bound sum"], cr("read-bound sum"))
+    if device == "cuda":
+        bandwidth = gpu_copy_bandwidth()
+        floor = logits.numel() * logits.element_size() / bandwidth
+        print(f"# measured copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + written): reading the logits once "
+              f"takes {floor * 1e3:.3f} ms", flush=True)
+        row(rows, "seq_logprob", "logits read once at copy bandwidth", t["fused"], floor,
+            "within 1.3x", t["fused"] <= 1.3 * floor)
     logits = None  # (frees the logits before the next section)
 
-    # token_logprob_hidden, fp32 (calls of about a second: fewer rounds)
+    # token_logprob_hidden (calls of about a second on a CPU: fewer rounds)
     hidden_rounds = max(3, rounds // 2)
-    hidden, weight, bias, targets = hidden_inputs(device, shape=hidden_shape)
+    hidden, weight, bias, targets = hidden_inputs(device, shape=hidden_shape, dtype=dtype)
     t, c = time_round_robin({
         "fused": lambda: ops.token_logprob_hidden(hidden, weight, bias, targets),
         "eager": lambda: eager_hidden(hidden, weight, bias, targets),
         "matmul": lambda: bare_matmul(hidden, weight),
     }, hidden_rounds, device)
     P, H, V = hidden_shape
-    row(rows, f"token_logprob_hidden P={P} H={H} V={V}", "eager linear+log_softmax+gather", t["fused"], t["eager"],
+    row(rows, f"token_logprob_hidden P={P} H={H} V={V} {dname}", "eager linear+log_softmax+gather", t["fused"], t["eager"],
         "faster", t["fused"] < t["eager"], c["eager"] / c["fused"])
+    within = 1.15 if device == "cuda" else 1.10
     row(rows, "token_logprob_hidden", "bare matmul h W^T", t["fused"], t["matmul"],
-        "within 1.10x", t["fused"] <= 1.10 * t["matmul"], c["matmul"] / c["fused"])
-    logits_bytes = P * V * 4
+        f"within {within:.2f}x", t["fused"] <= within * t["matmul"], c["matmul"] / c["fused"])
+    logits_bytes = P * V * hidden.element_size()
     memory = {}
+    if device == "cuda":
+        memory = {"fused": gpu_peak_extra(lambda: ops.token_logprob_hidden(hidden, weight, bias, targets)),
+                  "eager": gpu_peak_extra(lambda: eager_hidden(hidden, weight, bias, targets)),
+                  "matmul": gpu_peak_extra(lambda: bare_matmul(hidden, weight))}
+        row(rows, "token_logprob_hidden", "peak extra memory / logits size", memory["fused"] / logits_bytes, None,
+            "<= 5%", memory["fused"] <= 0.05 * logits_bytes)
     if device == "cpu":
         memory = {w: peak_extra_memory(w, args.threads, hidden_shape) for w in ("fused", "eager", "matmul")}
         fused_mem = memory["fused"]

@@ -760,11 +760,11 @@ ENCODER_CASES = [  # (name, make(w, d) -> argv, fragment)
     ("image-data-without-graphs", lambda w, d: ["--images", w.images, "--boxes", "grid", "2", "--image-data", d / "i.json", "--out", d / "f.h5"],
      "--image-data goes with --scene-graphs"),
     ("min-conf-above-one", lambda w, d: ["--images", w.images, "--detections", d / "x.json", "--min-conf", "3", "--out", d / "f.h5"],
-     "--min-conf: must be in [0, 1]"),
+     "argument --min-conf: must be a number in [0, 1]"),
     ("convert-chunk-size-zero", lambda w, d: convert_args(d, "butd", tsv(d, butd_lines()), extra=["--chunk-size", "0"]),
-     "--chunk-size: must be at least 1"),
+     "argument --chunk-size: must be a positive integer"),
 ]
-row("04", "adam-eps-zero", lambda w, d: w.train_args(d / "out", "--adam-eps", "0"), "--adam-eps: must be a positive number")
+row("04", "adam-eps-zero", lambda w, d: w.train_args(d / "out", "--adam-eps", "0"), "argument --adam-eps: must be a positive")
 row("04", "region-init-with-init-from", lambda w, d: w.train_args(d / "out", "--init-from", w.trusted, "--region-init", d / "fc.pt"),
     "--region-init sets a new model's first region layer")
 row("04", "region-init-not-a-state-dict", lambda w, d: w.train_args(d / "out", "--region-init", write(d, "fc.pt", BINARY)),
@@ -1568,10 +1568,10 @@ row("04", "test-ids-bom-holds-out-the-first-id", lambda w, d: w.train_args(d / "
 
 # -- python -m clid.features, clid.data, clid.stats: more of their inputs --------------------------------
 VG_SAMPLE = FIXTURES / "vg_scene_graphs_sample.json"
-row("features", "images-missing", lambda w, d: ["--images", d / "nope", "--scene-graphs", VG_SAMPLE, "--out", d / "f.h5"],
-    "image folder not found")
+row("features", "images-missing-graphs", lambda w, d: ["--images", d / "nope", "--scene-graphs", VG_SAMPLE, "--out", d / "f.h5"],
+    "no such image folder")
 row("features", "no-image-of-a-graph", lambda w, d: ["--images", (d / "empty").mkdir() or d / "empty", "--scene-graphs", VG_SAMPLE,
-                                                      "--out", d / "f.h5"], "no image with a scene graph")
+                                                      "--out", d / "f.h5"], "no image with boxes")
 row("features", "graphs-missing", lambda w, d: ["--images", w.images, "--scene-graphs", d / "nope.json", "--out", d / "f.h5"],
     "no such file|not found")
 row("features", "graphs-not-json", lambda w, d: ["--images", w.images, "--scene-graphs", write(d, "g.json", "[{"), "--out", d / "f.h5"],

@@ -393,3 +393,14 @@ def test_gpu_matches_cpu(dtype):
     gpu[777] = float("nan")
     with pytest.raises(ValueError, match=r"u\[777\] is NaN"):
         ops.smoothstep_sample(gpu, 0.0, 1.0, 10, 1, 1)
+
+
+@needs_gpu
+def test_gpu_matches_cpu_above_2_24_items():
+    """torch.multinomial refuses more than 2^24 categories; our draw takes them, the same on both devices."""
+    m = 2**24 + 3
+    u = torch.from_numpy(np.random.default_rng(5).normal(size=m).astype(np.float32))
+    gpu = u.cuda()
+    k = m // 3
+    assert torch.equal(ops.smoothstep_sample(gpu, 0.1, 1.0, k, 7, 2).cpu(), ops.smoothstep_sample(u, 0.1, 1.0, k, 7, 2))
+    assert ops.kth_value(gpu, m // 50) == ops.kth_value(u, m // 50)

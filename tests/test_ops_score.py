@@ -19,6 +19,8 @@ products of a dot product is off by at most (H + 1) u sum_k |h_k w_vk| (the +1 f
 and log_softmax(z)[y] moves by at most |dz_y| + sum_v w_v |dz_v| when z moves by dz.
 """
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -364,6 +366,18 @@ def test_opcheck_every_scoring_op():
                               (hidden, weight, bias, torch.randint(0, 101, (7,), generator=gen)))
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ELF shared objects")
+def test_the_extension_uses_the_shared_libstdcxx():
+    """A toolchain that links libstdc++ statically by default gives clid._C a second, uninitialised
+    C++ locale beside torch's: every error message holding a number then crashes (seen on a GPU
+    machine whose GCC did so). setup.py names the shared library."""
+    import clid._C
+    dynamic = subprocess.run(["readelf", "-d", clid._C.__file__], capture_output=True, text=True, check=True).stdout
+    assert "[libstdc++.so.6]" in dynamic
+    symbols = subprocess.run(["nm", "--defined-only", clid._C.__file__], capture_output=True, text=True).stdout
+    assert "_ZNKSt6locale2id5_M_idEv" not in symbols      # std::locale::id::_M_id: libstdc++'s, not ours
+
+
 def test_without_the_extension_the_import_fails_naming_the_fix():
     """No silent fallback to the references: a missing clid._C is one clear ImportError."""
     code = "import sys\nsys.modules['clid._C'] = None\nimport clid.ops\n"
@@ -428,3 +442,18 @@ def test_cuda_extremes_and_segments():
     lengths = torch.tensor([0, 4, 6])
     assert_within(ops.segment_mean(values.cuda(), lengths=lengths.cuda()),
                   ops.segment_mean_reference(values.double(), lengths=lengths), torch.full((3,), 1e-6), "cuda segments")
+
+
+@CUDA
+def test_opcheck_on_cuda():
+    gen = torch.Generator().manual_seed(12)
+    logits, targets, mask = random_captions(5, 7, 301, torch.float32, gen)
+    mask[:, 0], targets[:, 0] = True, 3                   # (no empty caption: NaN != NaN)
+    logits, targets, mask = logits.cuda(), targets.cuda(), mask.cuda()
+    torch.library.opcheck(torch.ops.clid.seq_logprob.default, (logits, targets, mask))
+    torch.library.opcheck(torch.ops.clid.token_logprob.default, (logits, targets))
+    torch.library.opcheck(torch.ops.clid.segment_mean.default,
+                          (torch.randn(9, generator=gen).cuda(), torch.tensor([4, 2, 3]).cuda()))
+    hidden, weight = torch.randn(13, 8, generator=gen).cuda(), torch.randn(301, 8, generator=gen).cuda()
+    torch.library.opcheck(torch.ops.clid.token_logprob_hidden.default,
+                          (hidden, weight, torch.randn(301, generator=gen).cuda(), targets.flatten()[:13].contiguous()))
