@@ -9,7 +9,7 @@
 #                                             footing, and the world's ground truth; see below)
 #
 # Every stage resumes or skips finished work, so running it again is quick. About 19 minutes a seed
-# on 2 CPU cores (README.md, "What the demo shows", has the stage times and the results). Seed k
+# on 2 CPU cores (docs/demo-notes.md has the stage times; README.md, "What the demo shows", the results). Seed k
 # seeds the demo world (00 --seed k) and every stage after it (--seed k); with SEEDS > 1, 07
 # --combine reports each method as the mean ± standard deviation of its seeds in RUNS_DIR/eval-seeds.
 # The settings are the paper's, except where a CPU laptop needs smaller numbers: a world of 2,000
@@ -19,7 +19,7 @@
 # scoring model M_theta continues M_theta~ (04 --continue-from: its weights, optimizer state and
 # schedule) for as many steps as M_theta~ trained, on one cosine three times M_theta~'s steps long
 # (the authors': 100,000 + 100,000 steps of a 300,000-step cosine); 06's cosine ends with its steps.
-# README.md says why for each.
+# docs/running.md ("The demo") says why for each.
 set -euo pipefail
 cd "$(dirname "$0")"
 DEMO_DIR=${1:-data/demo}
@@ -31,7 +31,7 @@ TASK=${TASK:-caption}            # caption, or paragraph: 13 levels up to 129 to
 COMPARE=${COMPARE:-}             # COMPARE=1: 06 also trains loss-remove, loss-replacecap, a curriculum and the whole
                                  # extended set, all as CLID trains; 07 reports them; python -m clid.demo.truth the truth
 STEPS=${STEPS:-1000}             # optimizer steps of each model
-ETA=${ETA:-18}                   # steps per selection iteration: the 50 iterations end at 90% of the steps (README)
+ETA=${ETA:-18}                   # steps per selection iteration: the 50 iterations end at 90% of the steps (docs/running.md)
 FT_STEPS=${FT_STEPS:-$STEPS}     # steps of the scoring model M_theta on trusted captions: as many as M_theta~'s
 PER_IMAGE=${PER_IMAGE:-5}        # self-generated captions per image (the paper: 5)
 BATCH=${BATCH:-64}
@@ -42,15 +42,15 @@ if [ -n "$SMALL" ]; then world=(--small); STEPS=${STEPS_SMALL:-200}; ETA=${ETA_S
 case "$TASK" in
   caption) levels=(--levels caption); baseline_name=trusted-only ;;
   # paragraphs are 4x longer than captions: a training step and a decoding step cost about 4x more on a CPU,
-  # so the paragraph demo trains fewer steps and decodes every level in 10 mask-predict steps (README)
+  # so the paragraph demo trains fewer steps and decodes every level in 10 mask-predict steps (docs/running.md)
   paragraph) world+=(--paragraphs); levels=(--levels paragraph); baseline_name=paragraph-only
              if [ -z "$SMALL" ]; then STEPS=${STEPS_PARAGRAPH:-400}; ETA=${ETA_PARAGRAPH:-7}; FT_STEPS=${FT_PARAGRAPH:-80}; fi ;;
   *) echo "error: TASK must be caption or paragraph, not '$TASK'"; exit 2 ;;
 esac
 if [ -n "$COMPARE" ] && [ "$TASK" != caption ]; then echo "error: COMPARE=1 runs the caption task only"; exit 2; fi
-CURATE_EVERY=${CURATE_EVERY:-$(( STEPS / 10 ))}  # COMPARE: ten loss curations in a run, as their ten epochs (README)
+CURATE_EVERY=${CURATE_EVERY:-$(( STEPS / 10 ))}  # COMPARE: ten loss curations in a run, as their ten epochs (docs/running.md)
 # M_theta~'s cosine, which the scoring model continues: the authors' proportions, three times M_theta~'s steps;
-# the miniature and the paragraph demo keep the short scoring model they were measured with (README)
+# the miniature and the paragraph demo keep the short scoring model they were measured with (docs/running.md)
 if [ -n "$SMALL" ] || [ "$TASK" = paragraph ]; then horizon=$(( STEPS + FT_STEPS )); else horizon=$(( 3 * STEPS )); fi
 EXT_HORIZON=${EXT_HORIZON:-$horizon}
 

@@ -1,5 +1,5 @@
 # Settings shared by the sbatch scripts (sourced). Override any of them in the environment.
-# Paths follow README.md, "Reproducing the paper on COCO".
+# Paths follow docs/running.md, "Reproducing the paper on COCO".
 : "${CLID_ROOT:=$PWD}"                          # the repository (submit from it)
 : "${DATA:=$CLID_ROOT/data/coco}"               # downloaded data
 : "${CAPTIONS:=$DATA/karpathy.json}"            # trusted captions, converted from the official files by 00_convert

@@ -5,7 +5,7 @@
 #   -> 06 -> 07 (with 04 trusted, the trusted-only baseline, trained meanwhile after 00)
 # where every 04 also waits for the region features: 00 features (array, the VLP release converted) -> merge.
 # Run from the repository root after `make venv` (on a node with the GPU nodes' CUDA toolkit, so
-# that clid._C has CUDA kernels) and the downloads of README.md. Flags given to this script go to
+# that clid._C has CUDA kernels) and the downloads of docs/running.md. Flags given to this script go to
 # every sbatch call (account, partition, QOS, ...):
 #   bash slurm/submit_all.sh --account=proj123 --partition=gpu --qos=normal
 set -euo pipefail
