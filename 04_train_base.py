@@ -42,32 +42,26 @@ from pathlib import Path
 from clid.cli import HelpFormatter
 from clid.features.store import FeatureStore, RegionCache, check_features_match
 from clid.files import DataError, check_not_input, read_json, run_main
-from clid.model.captioner import count_parameters
 from clid.model.checkpoints import (
     check_same_levels,
     checkpoint_exists,
-    feature_record,
     load_init_weights,
     read_config,
     read_train_state,
-    restore,
 )
 from clid.model.inputs import make_examples, training_items
 from clid.model.train import (
-    Trainer,
     add_train_args,
     balanced_batches,
     check_train_args,
     epoch_batches,
     finish_distributed,
+    make_trainer,
     new_model,
-    settings_from_args,
     standardize_regions,
     start_run,
     train_arg_groups,
-    validation_check,
 )
-from clid.runs import training_record
 
 
 def parse_args(argv=None):
@@ -171,21 +165,8 @@ def main(argv=None):
     if not (args.init_from or args.continue_from):  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
 
-    trainer = Trainer(model, examples, RegionCache.for_model(features, model.config), settings_from_args(args),
-                      args.out, {"train": vars(args), "stage": "04_train_base", "run": training_record(args),
-                                 **feature_record(features)}, device, rank, world,
-                      validation_check(args, features, val_ids, device))
-    if trainer.resume():
-        if rank == 0:
-            print(f"resumed from {args.out} at step {trainer.step}")
-    elif args.continue_from:  # M_theta~'s weights, optimizer state and step: its schedule goes on
-        trainer.state = restore(args.continue_from, model, trainer.optimizer)
-        trainer.step = int(trainer.state["step"])
-        if rank == 0:
-            print(f"continuing {args.continue_from} from step {trainer.step} (lr {args.lr}, warm-up {args.warmup}, "
-                  f"horizon {args.lr_horizon})")
-    if rank == 0:
-        print(f"model: {args.preset}, {count_parameters(model) / 1e6:.1f}M parameters; {world} process(es) on {device}")
+    trainer = make_trainer(args, "04_train_base", model, examples, RegionCache.for_model(features, model.config),
+                           features, val_ids, args.out, device, rank, world, continue_from=args.continue_from)
     n = len(examples)
     batch_for = (balanced_batches(examples.levels, args.batch_size, args.seed) if args.balanced
                  else lambda step: epoch_batches(n, args.batch_size, step, args.seed))

@@ -50,23 +50,19 @@ from clid import selection
 from clid.cli import HelpFormatter, number, positive_float, positive_int
 from clid.features.store import RegionCache, check_features_match
 from clid.files import run_main
-from clid.model.captioner import count_parameters
-from clid.model.checkpoints import feature_record, load_init_weights, read_config
+from clid.model.checkpoints import load_init_weights, read_config
 from clid.model.inputs import make_examples, training_items
 from clid.model.train import (
-    Trainer,
     add_train_args,
     check_train_args,
     epoch_batches,
     finish_distributed,
+    make_trainer,
     new_model,
-    settings_from_args,
     standardize_regions,
     start_run,
     train_arg_groups,
-    validation_check,
 )
-from clid.runs import training_record
 
 CAPTION_ETA, PARAGRAPH_ETA = 1200, 200
 
@@ -151,14 +147,8 @@ def main(argv=None):
         print("\n".join(strategy.summary()))
         selection.write_log(out, strategy.log_rows())
 
-    trainer = Trainer(model, examples, regions, settings_from_args(args), out,
-                      {"train": vars(args), "stage": "06_train_selection", "run": training_record(args),
-                       **feature_record(features)}, device, rank, world,
-                      validation_check(args, features, items.val_ids, device))
-    if trainer.resume() and rank == 0:
-        print(f"resumed from {out} at step {trainer.step}")
-    if rank == 0:
-        print(f"model: {args.preset}, {count_parameters(model) / 1e6:.1f}M parameters; {world} process(es) on {device}")
+    trainer = make_trainer(args, "06_train_selection", model, examples, regions, features, items.val_ids, out,
+                           device, rank, world)
 
     for rnd in strategy.rounds(trainer.step, trainer.state):
         if rank == 0:

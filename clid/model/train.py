@@ -7,7 +7,8 @@
 - :class:`Trainer`: AdamW (eps 1e-6, as the authors' ``transformers`` AdamW), linear warm-up then cosine decay, gradient clipping, atomic checkpoints,
   exact resume (every random draw is keyed by (seed, step)), DDP under ``torchrun`` (gloo on CPU,
   NCCL on GPU) with the loss normalised over the *global* batch, so N processes compute the same
-  loss and gradient as one process with the same global batch.
+  loss and gradient as one process with the same global batch;
+- :func:`make_trainer`: a stage's Trainer, its run record, resumed or continued, and the model line.
 """
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ import torch.distributed as dist
 from clid.cli import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
-from clid.model.captioner import BOX_INPUTS, REGION_NORMS, Captioner
-from clid.model.checkpoints import checkpoint_exists, restore, save_checkpoint
+from clid.model.captioner import BOX_INPUTS, REGION_NORMS, Captioner, count_parameters
+from clid.model.checkpoints import checkpoint_exists, feature_record, restore, save_checkpoint
 from clid.model.inputs import Examples, add_left_out_arg
 from clid.rng import item_rng, item_seed
-from clid.runs import already_trained, check_resume
+from clid.runs import already_trained, check_resume, training_record
 from clid.text import encode, eos_id
 
 
@@ -537,3 +538,25 @@ class Trainer:
         finally:
             bar.close()
             terminated.restore()
+
+
+def make_trainer(args, stage: str, model: Captioner, examples: Examples, regions: RegionCache, features: FeatureStore,
+                 val_ids: list[str], out, device, rank: int, world: int, continue_from=None) -> Trainer:
+    """The :class:`Trainer` of a training stage (``stage``: its name in config.json), resumed from the
+    checkpoint in ``out`` if there is one, else continuing the checkpoint ``continue_from`` (its weights,
+    optimizer state and step) if given; prints where it starts and the model line."""
+    trainer = Trainer(model, examples, regions, settings_from_args(args), out,
+                      {"train": vars(args), "stage": stage, "run": training_record(args), **feature_record(features)},
+                      device, rank, world, validation_check(args, features, val_ids, device))
+    if trainer.resume():
+        if rank == 0:
+            print(f"resumed from {out} at step {trainer.step}")
+    elif continue_from:  # the checkpoint's weights, optimizer state and step: its schedule goes on
+        trainer.state = restore(continue_from, model, trainer.optimizer)
+        trainer.step = int(trainer.state["step"])
+        if rank == 0:
+            print(f"continuing {continue_from} from step {trainer.step} (lr {args.lr}, warm-up {args.warmup}, "
+                  f"horizon {args.lr_horizon})")
+    if rank == 0:
+        print(f"model: {args.preset}, {count_parameters(model) / 1e6:.1f}M parameters; {world} process(es) on {device}")
+    return trainer
