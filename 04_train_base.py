@@ -49,7 +49,7 @@ from clid.model.checkpoints import (
     read_config,
     read_train_state,
 )
-from clid.model.inputs import make_examples, training_items
+from clid.model.inputs import report_skipped, training_examples, training_items
 from clid.model.train import (
     add_train_args,
     balanced_batches,
@@ -127,10 +127,8 @@ def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
     """Trusted (+ self-generated) training examples, with every skipped caption counted."""
     items = training_items(args.captions, args.selfgen if args.data == "extended" else None,
                            args.test_ids, not args.no_split_check)
-    examples, skipped = make_examples(items.trusted, tokenizer, levels, "trusted", features)
-    more, more_skipped = make_examples(items.selfgen, tokenizer, levels, "selfgen", features)
-    examples.extend(more)
-    skipped.update(items.skipped + more_skipped)
+    trusted, selfgen, skipped = training_examples(items, tokenizer, levels, features)
+    examples = trusted.extend(selfgen)
     items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, levels)
     if rank == 0:
         kinds = Counter(examples.sources)
@@ -138,10 +136,7 @@ def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
             print(note)
         print(f"training captions: {len(examples)} ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); "
               f"validation images: {len(items.val_ids)}")
-        for reason, count in sorted(skipped.items()):
-            print(f"  skipped {count}: {reason}")
-        if bad_line := features.skip_report():
-            print(f"  {bad_line}")
+        report_skipped(skipped, features)
     if not len(examples):
         sys.exit(f"error: no training captions left from {args.captions}")
     return examples, items.val_ids

@@ -51,7 +51,7 @@ from clid.cli import HelpFormatter, number, positive_float, positive_int
 from clid.features.store import RegionCache, check_features_match
 from clid.files import run_main
 from clid.model.checkpoints import load_init_weights, read_config
-from clid.model.inputs import make_examples, training_items
+from clid.model.inputs import make_examples, report_skipped, training_examples, training_items
 from clid.model.train import (
     add_train_args,
     check_train_args,
@@ -121,9 +121,7 @@ def main(argv=None):
 
     # the data: trusted examples first, then the self-generated pool (scored by 05 for CLID)
     items = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check)
-    trusted, skipped = make_examples(items.trusted, model.tokenizer, config.levels, "trusted", features)
-    pool, pool_skipped = make_examples(items.selfgen, model.tokenizer, config.levels, "selfgen", features)
-    skipped.update(items.skipped + pool_skipped)
+    trusted, pool, skipped = training_examples(items, model.tokenizer, config.levels, features)
     items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, config.levels)
     u = selection.scores_for(pool.caption_ids, args.quality) if args.strategy == "clid" else None
     n_trusted = len(trusted)
@@ -169,10 +167,7 @@ def report_data(notes, skipped, features, n_trusted: int, n_pool: int, u) -> Non
         print(note)
     print(f"trusted captions: {n_trusted}; self-generated pool: {n_pool}"
           + (f" (u mean {float(u.mean()):+.3f})" if u is not None else ""))
-    for reason, count in sorted(skipped.items()):
-        print(f"  skipped {count}: {reason}")
-    if bad_line := features.skip_report():
-        print(f"  {bad_line}")
+    report_skipped(skipped, features)
 
 
 def same_on_every_rank(world: int):
