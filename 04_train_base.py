@@ -39,9 +39,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, run_main
 from clid.features.store import FeatureStore, RegionCache, check_features_match
-from clid.files import DataError, check_not_input, read_json, run_main
+from clid.files import DataError, check_not_input, read_json
 from clid.model.checkpoints import (
     check_same_levels,
     checkpoint_exists,

@@ -47,9 +47,8 @@ import numpy as np
 import torch
 
 from clid import selection
-from clid.cli import HelpFormatter, number, positive_float, positive_int
+from clid.cli import HelpFormatter, number, positive_float, positive_int, run_main
 from clid.features.store import RegionCache, check_features_match
-from clid.files import run_main
 from clid.model.checkpoints import load_init_weights, read_config
 from clid.model.inputs import make_examples, report_skipped, training_examples, training_items
 from clid.model.train import (

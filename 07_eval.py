@@ -37,7 +37,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
 from clid.caption import add_decoding_args
-from clid.cli import HelpFormatter, non_negative_int
+from clid.cli import HelpFormatter, non_negative_int, run_main
 from clid.eval.metrics import (
     SSA_LEVELS,
     CocoScorer,
@@ -51,7 +51,7 @@ from clid.eval.metrics import (
 )
 from clid.eval.report import FIGURES, combine, length_histograms, selfgen_captions, write_outputs
 from clid.features.store import FeatureStore, add_bad_features_arg
-from clid.files import DataError, check_not_input, check_output_folder, natural_key, read_json, run_main, write_json
+from clid.files import DataError, check_not_input, check_output_folder, natural_key, read_json, write_json
 from clid.runs import file_state
 from clid.text import LEVEL_SETS, get_levels, level_set_name, load_tokenizer
 

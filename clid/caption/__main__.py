@@ -29,9 +29,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a mod
 from clid import runs, shard
 from clid.caption import CaptionWriter, add_decoding_args, caption_records, decode_steps, default_device, describe_levels
 from clid.caption.gallery import THUMBNAIL_SIDE, image_files, thumbnail, write_gallery
-from clid.cli import HelpFormatter, positive_int
+from clid.cli import HelpFormatter, positive_int, run_main
 from clid.features.store import FeatureStore, add_bad_features_arg
-from clid.files import DataError, check_not_input, natural_key, read_jsonl, run_main, write_jsonl
+from clid.files import DataError, check_not_input, natural_key, read_jsonl, write_jsonl
 
 
 def parse_args(argv=None):
