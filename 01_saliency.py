@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from clid import files, runs, shard
-from clid.cli import HelpFormatter, non_negative_float, non_negative_int, positive_int
+from clid.cli import HelpFormatter, non_negative_float, non_negative_int, positive_int, run_main
 from clid.files import DataError
 from clid.saliency.emlnet import EMLNET_SIZE, EMLNet, normalise01
 from clid.saliency.images import Item, list_items, try_load, unique_items
@@ -277,4 +277,4 @@ def report(job: shard.Job, final, previews: Previews, elapsed: float) -> int:
     return 0
 
 if __name__ == "__main__":
-    sys.exit(files.run_main(main))
+    sys.exit(run_main(main))

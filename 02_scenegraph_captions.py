@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from clid import files, runs, shard
-from clid.cli import HelpFormatter, non_negative_int, positive_int, unit_interval
+from clid.cli import HelpFormatter, non_negative_int, positive_int, run_main, unit_interval
 from clid.data.scenegraphs import load_graph_files, load_image_data
 from clid.demo.truth import TrueGraphs, judge
 from clid.files import DataError
@@ -310,4 +310,4 @@ def report_problems(path: Path, saliency, n_graphs: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(files.run_main(main))
+    sys.exit(run_main(main))

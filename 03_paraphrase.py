@@ -31,7 +31,7 @@ from collections import Counter
 from typing import Callable
 
 from clid import files, runs, shard
-from clid.cli import HelpFormatter, non_negative_float, positive_int
+from clid.cli import HelpFormatter, non_negative_float, positive_int, run_main
 from clid.data.records import report_wordless
 from clid.files import DataError
 from clid.selfgen import english as en
@@ -259,4 +259,4 @@ def make_paraphraser(args, tokenizer, counts: Counter):
         captions, model, tokenizer, args.piece_tokens, args.min_ratio, counts)
 
 if __name__ == "__main__":
-    sys.exit(files.run_main(main))
+    sys.exit(run_main(main))

@@ -39,35 +39,29 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, run_main
 from clid.features.store import FeatureStore, RegionCache, check_features_match
-from clid.files import DataError, check_not_input, read_json, run_main
-from clid.model.captioner import count_parameters
+from clid.files import DataError, check_not_input, read_json
 from clid.model.checkpoints import (
     check_same_levels,
     checkpoint_exists,
-    feature_record,
     load_init_weights,
     read_config,
     read_train_state,
-    restore,
 )
-from clid.model.inputs import make_examples, training_items
+from clid.model.inputs import report_skipped, training_examples, training_items
 from clid.model.train import (
-    Trainer,
     add_train_args,
     balanced_batches,
     check_train_args,
     epoch_batches,
     finish_distributed,
+    make_trainer,
     new_model,
-    settings_from_args,
     standardize_regions,
     start_run,
     train_arg_groups,
-    validation_check,
 )
-from clid.runs import training_record
 
 
 def parse_args(argv=None):
@@ -133,10 +127,8 @@ def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
     """Trusted (+ self-generated) training examples, with every skipped caption counted."""
     items = training_items(args.captions, args.selfgen if args.data == "extended" else None,
                            args.test_ids, not args.no_split_check)
-    examples, skipped = make_examples(items.trusted, tokenizer, levels, "trusted", features)
-    more, more_skipped = make_examples(items.selfgen, tokenizer, levels, "selfgen", features)
-    examples.extend(more)
-    skipped.update(items.skipped + more_skipped)
+    trusted, selfgen, skipped = training_examples(items, tokenizer, levels, features)
+    examples = trusted.extend(selfgen)
     items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, levels)
     if rank == 0:
         kinds = Counter(examples.sources)
@@ -144,10 +136,7 @@ def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
             print(note)
         print(f"training captions: {len(examples)} ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); "
               f"validation images: {len(items.val_ids)}")
-        for reason, count in sorted(skipped.items()):
-            print(f"  skipped {count}: {reason}")
-        if bad_line := features.skip_report():
-            print(f"  {bad_line}")
+        report_skipped(skipped, features)
     if not len(examples):
         sys.exit(f"error: no training captions left from {args.captions}")
     return examples, items.val_ids
@@ -171,21 +160,8 @@ def main(argv=None):
     if not (args.init_from or args.continue_from):  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
 
-    trainer = Trainer(model, examples, RegionCache.for_model(features, model.config), settings_from_args(args),
-                      args.out, {"train": vars(args), "stage": "04_train_base", "run": training_record(args),
-                                 **feature_record(features)}, device, rank, world,
-                      validation_check(args, features, val_ids, device))
-    if trainer.resume():
-        if rank == 0:
-            print(f"resumed from {args.out} at step {trainer.step}")
-    elif args.continue_from:  # M_theta~'s weights, optimizer state and step: its schedule goes on
-        trainer.state = restore(args.continue_from, model, trainer.optimizer)
-        trainer.step = int(trainer.state["step"])
-        if rank == 0:
-            print(f"continuing {args.continue_from} from step {trainer.step} (lr {args.lr}, warm-up {args.warmup}, "
-                  f"horizon {args.lr_horizon})")
-    if rank == 0:
-        print(f"model: {args.preset}, {count_parameters(model) / 1e6:.1f}M parameters; {world} process(es) on {device}")
+    trainer = make_trainer(args, "04_train_base", model, examples, RegionCache.for_model(features, model.config),
+                           features, val_ids, args.out, device, rank, world, continue_from=args.continue_from)
     n = len(examples)
     batch_for = (balanced_batches(examples.levels, args.batch_size, args.seed) if args.balanced
                  else lambda step: epoch_batches(n, args.batch_size, step, args.seed))

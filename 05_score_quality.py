@@ -34,12 +34,12 @@ import numpy as np
 import torch
 
 from clid import runs, shard
-from clid.cli import HelpFormatter, positive_int
+from clid.cli import HelpFormatter, positive_int, run_main
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg, check_features_match
-from clid.files import DataError, read_arrays, read_jsonl, run_main, write_quality
+from clid.files import DataError, read_arrays, read_jsonl, write_quality
 from clid.model.checkpoints import load_checkpoint, read_config
-from clid.model.inputs import add_left_out_arg, check_left_out, make_examples, training_items
+from clid.model.inputs import add_left_out_arg, check_left_out, make_examples, report_skipped, training_items
 from clid.model.scoring import MODES, caption_logprobs
 from clid.text import preprocess
 
@@ -179,10 +179,7 @@ def main(argv=None):
     done = job.run(items, lambda chunk: score_chunk(chunk, models, features, regions, args), "05 score", "cap")
     for reason, count in shard.read_table(shard.side_path(job.written(), "skipped.tsv")):
         skipped[reason] += int(count)
-    for reason, count in sorted(skipped.items()):
-        print(f"  not scored {count}: {reason}")
-    if bad_line := features.skip_report():
-        print(f"  {bad_line}")
+    report_skipped(skipped, features, "not scored")
     if done is not None:
         report(done)
     else:

@@ -47,26 +47,21 @@ import numpy as np
 import torch
 
 from clid import selection
-from clid.cli import HelpFormatter, number, positive_float, positive_int
+from clid.cli import HelpFormatter, number, positive_float, positive_int, run_main
 from clid.features.store import RegionCache, check_features_match
-from clid.files import run_main
-from clid.model.captioner import count_parameters
-from clid.model.checkpoints import feature_record, load_init_weights, read_config
-from clid.model.inputs import make_examples, training_items
+from clid.model.checkpoints import load_init_weights, read_config
+from clid.model.inputs import make_examples, report_skipped, training_examples, training_items
 from clid.model.train import (
-    Trainer,
     add_train_args,
     check_train_args,
     epoch_batches,
     finish_distributed,
+    make_trainer,
     new_model,
-    settings_from_args,
     standardize_regions,
     start_run,
     train_arg_groups,
-    validation_check,
 )
-from clid.runs import training_record
 
 CAPTION_ETA, PARAGRAPH_ETA = 1200, 200
 
@@ -125,9 +120,7 @@ def main(argv=None):
 
     # the data: trusted examples first, then the self-generated pool (scored by 05 for CLID)
     items = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check)
-    trusted, skipped = make_examples(items.trusted, model.tokenizer, config.levels, "trusted", features)
-    pool, pool_skipped = make_examples(items.selfgen, model.tokenizer, config.levels, "selfgen", features)
-    skipped.update(items.skipped + pool_skipped)
+    trusted, pool, skipped = training_examples(items, model.tokenizer, config.levels, features)
     items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, config.levels)
     u = selection.scores_for(pool.caption_ids, args.quality) if args.strategy == "clid" else None
     n_trusted = len(trusted)
@@ -151,14 +144,8 @@ def main(argv=None):
         print("\n".join(strategy.summary()))
         selection.write_log(out, strategy.log_rows())
 
-    trainer = Trainer(model, examples, regions, settings_from_args(args), out,
-                      {"train": vars(args), "stage": "06_train_selection", "run": training_record(args),
-                       **feature_record(features)}, device, rank, world,
-                      validation_check(args, features, items.val_ids, device))
-    if trainer.resume() and rank == 0:
-        print(f"resumed from {out} at step {trainer.step}")
-    if rank == 0:
-        print(f"model: {args.preset}, {count_parameters(model) / 1e6:.1f}M parameters; {world} process(es) on {device}")
+    trainer = make_trainer(args, "06_train_selection", model, examples, regions, features, items.val_ids, out,
+                           device, rank, world)
 
     for rnd in strategy.rounds(trainer.step, trainer.state):
         if rank == 0:
@@ -179,10 +166,7 @@ def report_data(notes, skipped, features, n_trusted: int, n_pool: int, u) -> Non
         print(note)
     print(f"trusted captions: {n_trusted}; self-generated pool: {n_pool}"
           + (f" (u mean {float(u.mean()):+.3f})" if u is not None else ""))
-    for reason, count in sorted(skipped.items()):
-        print(f"  skipped {count}: {reason}")
-    if bad_line := features.skip_report():
-        print(f"  {bad_line}")
+    report_skipped(skipped, features)
 
 
 def same_on_every_rank(world: int):

@@ -36,7 +36,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
-from clid.cli import HelpFormatter, non_negative_int, number, positive_int
+from clid.caption import add_decoding_args
+from clid.cli import HelpFormatter, non_negative_int, run_main
 from clid.eval.metrics import (
     SSA_LEVELS,
     CocoScorer,
@@ -50,7 +51,7 @@ from clid.eval.metrics import (
 )
 from clid.eval.report import FIGURES, combine, length_histograms, selfgen_captions, write_outputs
 from clid.features.store import FeatureStore, add_bad_features_arg
-from clid.files import DataError, check_not_input, check_output_folder, natural_key, read_json, run_main, write_json
+from clid.files import DataError, check_not_input, check_output_folder, natural_key, read_json, write_json
 from clid.runs import file_state
 from clid.text import LEVEL_SETS, get_levels, level_set_name, load_tokenizer
 
@@ -82,20 +83,8 @@ def parse_args(argv=None):
     p.add_argument("--spice", default="auto", choices=["auto", "off"],
                    help="auto: run SPICE when Stanford CoreNLP is there or can be downloaded")
     p.add_argument("--examples", type=non_negative_int, default=3, help="test images shown with their captions in report.md (default: 3)")
-    p.add_argument("--batch-size", type=positive_int, default=64, help="generation batch size (default: 64)")
     p.add_argument("--device", default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
-    p.add_argument("--decode-steps", type=positive_int, nargs="+", default=None, metavar="N",
-                   help="mask-predict iterations, one number per level or one for every level (default: the "
-                        "paper's 10, 15, ..., 40)")
-    p.add_argument("--eos-decay", type=number(float, low=0, high=1, low_open=True), default=1.0,
-                   help="penalty on '.' inside a level's range, decay ** (distance to the level's end); "
-                        "1.0: none, as in the authors' configuration")
-    p.add_argument("--labert-average", action=argparse.BooleanOptionalAction, default=True,
-                   help="decoding as LaBERT's and the authors' code: re-predict every position and "
-                        "average the confidences; --no-labert-average: re-predict only the re-masked positions")
-    p.add_argument("--length-count", choices=["authors", "strict"], default="authors",
-                   help="the length of a caption that fills its level without '.': authors (the "
-                        "authors' code): its tokens, no '.' (a hit); strict: with a final '.' (one over: a miss)")
+    add_decoding_args(p)
     p.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")
     p.add_argument("--tokenizer", default=None, help="tokenizer for caption lengths (default: offline bert-base-uncased)")
     p.add_argument("--combine", nargs="+", metavar="EVAL_DIR",

@@ -1,4 +1,4 @@
-"""The help formatter of every command line: ``--help`` shows each flag's default.
+"""The command-line helpers: the help formatter, the numeric flag types and :func:`run_main`.
 
 The numbered scripts, the bench scripts and the ``python -m clid.X`` tools build their parsers with
 ``formatter_class=HelpFormatter``. It keeps the description's line breaks and appends
@@ -7,11 +7,16 @@ help as written when the default is None or an empty list (nothing is used unles
 given; the help says what happens then), or when the help already states its default.
 
 It also holds the ``type=`` functions that check every numeric flag where it is parsed
-(:func:`number` and the common cases built from it: ``positive_int``, ``probability``, ...).
+(:func:`number` and the common cases built from it: ``positive_int``, ``probability``, ...), and
+:func:`run_main`, which runs a command's ``main()`` (bad input ends in one line ``error: ...``).
 """
 import argparse
 import copy
+import errno
 import math
+import sys
+
+from clid.files import DataError
 
 
 def shows_default(action: argparse.Action) -> bool:
@@ -78,3 +83,25 @@ positive_float = number(float, low=0, low_open=True, what="a positive finite num
 non_negative_float = number(float, low=0, what="a finite number >= 0")
 probability = number(float, low=0, high=1, high_open=True, what="a probability in [0, 1)")
 unit_interval = number(float, low=0, high=1, what="a number in [0, 1]")
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a command: bad input is one line, not a traceback
+
+
+def run_main(main, argv=None):
+    """Run a stage's ``main(argv)``; bad input ends in one line ``error: ...`` and exit status 1.
+
+    A :class:`DataError` names the file, the record and the problem; an ``OSError`` (a missing
+    file, a folder where a file belongs) names the path.
+    """
+    try:
+        return main(argv)
+    except OSError as err:
+        if err.errno == errno.ENOSPC:  # (atomic writes leave no half-written file behind)
+            where = f" writing {err.filename}" if err.filename else ""
+            sys.exit(f"error: no space left on the device{where}; no output was left half-written: free some space "
+                     "and run the same command again (a sharded stage resumes)")
+        sys.exit(f"error: {err}")
+    except DataError as err:
+        sys.exit(f"error: {err}")

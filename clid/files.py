@@ -14,11 +14,9 @@ is complete, so a crash never leaves a half-written file behind.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -32,24 +30,6 @@ class DataError(ValueError):
         self.path, self.record, self.problem = str(path), record, problem
         where = f"{path}" + (f": {record}" if record not in (None, "") else "")
         super().__init__(f"{where}: {problem}")
-
-
-def run_main(main, argv=None):
-    """Run a stage's ``main(argv)``; bad input ends in one line ``error: ...`` and exit status 1.
-
-    A :class:`DataError` names the file, the record and the problem; an ``OSError`` (a missing
-    file, a folder where a file belongs) names the path.
-    """
-    try:
-        return main(argv)
-    except OSError as err:
-        if err.errno == errno.ENOSPC:  # (atomic writes leave no half-written file behind)
-            where = f" writing {err.filename}" if err.filename else ""
-            sys.exit(f"error: no space left on the device{where}; no output was left half-written: free some space "
-                     "and run the same command again (a sharded stage resumes)")
-        sys.exit(f"error: {err}")
-    except DataError as err:
-        sys.exit(f"error: {err}")
 
 
 def id_problem(value) -> str | None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from clid import files
-from clid.cli import HelpFormatter, non_negative_int, positive_int
+from clid.cli import HelpFormatter, non_negative_int, positive_int, run_main
 from clid.runs import record_differences
 
 
@@ -491,4 +491,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    files.run_main(main)
+    run_main(main)

@@ -18,8 +18,7 @@ import json
 
 import numpy as np
 
-from clid.cli import HelpFormatter
-from clid.files import run_main
+from clid.cli import HelpFormatter, run_main
 from clid.text import caption_lengths, get_levels
 
 

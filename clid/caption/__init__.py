@@ -19,7 +19,8 @@ from clid.features.store import FeatureStore, Regions, check_features_match, reg
 from clid.files import DataError, natural_key
 from clid.text import get_levels, level_set_name
 
-__all__ = ["CaptionWriter", "MemoryRegions", "Regions", "caption_records", "check_features", "decode_steps", "default_device"]
+__all__ = ["CaptionWriter", "MemoryRegions", "Regions", "add_decoding_args", "caption_records", "check_features",
+           "decode_steps", "default_device"]
 
 
 def default_device() -> str:
@@ -27,6 +28,28 @@ def default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def add_decoding_args(parser) -> None:
+    """The decoding flags of the caption command and ``07_eval.py``: ``--batch-size``, ``--decode-steps``,
+    ``--eos-decay``, ``--labert-average``, ``--length-count`` (the defaults are the authors')."""
+    import argparse
+
+    from clid.cli import number, positive_int
+
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="images decoded together")
+    parser.add_argument("--decode-steps", type=positive_int, nargs="+", default=None, metavar="N",
+                        help="mask-predict iterations, one number per level of the checkpoint or one for every level "
+                             "(default: the paper's 10, 15, ..., 40)")
+    parser.add_argument("--eos-decay", type=number(float, low=0, high=1, low_open=True), default=1.0,
+                        help="penalty on '.' inside a level's range, decay ** (distance to the level's end); "
+                             "1.0: none, as in the authors' configuration")
+    parser.add_argument("--labert-average", action=argparse.BooleanOptionalAction, default=True,
+                        help="decoding as LaBERT's and the authors' code: re-predict every position and "
+                             "average the confidences; --no-labert-average: re-predict only the re-masked positions")
+    parser.add_argument("--length-count", choices=["authors", "strict"], default="authors",
+                        help="the length of a caption that fills its level without '.': authors (the authors' code): "
+                             "its tokens, no '.' (in range); strict: with a final '.' (one over)")
 
 
 def decode_steps(steps, num_levels: int) -> tuple[int, ...] | None:

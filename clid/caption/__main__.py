@@ -27,11 +27,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
 from clid import runs, shard
-from clid.caption import CaptionWriter, caption_records, decode_steps, default_device, describe_levels
+from clid.caption import CaptionWriter, add_decoding_args, caption_records, decode_steps, default_device, describe_levels
 from clid.caption.gallery import THUMBNAIL_SIDE, image_files, thumbnail, write_gallery
-from clid.cli import HelpFormatter, number, positive_int
+from clid.cli import HelpFormatter, positive_int, run_main
 from clid.features.store import FeatureStore, add_bad_features_arg
-from clid.files import DataError, check_not_input, natural_key, read_jsonl, run_main, write_jsonl
+from clid.files import DataError, check_not_input, natural_key, read_jsonl, write_jsonl
 
 
 def parse_args(argv=None):
@@ -49,19 +49,8 @@ def parse_args(argv=None):
                    help="level numbers (from 1) to decode, or 'all' for every level of the checkpoint (default: all)")
     p.add_argument("--out", required=True, help="captions JSONL to write")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
-    p.add_argument("--batch-size", type=positive_int, default=64, help="images decoded together")
+    add_decoding_args(p)
     p.add_argument("--chunk-size", type=positive_int, default=256, help="images per resumable chunk")
-    p.add_argument("--decode-steps", type=positive_int, nargs="+", default=None, metavar="N",
-                   help="mask-predict iterations, one number per level of the checkpoint or one for every level "
-                        "(default: the paper's 10, 15, ..., 40)")
-    p.add_argument("--eos-decay", type=number(float, low=0, high=1, low_open=True), default=1.0,
-                   help="penalty on '.' inside a level's range, decay ** (distance to the level's end); 1.0: none")
-    p.add_argument("--labert-average", action=argparse.BooleanOptionalAction, default=True,
-                   help="decoding as LaBERT's and the authors' code: re-predict every position and average the "
-                        "confidences; --no-labert-average: re-predict only the re-masked positions")
-    p.add_argument("--length-count", choices=["authors", "strict"], default="authors",
-                   help="the length of a caption that fills its level without '.': authors: its tokens (in "
-                        "range); strict: with a final '.' (one over)")
     p.add_argument("--gallery", default=None, metavar="HTML", help="also write this self-contained HTML gallery")
     p.add_argument("--images", default=None, metavar="DIR",
                    help="image folder shown in the gallery (files named after the image ids, or as the "

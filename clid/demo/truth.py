@@ -426,6 +426,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from clid.files import run_main
+    from clid.cli import run_main
 
     run_main(main)

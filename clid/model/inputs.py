@@ -3,6 +3,8 @@ and evaluation (07).
 
 - :func:`training_items`: the trusted captions of the train split and the self-generated ones;
 - :func:`make_examples`: captions -> token ids and length levels (too-long captions counted, not hidden);
+- :func:`training_examples` / :func:`report_skipped`: the examples of :func:`training_items`, every caption
+  left out counted by reason, and the lines that report them;
 - :func:`load_regions` / :func:`pad_regions`: one image's region inputs, a padded batch of them;
 - :class:`RegionCache`: region features of the images, loaded once.
 """
@@ -191,3 +193,22 @@ def training_items(captions_path, selfgen_path=None, test_ids=None, split_check:
     val_items = [(f"{r.image_id}#{j}", r.image_id, text) for r in val for j, text in enumerate(r.captions)]
     filenames = {r.image_id: r.filename for r in (*train, *val)}
     return CaptionItems(trusted, selfgen, [r.image_id for r in val], skipped, notes, val_items, filenames)
+
+
+def training_examples(items: CaptionItems, tokenizer, levels,
+                      features: FeatureStore) -> tuple[Examples, Examples, Counter]:
+    """(trusted examples, self-generated examples, skip counts by reason) of ``items``; the counts include
+    those of ``items`` itself."""
+    trusted, skipped = make_examples(items.trusted, tokenizer, levels, "trusted", features)
+    selfgen, selfgen_skipped = make_examples(items.selfgen, tokenizer, levels, "selfgen", features)
+    skipped.update(items.skipped + selfgen_skipped)
+    return trusted, selfgen, skipped
+
+
+def report_skipped(skipped: Counter, features: FeatureStore, word: str = "skipped") -> None:
+    """Print each skip count (``  skipped N: reason``, by reason), then the images of ``features`` with bad
+    region features, if any."""
+    for reason, count in sorted(skipped.items()):
+        print(f"  {word} {count}: {reason}")
+    if bad_line := features.skip_report():
+        print(f"  {bad_line}")

@@ -7,7 +7,8 @@
 - :class:`Trainer`: AdamW (eps 1e-6, as the authors' ``transformers`` AdamW), linear warm-up then cosine decay, gradient clipping, atomic checkpoints,
   exact resume (every random draw is keyed by (seed, step)), DDP under ``torchrun`` (gloo on CPU,
   NCCL on GPU) with the loss normalised over the *global* batch, so N processes compute the same
-  loss and gradient as one process with the same global batch.
+  loss and gradient as one process with the same global batch;
+- :func:`make_trainer`: a stage's Trainer, its run record, resumed or continued, and the model line.
 """
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ import torch.distributed as dist
 from clid.cli import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
-from clid.model.captioner import BOX_INPUTS, REGION_NORMS, Captioner
-from clid.model.checkpoints import checkpoint_exists, restore, save_checkpoint
+from clid.model.captioner import BOX_INPUTS, REGION_NORMS, Captioner, count_parameters
+from clid.model.checkpoints import checkpoint_exists, feature_record, restore, save_checkpoint
 from clid.model.inputs import Examples, add_left_out_arg
 from clid.rng import item_rng, item_seed
-from clid.runs import already_trained, check_resume
+from clid.runs import already_trained, check_resume, training_record
 from clid.text import encode, eos_id
 
 
@@ -405,7 +406,7 @@ class Trainer:
     def __init__(self, model: Captioner, examples: Examples, regions: RegionCache, settings: TrainSettings,
                  out_dir, config_extra: dict, device, rank: int = 0, world: int = 1,
                  evaluate: Callable[[Captioner, int], dict] | None = None):
-        self.model, self.examples, self.regions, self.s = model, examples, regions, settings
+        self.model, self.examples, self.regions, self.settings = model, examples, regions, settings
         self.out_dir, self.config_extra, self.device = Path(out_dir), config_extra, device
         self.rank, self.world, self.evaluate = rank, world, evaluate
         # the fused AdamW kernel: the same update rule as the default loop, several times faster on CPU
@@ -434,12 +435,12 @@ class Trainer:
         The loss is normalised by the weight of the *global* batch, so that DDP's gradient averaging
         over N processes gives the step one process takes on the same global batch.
         """
-        s, model = self.s, self.model
+        settings, model = self.settings, self.model
         model.train()
-        torch.manual_seed(item_seed(s.seed, "dropout", self.step, self.rank))  # dropout keyed by step
+        torch.manual_seed(item_seed(settings.seed, "dropout", self.step, self.rank))  # dropout keyed by step
         places = np.arange(len(global_indices))[self.rank::self.world]
         indices = global_indices[places]
-        input_ids, targets, masked, levels = collate(self.examples, indices, model, s.seed, self.step, places)
+        input_ids, targets, masked, levels = collate(self.examples, indices, model, settings.seed, self.step, places)
         feats, pos, rmask = self.regions.batch([self.examples.image_ids[i] for i in indices])
         batch = [t.to(self.device) for t in (feats, pos, rmask, input_ids, levels)]
         masked, targets = masked.to(self.device), targets.to(self.device)
@@ -447,10 +448,10 @@ class Trainer:
         if (classes < 0).any():
             bad = targets[masked][classes < 0][0].item()
             raise SystemExit(f"error: token {model.tokenizer.convert_ids_to_tokens(bad)!r} is not in the model's output vocabulary")
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=s.amp):
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=settings.amp):
             logits = (self.ddp or model)(*batch, masked)
         eos_class = int(model.to_output(torch.tensor(eos_id(model.tokenizer))))
-        loss_sum, weight_sum = masked_lm_loss(logits, classes, eos_class, s.eos_weight, s.label_smoothing)
+        loss_sum, weight_sum = masked_lm_loss(logits, classes, eos_class, settings.eos_weight, settings.label_smoothing)
         total_weight, reported = weight_sum.detach().clone(), loss_sum.detach().clone()
         if self.world > 1:
             dist.all_reduce(total_weight)
@@ -458,11 +459,13 @@ class Trainer:
         self.stop_if_not_finite(reported / total_weight, "the training loss")
         loss = loss_sum * self.world / total_weight  # DDP averages the gradients over the ranks
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate(self.step, s.lr, s.warmup, s.lr_horizon or s.max_steps)
+            group["lr"] = learning_rate(self.step, settings.lr, settings.warmup,
+                                        settings.lr_horizon or settings.max_steps)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # the norm of the (DDP-averaged) gradient; with --grad-clip 0 it is only measured (clip at inf)
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip if s.grad_clip > 0 else math.inf)
+        clip = settings.grad_clip if settings.grad_clip > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         self.stop_if_not_finite(norm, "the gradient norm")
         self.optimizer.step()
         self.step += 1
@@ -505,7 +508,7 @@ class Trainer:
         """
         from clid.progress import Progress
 
-        s = self.s
+        settings = self.settings
         bar = Progress(end_step, desc, "step", initial=self.step, disable=self.rank != 0)
         started, losses = time.time(), []
         terminated = StopRequest()
@@ -522,16 +525,38 @@ class Trainer:
                 losses.append(loss)
                 lr = self.optimizer.param_groups[0]["lr"]
                 bar.update(1, loss=loss, lr=lr)
-                if self.step % s.log_every == 0 or self.step == end_step:
+                if self.step % settings.log_every == 0 or self.step == end_step:
                     self.log({"step": self.step, "loss": float(np.mean(losses)), "lr": lr,
                               "seconds": round(time.time() - started, 2)})
                     losses = []
-                if self.evaluate and s.eval_every and self.step % s.eval_every == 0 and self.rank == 0:
+                if self.evaluate and settings.eval_every and self.step % settings.eval_every == 0 and self.rank == 0:
                     result = self.evaluate(self.model, self.step)
                     self.log({"step": self.step, "eval": result})
                     bar.write(f"step {self.step}: " + " ".join(f"{k}={v}" for k, v in result.items()))
-                if self.step % s.save_every == 0 or self.step == end_step:
+                if self.step % settings.save_every == 0 or self.step == end_step:
                     self.save(state_for(self.step) if state_for else None)
         finally:
             bar.close()
             terminated.restore()
+
+
+def make_trainer(args, stage: str, model: Captioner, examples: Examples, regions: RegionCache, features: FeatureStore,
+                 val_ids: list[str], out, device, rank: int, world: int, continue_from=None) -> Trainer:
+    """The :class:`Trainer` of a training stage (``stage``: its name in config.json), resumed from the
+    checkpoint in ``out`` if there is one, else continuing the checkpoint ``continue_from`` (its weights,
+    optimizer state and step) if given; prints where it starts and the model line."""
+    trainer = Trainer(model, examples, regions, settings_from_args(args), out,
+                      {"train": vars(args), "stage": stage, "run": training_record(args), **feature_record(features)},
+                      device, rank, world, validation_check(args, features, val_ids, device))
+    if trainer.resume():
+        if rank == 0:
+            print(f"resumed from {out} at step {trainer.step}")
+    elif continue_from:  # the checkpoint's weights, optimizer state and step: its schedule goes on
+        trainer.state = restore(continue_from, model, trainer.optimizer)
+        trainer.step = int(trainer.state["step"])
+        if rank == 0:
+            print(f"continuing {continue_from} from step {trainer.step} (lr {args.lr}, warm-up {args.warmup}, "
+                  f"horizon {args.lr_horizon})")
+    if rank == 0:
+        print(f"model: {args.preset}, {count_parameters(model) / 1e6:.1f}M parameters; {world} process(es) on {device}")
+    return trainer
