@@ -142,7 +142,8 @@ def test_weights_that_become_infinite_are_never_saved(world, tmp_path):
 
 
 def test_06_refuses_infinite_and_nan_scores(world, tmp_path):
-    selection = import_script("06_train_selection.py", "selection_nonfinite")
+    from clid import selection
+
     ids = ["1_0", "1_1", "2_0", "2_1"]
     for bad, shown in ((np.inf, "inf"), (-np.inf, "-inf"), (np.nan, "nan")):
         quality = tmp_path / f"q_{shown}.h5"
