@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import import_script, run_script
+from conftest import run_script
 from toyworld import make_toy_world
 
 from clid import files
