@@ -38,7 +38,7 @@ step tests 150 $py -m pytest -q -p no:cacheprovider tests/test_ops_score.py test
 step bench_score 150 $py bench/bench_score.py --device cuda --dtype bfloat16 --rounds 20 --no-e2e \
     --hidden-shape 16384 768 30522
 step bench_sampler 90 $py bench/bench_sampler.py --device cuda --sizes 1e7 1e8 --rounds 5 --limit 40
-# the GPU tests under the sanitizer, without the 2^24-item one (minutes under racecheck)
+# the GPU tests under the sanitizer, without the 2^24-item one
 gpu_tests=($py -m pytest -q -p no:cacheprovider tests/test_ops_score.py tests/test_ops_sampler.py -k "(cuda or gpu) and not above_2_24")
 step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 "${gpu_tests[@]}"
 step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 "${gpu_tests[@]}"
