@@ -16,6 +16,8 @@ STAMP  := $(VENV)/.installed
 DEMO   ?= data/demo
 RUNS   ?= runs/demo
 SEEDS  ?= 1
+# pytest-xdist workers of make test
+TEST_JOBS ?= 2
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -36,7 +38,7 @@ $(STAMP): requirements.txt $(CSRC)
 	touch $(STAMP)
 
 test: $(STAMP) cuda-check
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_JOBS) tests
 
 cuda-check:
 	bash csrc/check_cuda.sh

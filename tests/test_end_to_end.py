@@ -10,7 +10,9 @@ from clid.files import read_jsonl, read_quality
 
 def test_demo_pipeline_small(tmp_path):
     demo, runs = tmp_path / "demo", tmp_path / "runs"
-    env = dict(os.environ, SMALL="1", PY=os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python")))
+    # few steps: this test checks that the stages fit together, not what the models learn
+    env = dict(os.environ, SMALL="1", PY=os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python")),
+               STEPS_SMALL="60", ETA_SMALL="1", FT_SMALL="10", BATCH="16")
     if not os.path.exists(env["PY"]):
         import sys
 
