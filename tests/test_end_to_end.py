@@ -2,24 +2,28 @@
 import json
 import os
 import subprocess
+import sys
 
 from conftest import ROOT
 
 from clid.files import read_jsonl, read_quality
 
 
-def test_demo_pipeline_small(tmp_path):
-    demo, runs = tmp_path / "demo", tmp_path / "runs"
-    # few steps: this test checks that the stages fit together, not what the models learn
-    env = dict(os.environ, SMALL="1", PY=os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python")),
-               STEPS_SMALL="60", ETA_SMALL="1", FT_SMALL="10", BATCH="16")
-    if not os.path.exists(env["PY"]):
-        import sys
-
-        env["PY"] = sys.executable
+def run_small_demo(demo, runs, **env) -> subprocess.CompletedProcess:
+    """demo.sh on the small world with few steps (the stages must fit together; what the models learn
+    is tested elsewhere), with .venv's python when there is one; it must succeed."""
+    py = os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python"))
+    env = dict(os.environ, SMALL="1", PY=py if os.path.exists(py) else sys.executable,
+               STEPS_SMALL="60", ETA_SMALL="1", FT_SMALL="10", BATCH="16", **env)
     proc = subprocess.run(["bash", str(ROOT / "demo.sh"), str(demo), str(runs)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_demo_pipeline_small(tmp_path):
+    demo, runs = tmp_path / "demo", tmp_path / "runs"
+    proc = run_small_demo(demo, runs)
     for stage in ("00 demo world", "01 saliency", "02 self-generated", "03 paraphrase", "04 trusted-only", "04 M_theta~", "04 scoring model",
                   "05 quality", "06 CLID", "07 evaluation"):
         assert f"==== {stage}" in proc.stdout
@@ -58,17 +62,11 @@ def test_demo_paragraph_pipeline_small(tmp_path):
     """The paragraph task, 00 to 07 (demo.sh TASK=paragraph SMALL=1, few steps): paragraph levels in every
     stage, read by 05 and 07 from the checkpoints, and decoded paragraphs that keep their sentences."""
     import re
-    import sys
 
     from clid.text import LEVEL_SETS
 
     demo, runs = tmp_path / "demo", tmp_path / "runs"
-    py = os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python"))
-    env = dict(os.environ, SMALL="1", TASK="paragraph", PY=py if os.path.exists(py) else sys.executable,
-               STEPS_SMALL="60", ETA_SMALL="1", FT_SMALL="10", BATCH="16")
-    proc = subprocess.run(["bash", str(ROOT / "demo.sh"), str(demo), str(runs)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_small_demo(demo, runs, TASK="paragraph")
     assert "==== 07 evaluation: paragraph-only vs extended-only vs CLID" in proc.stdout
 
     paragraph_levels = [list(level) for level in LEVEL_SETS["paragraph"]]
