@@ -13,7 +13,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # `make test` runs one pytest-xdist worker per core: one thread each (and in the stages they start),
+    # `make test` runs TEST_JOBS pytest-xdist workers (2: the cores here): one thread each (and in the stages they start),
     # so that the workers do not compete for the cores
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
