@@ -111,6 +111,30 @@ def test_states_at_chosen_positions_equal_the_full_pass(world):
     assert (part[0, 1] == 0).all() and (part[2, 1] == 0).all() and (part[2, 0] != 0).any()
 
 
+def test_one_padded_pass_equals_the_grouped_passes(world):
+    """The GPU's one padded pass (boolean key-padding mask) gives the CPU's grouped passes' states, for
+    every text position and at chosen ones, in float32 and under bfloat16 autocast."""
+    model = tiny_model().eval()
+    regions = RegionCache(FeatureStore(world[1]))
+    pad, mask = model.tokenizer.pad_token_id, model.tokenizer.mask_token_id
+    feats, pos, rmask = regions.batch(["1", "2", "3", "4"])
+    ids = torch.full((4, 29), pad)
+    for row, length in enumerate((9, 29, 1, 19)):
+        ids[row, :length] = torch.randint(1000, 2000, (length,))
+        ids[row, length // 2:length] = mask
+    levels = torch.tensor([1, 3, 1, 2])
+    chosen = torch.tensor([[8, 12], [28, 0], [0, 4], [18, 19]])
+    for autocast in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            for positions in (None, chosen):
+                grouped = model.encode(feats, pos, rmask, ids, levels, text_positions=positions, grouped=True)
+                padded = model.encode(feats, pos, rmask, ids, levels, text_positions=positions, grouped=False)
+                assert padded.shape == grouped.shape and padded.dtype == grouped.dtype
+                tol = dict(atol=3e-2, rtol=3e-2) if autocast else {}
+                torch.testing.assert_close(padded, grouped, **tol)
+                assert ((padded == 0) == (grouped == 0)).all()  # the same padded positions are zero
+
+
 def test_collate_masks_a_uniform_count_and_pads_to_the_level(world):
     model = tiny_model()
     tok = model.tokenizer
