@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from typing import Callable
 
-from clid import files, runs, shard
+from clid import files, runs, runtime, shard
 from clid.cli import HelpFormatter, non_negative_float, positive_int, run_main
 from clid.data.records import report_wordless
 from clid.files import DataError
@@ -42,6 +42,7 @@ from clid.text import caption_lengths, karpathy_tokens, length_to_level, load_to
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded at run time
 
 DEFAULT_MODEL = "tuner007/pegasus_paraphrase"
+BATCH_SIZE = 32  # pieces per generate() call on the CPU (--batch-size auto)
 
 # ---------------------------------------------------------------------------------------------
 # Splitting long captions for a model that reads ~60 tokens, and joining them again
@@ -91,15 +92,19 @@ def check_paraphrase(original: str, paraphrase: str, tokenizer, min_ratio: float
 
 
 class ModelParaphraser:
-    """A transformers seq2seq paraphraser (Pegasus and the like), beam search, batched."""
+    """A transformers seq2seq paraphraser (Pegasus and the like), beam search, batched.
 
-    def __init__(self, name: str, device: str, num_beams: int, batch_size: int, max_length: int):
+    ``precision`` "bf16" holds the model in bfloat16 (Pegasus was trained in it); ``batch_size`` "auto"
+    (clid.runtime): 32 on the CPU, on a GPU as many pieces as half its free memory holds for their beams'
+    caches, at most 256."""
+
+    def __init__(self, name: str, device: str, num_beams: int, batch_size, max_length: int, precision: str = "fp32"):
         import torch
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
-        self.name, self.device, self.num_beams, self.batch_size = name, device, num_beams, batch_size
+        self.name, self.device, self.num_beams = name, device, num_beams
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(name)
             self.model = AutoModelForSeq2SeqLM.from_pretrained(name).to(device).eval()
@@ -111,7 +116,13 @@ class ModelParaphraser:
                 f"error: the paraphraser '{name}' is not available offline ({detail}). Use --model rules, or "
                 f"download it where there is internet (HF_HUB_OFFLINE=0 huggingface-cli download {name} "
                 f"--local-dir DIR) and pass --model DIR.") from None
+        if precision == "bf16":
+            self.model = self.model.to(torch.bfloat16)
         self.max_length = min(max_length, getattr(self.tokenizer, "model_max_length", max_length) or max_length)
+        config = self.model.config
+        layers, width = getattr(config, "decoder_layers", 12), getattr(config, "d_model", 1024)
+        per_piece = num_beams * layers * 4 * self.max_length * width * (2 if precision == "bf16" else 4)  # K, V: self, cross
+        self.batch_size = runtime.batch_size(batch_size, device, per_piece, BATCH_SIZE, most=256)
         self.torch = torch
         self.calls = 0  # generate() calls, for the log
 
@@ -175,7 +186,8 @@ def parse_args(argv=None):
     parser.add_argument("--out", required=True, help="output JSONL")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="'rules', or a seq2seq model folder or hub name")
     parser.add_argument("--num-beams", type=positive_int, default=10, help="beam width")
-    parser.add_argument("--batch-size", type=positive_int, default=32, help="pieces per generate() call")
+    runtime.add_batch_size_arg(parser, BATCH_SIZE, "pieces per generate() call")
+    runtime.add_precision_arg(parser)
     parser.add_argument("--max-length", type=positive_int, default=60, help="model tokens read and written per piece")
     parser.add_argument("--piece-tokens", type=positive_int, default=50,
                         help="split captions into pieces of at most this many model tokens")
@@ -192,8 +204,13 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.model != "rules":  # what --precision auto means on this device (recorded: it changes the paraphrases)
+        import torch
+
+        args.precision = runtime.use_precision(args.precision, args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     record = runs.run_record(args, inputs=("inp", "tokenizer"), settings=(
-        "model", "num_beams", "max_length", "piece_tokens", "min_ratio", "levels", "tokenizer"))
+        "model", "num_beams", "max_length", "piece_tokens", "min_ratio", "levels", "tokenizer")
+        + (("precision",) if args.model != "rules" else ()))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".jsonl",))
     if job.done:
         print(f"{job.written()} already exists; nothing to do")
@@ -254,7 +271,9 @@ def make_paraphraser(args, tokenizer, counts: Counter):
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = ModelParaphraser(args.model, device, args.num_beams, args.batch_size, args.max_length)
+    model = ModelParaphraser(args.model, device, args.num_beams, args.batch_size, args.max_length, args.precision)
+    if args.batch_size == "auto" and runtime.device_type(device) == "cuda":
+        print(f"--batch-size auto: {model.batch_size} pieces a batch")
     return args.model.rstrip("/"), lambda captions: paraphrase_captions(
         captions, model, tokenizer, args.piece_tokens, args.min_ratio, counts)
 

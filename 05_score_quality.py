@@ -18,7 +18,8 @@ says only "m tokens"). ``--count caption`` counts and scores the caption's own t
 
 ``--mode prefix`` (default, the authors' definition): all text masked, the true prefix revealed,
 position t read; one pass per position, made fast without changing the numbers (see
-clid/model/scoring.py). ``--mode pseudo`` and ``--mode onepass`` are documented approximations.
+clid/model/scoring.py). ``--precision`` (clid.runtime): auto scores in bfloat16 autocast on a GPU
+(docs/gpu.md: its scores against float32's), in float32 on the CPU. ``--mode pseudo`` and ``--mode onepass`` are documented approximations.
 Per-item stage: ``--shard-id/--num-shards`` (SLURM array defaults), chunked and resumable (a
 resume with other inputs or flags is refused unless ``--restart``). Captions not scored are
 counted by reason in ``OUT.skipped.tsv``.
@@ -33,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clid import runs, shard
+from clid import runs, runtime, shard
 from clid.cli import HelpFormatter, positive_int, run_main
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg, check_features_match
@@ -43,7 +44,8 @@ from clid.model.inputs import add_left_out_arg, check_left_out, make_examples, r
 from clid.model.scoring import MODES, caption_logprobs
 from clid.text import preprocess
 
-COUNTS = ("level", "caption")  # Eq. 2's m: the level's padded length (the authors' code), or the caption's tokens
+COUNTS = ("level", "caption")
+BATCH_SIZE = 64  # --batch-size auto on the CPU  # Eq. 2's m: the level's padded length (the authors' code), or the caption's tokens
 
 
 def parse_args(argv=None):
@@ -61,7 +63,8 @@ def parse_args(argv=None):
                         'and its final "."')
     p.add_argument("--captions", help="trusted caption file: score only captions of its train-split images")
     p.add_argument("--include-trusted", action="store_true", help="also score the trusted captions (needs --captions)")
-    p.add_argument("--batch-size", type=positive_int, default=64)
+    runtime.add_batch_size_arg(p, BATCH_SIZE, "captions scored together")
+    runtime.add_precision_arg(p)
     p.add_argument("--chunk-size", type=positive_int, default=4096, help="captions per resumable chunk")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     add_split_args(p)
@@ -69,6 +72,7 @@ def parse_args(argv=None):
     shard.add_shard_args(p)
     args = p.parse_args(argv)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    args.precision = runtime.use_precision(args.precision, args.device)  # what auto means here: recorded
     return args
 
 
@@ -106,6 +110,19 @@ def check_items_left_out(items, skipped: Counter, features: FeatureStore, args) 
         check_left_out(source, offered, skipped + lost, args.max_left_out, path, mine, features)
 
 
+def scoring_batch_size(args, model, features: FeatureStore) -> int:
+    """--batch-size, or what auto picks: a pass's activations for the longest level and the first image's
+    region count (an image of the file: they rarely differ)."""
+    first = next((i for i in features.ids() if i in features), None)
+    n_regions = len(features.get(first).features) if first is not None else 100
+    positions = n_regions + model.levels[-1][1]
+    size = runtime.batch_size(args.batch_size, args.device, runtime.encoder_bytes(model.config, positions, args.precision),
+                              BATCH_SIZE)
+    if args.batch_size == "auto" and runtime.device_type(args.device) == "cuda":
+        print(f"--batch-size auto: {size} captions a batch")
+    return size
+
+
 def score_chunk(chunk, models, features, regions, args):
     """Score one chunk of captions with both models; write its part of the quality file (Eq. 1)
     and the captions it could not score (``skipped.tsv``: reason, count)."""
@@ -115,7 +132,8 @@ def score_chunk(chunk, models, features, regions, args):
     source = {c: s for c, _, _, s in chunk.items}
     # progress counts captions: a batch counts half its size per model
     logp = [caption_logprobs(m, examples, regions, args.mode, args.batch_size, args.device, args.count == "level",
-                             progress=lambda n, k=k: chunk.progress(n // 2 if k == 0 else n - n // 2))
+                             progress=lambda n, k=k: chunk.progress(n // 2 if k == 0 else n - n // 2),
+                             precision=args.precision)
             for k, m in enumerate(models)]
     shard.write_table(chunk.table("skipped.tsv"), ("reason", "count"), sorted(skipped.items()))
     write_quality(chunk.path, examples.caption_ids, logp[0], logp[1], [source[c] for c in examples.caption_ids])
@@ -154,7 +172,7 @@ def report(out: Path) -> None:
 def main(argv=None):
     args = parse_args(argv)
     record = runs.run_record(args, inputs=("trusted", "extended", "selfgen", "features", "captions", "test_ids"),
-                             settings=("mode", "count", "include_trusted", "test_ids", "no_split_check"))
+                             settings=("mode", "count", "include_trusted", "test_ids", "no_split_check", "precision"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".h5", ".hdf5"))
     try:
         items, skipped = load_items(args)
@@ -174,6 +192,7 @@ def main(argv=None):
             sys.exit(f"error: --trusted {args.trusted} and --extended {args.extended} hold the same weights: every u "
                      "would be 0; give the model trained on trusted captions and the one trained on the extended set")
         regions = RegionCache.for_model(features, models[0].config)
+        args.batch_size = scoring_batch_size(args, models[0], features)
         print(f"scoring {len(job.spec.select(items))} of {len(items)} captions (shard {job.spec.shard_id}/"
               f"{job.spec.num_shards}) in {args.mode} mode on {args.device}")
     done = job.run(items, lambda chunk: score_chunk(chunk, models, features, regions, args), "05 score", "cap")

@@ -36,6 +36,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
+from clid import runtime
 from clid.caption import add_decoding_args
 from clid.cli import HelpFormatter, non_negative_int, run_main
 from clid.eval.metrics import (
@@ -97,6 +98,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not args.refs and not args.combine:
         p.error("--refs is required (or --combine EVAL_DIR ...)")
+    args.precision = runtime.use_precision(args.precision, args.device)  # what auto means here
     return args
 
 
@@ -164,6 +166,8 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     """(levels, {level: {image_id: caption}}, {level: filled image ids}, number of test images without features)."""
     meta_path = cache.with_suffix(".meta.json")
     decoding = {"steps": args.decode_steps, "eos_decay": args.eos_decay, "labert_average": args.labert_average}
+    if args.precision != "fp32":  # (float32 captions keep the key they had before --precision)
+        decoding["precision"] = args.precision
     if not Path(checkpoint).exists():
         raise SystemExit(f"error: {checkpoint}: checkpoint not found")
     key = {"checkpoint": str(checkpoint), "files": file_state(checkpoint), "features": file_state(features.path),
@@ -178,7 +182,8 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     from clid.caption import CaptionWriter, decode_steps
 
     writer = CaptionWriter.from_checkpoint(checkpoint, device=args.device, batch_size=args.batch_size,
-                                           eos_decay=args.eos_decay, labert_average=args.labert_average)
+                                           eos_decay=args.eos_decay, labert_average=args.labert_average,
+                                           precision=args.precision)
     levels = check_levels(checkpoint, writer.levels, wanted_levels)
     writer.steps = decode_steps(args.decode_steps, len(levels))
     writer.use_features(features)

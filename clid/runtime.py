@@ -30,8 +30,14 @@ def add_precision_arg(parser) -> None:
 
 
 def device_type(device) -> str:
-    """"cuda" or "cpu" of a device, a device name ("cuda:1") or None (the CPU)."""
-    return torch.device(device).type if device is not None else "cpu"
+    """"cuda" or "cpu" of a device, a device name ("cuda:1") or None (the CPU); a name torch does not
+    know is one error line."""
+    if device is None:
+        return "cpu"
+    try:
+        return torch.device(device).type
+    except (RuntimeError, TypeError) as err:
+        raise SystemExit(f"error: --device {device}: not a device ({str(err).splitlines()[0]})") from None
 
 
 def resolve(precision: str, device) -> str:
@@ -113,3 +119,21 @@ def to_device(tensors, device):
     if device_type(device) != "cuda":
         return [t.to(device) for t in tensors]
     return [(t if t.is_pinned() else t.pin_memory()).to(device, non_blocking=True) for t in tensors]
+
+
+def prefetch(items, make, device):
+    """``make(item)`` for each item, in order. Towards a GPU, the next item's is made in a second thread
+    while the caller uses the current one (the GPU works meanwhile); on the CPU, one after the other."""
+    if device_type(device) != "cuda":
+        yield from (make(item) for item in items)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        pending = None
+        for item in items:
+            current, pending = pending, pool.submit(make, item)
+            if current is not None:
+                yield current.result()
+        if pending is not None:
+            yield pending.result()

@@ -582,7 +582,8 @@ def make_strategy(args, pool: Pool, examples, model, regions, device, out: Path,
         return Schedule(pool, u, args)
 
     def logp(indices):
-        return caption_logprobs(model, examples.subset(indices), regions, args.loss_mode, 64, device)
+        return caption_logprobs(model, examples.subset(indices), regions, args.loss_mode, 64, device,
+                                precision=args.precision)
 
     if args.strategy in ("loss-remove", "loss-replacecap"):
         return LossCuration(pool, args, logp, check)
@@ -591,7 +592,8 @@ def make_strategy(args, pool: Pool, examples, model, regions, device, out: Path,
                          "with region features) for its validation score")
 
     def val_score() -> float:
-        return float(np.mean(caption_logprobs(model, val_examples, regions, args.loss_mode, 64, device)))
+        return float(np.mean(caption_logprobs(model, val_examples, regions, args.loss_mode, 64, device,
+                                                precision=args.precision)))
 
     difficulty, seconds = example_difficulty(args, pool, examples, texts, filenames, regions, device, out,
                                              model.config.levels, write=rank == 0)

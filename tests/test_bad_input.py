@@ -1608,6 +1608,32 @@ for name, change, fragment in [("config-garbage", corrupt("config.json", b"{"), 
         w.trusted, d, change, "ck"), "--max-steps", "3"), fragment)
 
 
+# -- issue 42: --precision and --batch-size auto on the stages that run a model ---------------------------
+PRECISION_STAGES = {  # stage -> the flags of a valid run
+    "03": lambda w, d: para_args(w, d, w.selfgen),
+    "04": lambda w, d: w.train_args(d / "out"),
+    "05": lambda w, d: w.score_args(d / "out.h5"),
+    "06": lambda w, d: w.selection_args(d / "out"),
+    "07": lambda w, d: ["--refs", w.captions, "--features", w.features, "--checkpoint", w.trusted, "--out", d / "out",
+                        "--spice", "off", "--decode-steps", "1"],
+    "caption": lambda w, d: w.caption_args(d),
+}
+for stage, valid in PRECISION_STAGES.items():
+    for value in ("fp16", "BF16", ""):
+        row(stage, f"precision={value}", lambda w, d, valid=valid, value=value: [*valid(w, d), f"--precision={value}"],
+            "argument --precision")
+for stage in ("03", "05", "07", "caption"):
+    for value in ("0", "-2", "x", "auto2", "1.5"):
+        row(stage, f"batch-size-auto-flag={value}", lambda w, d, stage=stage, value=value:
+            [*PRECISION_STAGES[stage](w, d), f"--batch-size={value}"], "argument --batch-size")
+row("05", "precision-bf16-batch-auto", lambda w, d: w.score_args(d / "out.h5", "--precision", "bf16", "--batch-size", "auto"),
+    "scored captions", "ok")
+row("caption", "precision-bf16", lambda w, d: w.caption_args(d, "--precision", "bf16", "--levels", "1"), "captions of", "ok")
+row("04", "amp-with-precision-fp32", lambda w, d: w.train_args(d / "out", "--amp", "--precision", "fp32"),
+    "--amp is --precision bf16")
+row("07", "device-unknown", lambda w, d: [*PRECISION_STAGES["07"](w, d), "--device", "tpu:x"], "--device tpu:x: not a device")
+
+
 # ---------------------------------------------------------------------------------------------
 # The test
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from clid import runtime
 from clid.cli import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
@@ -91,13 +92,15 @@ def masked_lm_loss(logits, targets, eos: int, eos_weight: float = 0.5, smoothing
     return (loss * weight).sum(), weight.sum()
 
 
-def quick_control_precision(model: Captioner, features: FeatureStore, image_ids: list[str], device) -> dict:
+def quick_control_precision(model: Captioner, features: FeatureStore, image_ids: list[str], device,
+                            precision: str = "fp32") -> dict:
     """Share of ``image_ids`` whose caption decoded at each level has a length inside that level."""
     from clid.eval.metrics import control_precision
     from clid.model.decode import generate_captions
 
     levels = list(range(1, model.config.num_levels + 1))
-    captions = generate_captions(model, features, image_ids, levels, device=device)
+    captions = generate_captions(model, features, image_ids, levels, device=device,
+                                 precision=runtime.resolve(precision, device))
     shares = control_precision(captions, image_ids, model.levels, model.tokenizer)
     return {f"cp{level}": round(share, 3) for level, share in shares.items()}
 
@@ -216,7 +219,7 @@ class TrainSettings:
     eval_every: int = 1000  # 0: off
     log_every: int = 20
     seed: int = 0
-    amp: bool = False  # bfloat16 autocast of the forward pass
+    precision: str = "auto"  # clid.runtime: bfloat16 autocast of the forward pass on a GPU, float32 on the CPU
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,8 +287,8 @@ def add_train_args(groups: dict) -> None:
     optimisation.add_argument("--grad-clip", type=non_negative_float, default=d.grad_clip, help="gradient-norm clip (0: none)")
     optimisation.add_argument("--label-smoothing", type=probability, default=d.label_smoothing)
     optimisation.add_argument("--eos-weight", type=positive_float, default=d.eos_weight, help='loss weight of "." targets')
-    optimisation.add_argument("--amp", action="store_true", help="bfloat16 autocast of the forward pass (fast on CPUs "
-                                                                  "with AMX/AVX512-BF16 and on GPUs; default: float32)")
+    runtime.add_precision_arg(optimisation)
+    optimisation.add_argument("--amp", action="store_true", help="the same as --precision bf16 (its older name)")
     schedule.add_argument("--warmup", type=non_negative_int, default=d.warmup, help="linear warm-up steps")
     schedule.add_argument("--max-steps", type=positive_int, default=d.max_steps, help="the last training step")
     schedule.add_argument("--lr-horizon", type=non_negative_int, default=d.lr_horizon,
@@ -307,6 +310,10 @@ def add_train_args(groups: dict) -> None:
 
 def check_train_args(p, args) -> None:
     """The checks between flags of 04 and 06 (each flag's own bound is checked by its type)."""
+    if args.amp:
+        if args.precision == "fp32":
+            p.error("--amp is --precision bf16: it cannot go with --precision fp32")
+        args.precision = "bf16"
     if args.lr_horizon and args.lr_horizon < args.max_steps:
         p.error(f"--lr-horizon {args.lr_horizon} is below --max-steps {args.max_steps}: the learning rate would be 0 "
                 "for the last steps (0: the horizon is --max-steps)")
@@ -369,7 +376,7 @@ def validation_check(args, features: FeatureStore, val_ids: list[str], device):
     eval_ids = [i for i in val_ids if i in features][: args.eval_images]
     if not eval_ids:
         return None
-    return lambda model, step: quick_control_precision(model, features, eval_ids, device)
+    return lambda model, step: quick_control_precision(model, features, eval_ids, device, args.precision)
 
 
 class StopRequest:
@@ -407,6 +414,7 @@ class Trainer:
                  out_dir, config_extra: dict, device, rank: int = 0, world: int = 1,
                  evaluate: Callable[[Captioner, int], dict] | None = None):
         self.model, self.examples, self.regions, self.settings = model, examples, regions, settings
+        runtime.use_precision(settings.precision, device)
         self.out_dir, self.config_extra, self.device = Path(out_dir), config_extra, device
         self.rank, self.world, self.evaluate = rank, world, evaluate
         # the fused AdamW kernel: the same update rule as the default loop, several times faster on CPU
@@ -448,7 +456,7 @@ class Trainer:
         if (classes < 0).any():
             bad = targets[masked][classes < 0][0].item()
             raise SystemExit(f"error: token {model.tokenizer.convert_ids_to_tokens(bad)!r} is not in the model's output vocabulary")
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=settings.amp):
+        with runtime.autocast(settings.precision, self.device):
             logits = (self.ddp or model)(*batch, masked)
         eos_class = int(model.to_output(torch.tensor(eos_id(model.tokenizer))))
         loss_sum, weight_sum = masked_lm_loss(logits, classes, eos_class, settings.eos_weight, settings.label_smoothing)
