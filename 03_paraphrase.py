@@ -91,6 +91,13 @@ def check_paraphrase(original: str, paraphrase: str, tokenizer, min_ratio: float
     return None
 
 
+def bytes_per_piece(config, num_beams: int, max_length: int, precision: str) -> float:
+    """GPU memory of one piece's beam search: its beams' keys and values (self- and cross-attention) in every
+    decoder layer, twice over for what generate() keeps beside them."""
+    layers, width = getattr(config, "decoder_layers", 12), getattr(config, "d_model", 1024)
+    return 2 * num_beams * layers * 4 * max_length * width * (2 if precision == "bf16" else 4)
+
+
 class ModelParaphraser:
     """A transformers seq2seq paraphraser (Pegasus and the like), beam search, batched.
 
@@ -119,9 +126,7 @@ class ModelParaphraser:
         if precision == "bf16":
             self.model = self.model.to(torch.bfloat16)
         self.max_length = min(max_length, getattr(self.tokenizer, "model_max_length", max_length) or max_length)
-        config = self.model.config
-        layers, width = getattr(config, "decoder_layers", 12), getattr(config, "d_model", 1024)
-        per_piece = num_beams * layers * 4 * self.max_length * width * (2 if precision == "bf16" else 4)  # K, V: self, cross
+        per_piece = bytes_per_piece(self.model.config, num_beams, self.max_length, precision)
         self.batch_size = runtime.batch_size(batch_size, device, per_piece, BATCH_SIZE, most=256)
         self.torch = torch
         self.calls = 0  # generate() calls, for the log

@@ -115,16 +115,22 @@ def test_seq_logprob_matches_float64(dtype, V):
     assert_within(got, expected, tol, f"seq_logprob {dtype} V={V}")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_extreme_logits(dtype):
-    """+-1e4 logits, -inf entries, a -inf target, an all -inf row, the maximum in the row's tail."""
-    gen = torch.Generator().manual_seed(1)
-    V = 30522
+def extreme_logits(gen, V: int) -> torch.Tensor:
+    """[6, 4, V] logits: a 1% of +1e4 and of -1e4, 5% of -inf, the rest N(0, 9)."""
     logits = torch.randn(6, 4, V, generator=gen) * 3
     big = torch.rand(6, 4, V, generator=gen)
     logits[big < 0.01] = 1e4
     logits[big > 0.99] = -1e4
     logits[(big > 0.4) & (big < 0.45)] = -math.inf
+    return logits
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_extreme_logits(dtype):
+    """+-1e4 logits, -inf entries, a -inf target, an all -inf row, the maximum in the row's tail."""
+    gen = torch.Generator().manual_seed(1)
+    V = 30522
+    logits = extreme_logits(gen, V)
     logits[1, 0, :] = -1e4
     logits[1, 0, V - 3] = 1e4                             # the maximum among the last, partial vector
     logits[1, 1, :] = -math.inf
@@ -489,10 +495,7 @@ def test_cuda_extreme_logits(dtype):
     """The CPU test's extremes through the CUDA seq_logprob and token_logprob_hidden."""
     gen = torch.Generator().manual_seed(1)
     V = 30522
-    logits = torch.randn(6, 4, V, generator=gen) * 3
-    big = torch.rand(6, 4, V, generator=gen)
-    logits[big < 0.01], logits[big > 0.99] = 1e4, -1e4
-    logits[(big > 0.4) & (big < 0.45)] = -math.inf
+    logits = extreme_logits(gen, V)
     logits[1, 0, V - 3] = 3e4
     logits[2, 0, :] = -math.inf                           # all -inf -> NaN
     targets = torch.randint(0, V, (6, 4), generator=gen)

@@ -485,16 +485,22 @@ class Captioner(nn.Module):
     def hidden(self, text_states, positions=None):
         """The LM head's hidden states (before the vocabulary projection) at chosen positions.
 
-        ``positions`` is a boolean mask [B, T] (returns [P, H] in row-major order) or None (all).
+        ``positions`` is a boolean mask [B, T] or the flat places (long [P], into B * T) of its True
+        entries (returns [P, H] in row-major order; places need no look at the mask on a GPU), or None (all).
         """
-        h = text_states if positions is None else text_states[positions]
+        if positions is None:
+            h = text_states
+        elif positions.dtype == torch.bool:
+            h = text_states[positions]
+        else:
+            h = text_states.flatten(0, 1).index_select(0, positions)
         return self.head.transform(h)
 
     def logits_from_hidden(self, h):
         return F.linear(h, self.output_weight, self.head.bias)
 
     def forward(self, regions, region_pos, region_mask, input_ids, levels, positions):
-        """Logits [P, V] at the positions (bool [B, T]) that need a prediction."""
+        """Logits [P, V] at the positions (bool [B, T], or their flat places) that need a prediction."""
         states = self.encode(regions, region_pos, region_mask, input_ids, levels)
         return self.logits_from_hidden(self.hidden(states, positions))
 

@@ -30,6 +30,7 @@ from clid import runtime
 from clid.cli import non_negative_float, non_negative_int, positive_float, positive_int, probability
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
+from clid.files import DataError
 from clid.model.captioner import BOX_INPUTS, REGION_NORMS, Captioner, count_parameters
 from clid.model.checkpoints import checkpoint_exists, feature_record, restore, save_checkpoint
 from clid.model.inputs import Examples, add_left_out_arg
@@ -90,6 +91,75 @@ def masked_lm_loss(logits, targets, eos: int, eos_weight: float = 0.5, smoothing
     loss = -((1.0 - smoothing) * logp_target + smoothing / (V - 1) * other)
     weight = torch.where(targets == eos, eos_weight, 1.0).to(loss.dtype)
     return (loss * weight).sum(), weight.sum()
+
+
+class StepBatches(torch.utils.data.Dataset):
+    """A training run's batches by step: item i is this rank's share of the global batch ``batch_for(step)``
+    at ``steps[i]``, collated (:func:`collate`), with its padded regions and the flat places and head classes
+    of its masked positions, all on the CPU. A batch depends only on (seed, step), so loader workers in any
+    number give the same batches, and a resumed run the rest of them.
+
+    A worker reads regions through its own HDF5 handle (:meth:`open_in_worker`), uncached. Bad input met in
+    a worker (an image's features, a token outside the head's vocabulary) comes back as a :class:`BadBatch`,
+    raised in the training process as the one line it would have been there.
+    """
+
+    def __init__(self, examples: Examples, model: Captioner, regions: RegionCache, batch_for: Callable[[int], np.ndarray],
+                 steps: range, seed: int, rank: int = 0, world: int = 1):
+        self.examples, self.model, self.regions, self.batch_for = examples, model, regions, batch_for
+        self.steps, self.seed, self.rank, self.world = steps, seed, rank, world
+        index = model.output_index  # token id -> head class (-1: not predictable), read on the CPU
+        self.output_index = None if index is None else index.cpu()
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, i: int):
+        step = self.steps[i]
+        global_indices = self.batch_for(step)
+        places = np.arange(len(global_indices))[self.rank::self.world]
+        indices = global_indices[places]
+        try:
+            input_ids, targets, masked, levels = collate(self.examples, indices, self.model, self.seed, step, places)
+            regions = self.regions.batch([self.examples.image_ids[i] for i in indices])
+        except DataError as err:
+            return BadBatch(err.path, err.record, err.problem)
+        wanted = targets[masked]
+        classes = wanted if self.output_index is None else self.output_index[wanted]
+        if bool((classes < 0).any()):
+            token = self.model.tokenizer.convert_ids_to_tokens(int(wanted[classes < 0][0]))
+            return BadBatch(None, None, f"token {token!r} is not in the model's output vocabulary")
+        return (*regions, input_ids, levels), masked.flatten().nonzero()[:, 0], classes
+
+    def open_in_worker(self, worker_id: int) -> None:
+        """A loader worker's own handle on the feature file (an HDF5 handle must not cross a fork)."""
+        features = self.regions.features
+        self.regions = RegionCache(FeatureStore(features.path, bad=features.bad), self.regions.num_classes,
+                                   self.regions.box_input, cache=False)
+
+
+@dataclass
+class BadBatch:
+    """Bad input met while making a batch: a :class:`DataError` (path given) or a plain error line."""
+    path: str | None
+    record: str | None
+    problem: str
+
+    def raise_it(self):
+        if self.path is not None:
+            raise DataError(self.path, self.record, self.problem)
+        raise SystemExit(f"error: {self.problem}")
+
+
+def loader_workers(requested, device) -> int:
+    """--workers: a number, or "auto": none on the CPU (they would take its cores from the training), four on
+    a GPU (fewer on a machine with fewer cores to spare)."""
+    if requested != "auto":
+        return int(requested)
+    if runtime.device_type(device) != "cuda":
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(0, min(4, cores // max(1, torch.cuda.device_count()) - 1))
 
 
 def quick_control_precision(model: Captioner, features: FeatureStore, image_ids: list[str], device,
@@ -220,6 +290,7 @@ class TrainSettings:
     log_every: int = 20
     seed: int = 0
     precision: str = "auto"  # clid.runtime: bfloat16 autocast of the forward pass on a GPU, float32 on the CPU
+    workers: int | str = "auto"  # batch-making processes (loader_workers)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,11 +372,21 @@ def add_train_args(groups: dict) -> None:
     run.add_argument("--eval-images", type=positive_int, default=100, help="validation images in that check")
     run.add_argument("--log-every", type=positive_int, default=d.log_every, help="a train_log.jsonl line every N steps")
     run.add_argument("--seed", type=non_negative_int, default=d.seed)
+    run.add_argument("--workers", type=workers_arg, default=d.workers,
+                     help="processes that make the batches (collate, read and pad the regions) while the model trains; "
+                          "auto: none on the CPU, up to 4 with a GPU. The batches are the same for any number")
     run.add_argument("--restart", action="store_true",
                      help="remove a checkpoint in --out and start over (a re-run resumes only the same flags and inputs)")
     run.add_argument("--force", action="store_true",
                      help="write the checkpoint into an --out that holds files this stage did not write (they are "
                           "never deleted or replaced; without it such an --out is refused)")
+
+
+def workers_arg(text: str):
+    """argparse type of --workers: a whole number >= 0 or "auto"."""
+    if text == "auto":
+        return text
+    return non_negative_int(text)
 
 
 def check_train_args(p, args) -> None:
@@ -408,21 +489,36 @@ class StopRequest:
 
 
 class Trainer:
-    """Runs optimizer steps on batches chosen by a caller's function ``batch_for(step) -> indices``."""
+    """Runs optimizer steps on batches chosen by a caller's function ``batch_for(step) -> indices``.
+
+    On a GPU nothing inside a step waits for the device: the batches come from loader processes
+    (:class:`StepBatches`, pinned memory, non-blocking copies), and the checks that need the host (a NaN or
+    infinite loss or gradient norm) run every ``log_every`` steps and before every checkpoint and evaluation.
+    They still guarantee what the per-step checks of the CPU do: from a non-finite step on, the optimizer
+    skips every update on the device (fused AdamW's ``found_inf``), so no such step reaches the weights, and
+    the check stops the run naming that step before anything is saved.
+    """
 
     def __init__(self, model: Captioner, examples: Examples, regions: RegionCache, settings: TrainSettings,
                  out_dir, config_extra: dict, device, rank: int = 0, world: int = 1,
-                 evaluate: Callable[[Captioner, int], dict] | None = None):
+                 evaluate: Callable[[Captioner, int], dict] | None = None, defer_checks: bool | None = None):
         self.model, self.examples, self.regions, self.settings = model, examples, regions, settings
         runtime.use_precision(settings.precision, device)
         self.out_dir, self.config_extra, self.device = Path(out_dir), config_extra, device
         self.rank, self.world, self.evaluate = rank, world, evaluate
+        self.workers = loader_workers(settings.workers, device)
         # the fused AdamW kernel: the same update rule as the default loop, several times faster on CPU
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.999),
                                            eps=settings.adam_eps, weight_decay=settings.weight_decay, fused=True)
         self.ddp = None
         if world > 1:  # DDP also starts every rank from rank 0's weights
             self.ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+        eos = eos_id(model.tokenizer)
+        self.eos_class = eos if model.output_index is None else int(model.output_index[eos])
+        # checks deferred to the log steps (default: on a GPU; on the CPU a check costs nothing)
+        self.defer_checks = device.type == "cuda" if defer_checks is None else defer_checks
+        self.nonfinite = torch.zeros((), device=device)  # 1 from the first non-finite step on (deferred checks)
+        self.unchecked: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (step, loss, gradient norm)
         self.step = 0
         self.state: dict = {}
         self.pending_log: list[str] = []
@@ -437,34 +533,31 @@ class Trainer:
         return True
 
     # -- one step -------------------------------------------------------------------------------
-    def train_step(self, global_indices: np.ndarray) -> float:
-        """One optimizer step on this rank's share of the global batch; returns the batch's loss.
+    def train_step(self, batch) -> torch.Tensor:
+        """One optimizer step on a :class:`StepBatches` item (this rank's share of the global batch); returns
+        the global batch's loss, a 0-dim tensor on the device.
 
         The loss is normalised by the weight of the *global* batch, so that DDP's gradient averaging
         over N processes gives the step one process takes on the same global batch.
         """
+        if isinstance(batch, BadBatch):
+            batch.raise_it()
         settings, model = self.settings, self.model
         model.train()
         torch.manual_seed(item_seed(settings.seed, "dropout", self.step, self.rank))  # dropout keyed by step
-        places = np.arange(len(global_indices))[self.rank::self.world]
-        indices = global_indices[places]
-        input_ids, targets, masked, levels = collate(self.examples, indices, model, settings.seed, self.step, places)
-        feats, pos, rmask = self.regions.batch([self.examples.image_ids[i] for i in indices])
-        batch = [t.to(self.device) for t in (feats, pos, rmask, input_ids, levels)]
-        masked, targets = masked.to(self.device), targets.to(self.device)
-        classes = model.to_output(targets[masked])
-        if (classes < 0).any():
-            bad = targets[masked][classes < 0][0].item()
-            raise SystemExit(f"error: token {model.tokenizer.convert_ids_to_tokens(bad)!r} is not in the model's output vocabulary")
+        inputs, places, classes = batch
+        *inputs, places, classes = runtime.to_device([*inputs, places, classes], self.device)
         with runtime.autocast(settings.precision, self.device):
-            logits = (self.ddp or model)(*batch, masked)
-        eos_class = int(model.to_output(torch.tensor(eos_id(model.tokenizer))))
-        loss_sum, weight_sum = masked_lm_loss(logits, classes, eos_class, settings.eos_weight, settings.label_smoothing)
+            logits = (self.ddp or model)(*inputs, places)
+        loss_sum, weight_sum = masked_lm_loss(logits, classes, self.eos_class, settings.eos_weight,
+                                              settings.label_smoothing)
         total_weight, reported = weight_sum.detach().clone(), loss_sum.detach().clone()
         if self.world > 1:
             dist.all_reduce(total_weight)
             dist.all_reduce(reported)  # the global loss: every rank sees the same value and stops together
-        self.stop_if_not_finite(reported / total_weight, "the training loss")
+        batch_loss = reported / total_weight
+        if not self.defer_checks:
+            self.stop_if_not_finite(self.step + 1, batch_loss, "the training loss")
         loss = loss_sum * self.world / total_weight  # DDP averages the gradients over the ranks
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.step, settings.lr, settings.warmup,
@@ -474,15 +567,32 @@ class Trainer:
         # the norm of the (DDP-averaged) gradient; with --grad-clip 0 it is only measured (clip at inf)
         clip = settings.grad_clip if settings.grad_clip > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        self.stop_if_not_finite(norm, "the gradient norm")
+        if self.defer_checks:  # no wait: this step and every later one skip their update if a value is not finite
+            self.nonfinite = torch.maximum(self.nonfinite, (~(torch.isfinite(batch_loss) & torch.isfinite(norm))).float())
+            self.optimizer.found_inf = self.nonfinite
+            self.unchecked.append((self.step + 1, batch_loss, norm))
+        else:
+            self.stop_if_not_finite(self.step + 1, norm, "the gradient norm")
         self.optimizer.step()
         self.step += 1
-        return float(reported / total_weight)
+        return batch_loss
 
-    def stop_if_not_finite(self, value: torch.Tensor, what: str) -> None:
-        """Stop the run, before the optimizer step, when ``value`` is NaN or infinite."""
+    def check_finite(self) -> None:
+        """Deferred checks: stop, naming the first step, if a loss or gradient norm since the last check was
+        NaN or infinite (no such step, nor any after it, has reached the weights)."""
+        if not self.unchecked:
+            return
+        values = torch.stack([torch.stack([loss.float(), norm.float()]) for _, loss, norm in self.unchecked]).tolist()
+        steps = [step for step, _, _ in self.unchecked]
+        self.unchecked = []
+        for step, (loss, norm) in zip(steps, values):
+            self.stop_if_not_finite(step, torch.tensor(loss), "the training loss")
+            self.stop_if_not_finite(step, torch.tensor(norm), "the gradient norm")
+
+    def stop_if_not_finite(self, step: int, value: torch.Tensor, what: str) -> None:
+        """Stop the run, before the optimizer step of ``step``, when ``value`` is NaN or infinite."""
         if not bool(torch.isfinite(value)):
-            raise SystemExit(f"error: {what} is {float(value)} at step {self.step + 1}; stopped before its optimizer "
+            raise SystemExit(f"error: {what} is {float(value)} at step {step}; stopped before its optimizer "
                              f"step, {self.kept()}. A diverging run: try a lower --lr or a longer --warmup")
 
     def kept(self) -> str:
@@ -497,6 +607,7 @@ class Trainer:
 
     def save(self, extra_state: dict | None = None) -> None:
         """Checkpoint the current step; refuses (stops the run) if any weight is NaN or infinite."""
+        self.check_finite()
         for name, tensor in self.model.state_dict().items():  # the same weights on every DDP rank
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise SystemExit(f"error: the weights hold NaN or inf after step {self.step} ({name}); not saved, "
@@ -507,6 +618,18 @@ class Trainer:
             self.pending_log = []
         if self.world > 1:
             dist.barrier()
+
+    def batches(self, batch_for: Callable[[int], np.ndarray], steps: range):
+        """The batches of ``steps`` in order: made in this process, or by ``workers`` loader processes."""
+        data = StepBatches(self.examples, self.model, self.regions, batch_for, steps, self.settings.seed,
+                           self.rank, self.world)
+        if not self.workers:
+            return (data[i] for i in range(len(data)))
+        # (the tokenizer's own threads must not cross the fork either: said before it, the workers stay quiet)
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        return torch.utils.data.DataLoader(data, batch_size=None, num_workers=self.workers,
+                                           pin_memory=self.device.type == "cuda", worker_init_fn=data.open_in_worker,
+                                           multiprocessing_context="fork", prefetch_factor=4)
 
     def run(self, end_step: int, batch_for: Callable[[int], np.ndarray], desc: str = "train",
             state_for: Callable[[int], dict] | None = None) -> None:
@@ -521,27 +644,39 @@ class Trainer:
         started, losses = time.time(), []
         terminated = StopRequest()
         try:  # the bar closes before an error stops the run, so the error is the last line
-            while self.step < end_step:
-                if terminated.agreed(self.world, self.device):  # (every DDP rank stops at the same step)
+            for batch in self.batches(batch_for, range(self.step, end_step)):
+                # (every DDP rank stops at the same step; under deferred checks they agree at the log steps only,
+                # as agreeing waits for them all)
+                agree = not self.defer_checks or self.world == 1 or self.step % settings.log_every == 0
+                if agree and terminated.agreed(self.world, self.device):
                     self.save(state_for(self.step) if state_for else None)
                     bar.close()
                     if self.rank == 0:
                         print(f"stopped by {terminated.name} at step {self.step} of {end_step}; the checkpoint in "
                               f"{self.out_dir} is saved: the same command resumes from it", flush=True)
                     raise SystemExit(128 + terminated.signal)
-                loss = self.train_step(batch_for(self.step))
-                losses.append(loss)
+                losses.append(self.train_step(batch))
                 lr = self.optimizer.param_groups[0]["lr"]
-                bar.update(1, loss=loss, lr=lr)
-                if self.step % settings.log_every == 0 or self.step == end_step:
-                    self.log({"step": self.step, "loss": float(np.mean(losses)), "lr": lr,
-                              "seconds": round(time.time() - started, 2)})
+                log_now = self.step % settings.log_every == 0 or self.step == end_step
+                evaluate_now = self.evaluate and settings.eval_every and self.step % settings.eval_every == 0
+                save_now = self.step % settings.save_every == 0 or self.step == end_step
+                if self.defer_checks:
+                    if log_now or evaluate_now or save_now:
+                        self.check_finite()
+                    bar.update(1, lr=lr)
+                else:
+                    bar.update(1, loss=float(losses[-1]), lr=lr)
+                if log_now:
+                    mean = float(np.mean(torch.stack(losses).tolist()))
+                    self.log({"step": self.step, "loss": mean, "lr": lr, "seconds": round(time.time() - started, 2)})
+                    if self.defer_checks:
+                        bar.update(0, loss=mean)
                     losses = []
-                if self.evaluate and settings.eval_every and self.step % settings.eval_every == 0 and self.rank == 0:
+                if evaluate_now and self.rank == 0:
                     result = self.evaluate(self.model, self.step)
                     self.log({"step": self.step, "eval": result})
                     bar.write(f"step {self.step}: " + " ".join(f"{k}={v}" for k, v in result.items()))
-                if self.step % settings.save_every == 0 or self.step == end_step:
+                if save_now:
                     self.save(state_for(self.step) if state_for else None)
         finally:
             bar.close()
