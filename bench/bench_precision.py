@@ -100,7 +100,8 @@ def train(args) -> dict:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
-    s = sub.add_parser("scores", help="05's scores and CLID's draw at 80%% of its schedule, fp32 against bf16")
+    s = sub.add_parser("scores", help="05's scores and CLID's draw at 80%% of its schedule, fp32 against bf16",
+                       formatter_class=HelpFormatter)
     s.add_argument("--trusted", required=True)
     s.add_argument("--extended", required=True)
     s.add_argument("--selfgen", required=True)
@@ -108,7 +109,8 @@ def main(argv=None) -> None:
     s.add_argument("--device", default="cpu")
     s.add_argument("--limit", type=int, default=0, help="score a random subset of this many captions (0: all)")
     s.add_argument("--seed", type=int, default=0, help="the draw's seed (06's --seed)")
-    t = sub.add_parser("train", help="short 04 runs: bf16's final loss against the fp32 seeds' range")
+    t = sub.add_parser("train", help="short 04 runs: bf16's final loss against the fp32 seeds' range",
+                       formatter_class=HelpFormatter)
     t.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fp32 seeds")
     t.add_argument("--bf16-seeds", type=int, nargs="+", default=None, help="bf16 seeds (default: the first)")
     t.add_argument("--last", type=int, default=3, help="logged steps averaged for a run's final loss")

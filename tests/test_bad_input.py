@@ -1632,6 +1632,11 @@ row("caption", "precision-bf16", lambda w, d: w.caption_args(d, "--precision", "
 row("04", "amp-with-precision-fp32", lambda w, d: w.train_args(d / "out", "--amp", "--precision", "fp32"),
     "--amp is --precision bf16")
 row("07", "device-unknown", lambda w, d: [*PRECISION_STAGES["07"](w, d), "--device", "tpu:x"], "--device tpu:x: not a device")
+for stage in ("04", "06"):
+    for value in ("-1", "x", "1.5", ""):
+        row(stage, f"workers={value}", lambda w, d, stage=stage, value=value:
+            [*PRECISION_STAGES[stage](w, d), f"--workers={value}"], "argument --workers")
+row("04", "workers-2", lambda w, d: w.train_args(d / "out", "--workers", "2"), "checkpoint:", "ok")
 
 
 # ---------------------------------------------------------------------------------------------
