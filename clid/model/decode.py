@@ -108,6 +108,7 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
     batches = [image_ids[i:i + batch_size] for i in range(0, len(image_ids), batch_size)]
     report = progress if callable(progress) else None
     bar = Progress(len(batches) * len(levels), "decode", "batch", disable=not progress or report is not None)
+
     def batch_regions(batch):
         regions = [load_regions(features, i, model.config.num_classes, model.config.box_input) for i in batch]
         return runtime.pin(pad_regions(regions), device)
