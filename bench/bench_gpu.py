@@ -65,14 +65,15 @@ PEGASUS_LARGE = dict(d_model=1024, encoder_layers=16, decoder_layers=16, encoder
                      decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, vocab_size=96103)
 VOCAB = 30522
 FULL = dict(model=BERT_BASE, regions=100, feature_dim=2048, classes=1601, batch=64, train_steps=20, images=128,
-            run_steps=60, log_every=20, score_per_level=256, before_per_level=64, eager_captions=32, caption_images=64, caption_regions=36,
+            run_steps=60, log_every=20, score_levels=(1, 2, 3, 4, 5, 6, 7), score_per_level=256, before_per_level=64,
+            eager_captions=32, caption_images=64, caption_regions=36,
             caption_levels=(1, 4, 7), decode_steps=None,
             pegasus=PEGASUS_LARGE, pieces=32, piece_tokens=32, new_tokens=32, beams=10,
             seq_shape=(64, 24, VOCAB), hidden_shape=(16384, 768, VOCAB), repeats=20)
 SMOKE = dict(model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, region_hidden=32),
-             regions=6, feature_dim=16, classes=5, batch=8, train_steps=2, images=12, run_steps=4, log_every=2,
-             score_per_level=1, before_per_level=1, eager_captions=2, caption_images=2, caption_regions=5, caption_levels=(7,),
-             decode_steps=(2,) * 7,
+             regions=6, feature_dim=16, classes=5, batch=8, train_steps=2, images=12, run_steps=2, log_every=1,
+             score_levels=(1,), score_per_level=2, before_per_level=2, eager_captions=2, caption_images=2,
+             caption_regions=5, caption_levels=(7,), decode_steps=(2,) * 7,
              pegasus=dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
                           decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, vocab_size=200),
              pieces=4, piece_tokens=8, new_tokens=4, beams=2, seq_shape=(4, 6, 301), hidden_shape=(64, 16, 301),
@@ -163,13 +164,15 @@ def write_vocabulary(folder: Path):
     return tokenizer
 
 
-def caption_texts(n_per_level: int, seed: int) -> list[tuple[int, str]]:
-    """(level, text) of ``n_per_level`` captions at each caption level 1-7, lengths spread over the level."""
+def caption_texts(levels, n_per_level: int, seed: int) -> list[tuple[int, str]]:
+    """(level, text) of ``n_per_level`` captions at each of the caption levels ``levels``, lengths spread over
+    the level."""
     from clid.text import get_levels
 
     rng = np.random.default_rng(seed)
     out = []
-    for level, (low, high) in enumerate(get_levels("caption"), 1):
+    for level in levels:
+        low, high = get_levels("caption")[level - 1]
         for _ in range(n_per_level):
             n_words = int(rng.integers(low, high + 1)) - 1  # the final "." is a token
             out.append((level, " ".join(f"w{i}" for i in rng.integers(2000, 29000, max(1, n_words))) + "."))
@@ -225,7 +228,7 @@ class Data:
         self.features_path = folder / "features.h5"
         write_features(self.features_path, size, size["images"])
         self.features = FeatureStore(self.features_path)
-        self.texts = caption_texts(size["score_per_level"], seed=1)
+        self.texts = caption_texts(size["score_levels"], size["score_per_level"], seed=1)
         items = [(str(k), str(k % (size["images"] - 2)), text) for k, (_, text) in enumerate(self.texts)]
         self.examples, skipped = make_examples(items, self.tokenizer, "caption", "selfgen", self.features)
         assert not skipped and len(self.examples) == len(items), skipped
@@ -388,7 +391,7 @@ def score(table: Table, size: dict, device: str, data: Data) -> tuple[float, flo
     auto_batch = runtime.batch_size("auto", device, runtime.encoder_bytes(trusted.config, positions, "bf16"), 64)
 
     def rate(captions, **options) -> tuple[float, np.ndarray]:
-        caption_logprobs(trusted, captions.subset(range(min(n, 8))), regions, device=device, **options)  # warm-up
+        caption_logprobs(trusted, captions.subset(range(min(len(captions), 8))), regions, device=device, **options)  # warm-up
         sync(device)
         start = time.perf_counter()
         logp = caption_logprobs(trusted, captions, regions, device=device, **options)
