@@ -104,11 +104,12 @@ def write_json(path, obj, indent: int | None = None) -> None:
         json.dump(obj, f, indent=indent)
 
 
-def read_json(path):
-    """Parse a JSON file; a syntax error names the file, line and column."""
+def read_json(path, object_pairs_hook=None):
+    """Parse a JSON file; a syntax error names the file, line and column. ``object_pairs_hook``: as
+    :func:`json.load`'s (it sees an object's keys in order, repeats included)."""
     try:
         with open(path, encoding="utf-8-sig") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=object_pairs_hook)
     except json.JSONDecodeError as err:
         raise DataError(path, f"line {err.lineno} column {err.colno}", f"not valid JSON ({err.msg})") from None
     except UnicodeDecodeError as err:

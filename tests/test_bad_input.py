@@ -740,7 +740,7 @@ CONVERT_CASES = [  # (name, make(w, d) -> argv, fragment, kind)
 for name, make, fragment, kind in CONVERT_CASES:
     row("features", f"convert-{name}", make, fragment, kind)
 ENCODER_CASES = [  # (name, make(w, d) -> argv, fragment)
-    ("grid-zero", lambda w, d: ["--images", w.images, "--boxes", "grid", "0", "--out", d / "f.h5"], "n must be in 1..32"),
+    ("grid-zero", lambda w, d: ["--images", w.images, "--boxes", "grid", "0", "--out", d / "f.h5"], "n must be in 1..31"),
     ("grid-word", lambda w, d: ["--images", w.images, "--boxes", "grid", "many", "--out", d / "f.h5"], "n must be a whole number"),
     ("boxes-not-grid", lambda w, d: ["--images", w.images, "--boxes", "tiles", "3", "--out", d / "f.h5"], "--boxes takes 'grid n'"),
     ("no-box-source", lambda w, d: ["--images", w.images, "--out", d / "f.h5"], "one of the arguments --scene-graphs --detections --boxes"),
@@ -1607,6 +1607,36 @@ for name, change, fragment in [("config-garbage", corrupt("config.json", b"{"), 
     row("04", f"continue-from-{name}", lambda w, d, change=change: w.train_args(d / "out", "--continue-from", checkpoint_copy(
         w.trusted, d, change, "ck"), "--max-steps", "3"), fragment)
 
+
+
+# -- fourth round (issue 41): outputs a command did not write, resume over changed inputs, the newer commands --
+def copy_to(source: Path, d: Path, name: str) -> Path:
+    """A copy of ``source`` at ``d/name``: an existing file the command did not write."""
+    return Path(shutil.copy(source, d / name))
+
+
+def after(stage: str, argv: list, then: list) -> list:
+    """Run ``stage`` with ``argv`` first (it must succeed), then the row runs ``then``."""
+    _must(run_stage(stage, argv))
+    return then
+
+
+GRID = lambda w, d, out, *extra: ["--images", w.images, "--boxes", "grid", "2", "--out", out, *extra]  # noqa: E731
+row("features", "out-another-feature-file", lambda w, d: GRID(w, d, copy_to(w.features, d, "features.h5")), "did not write it")
+row("features", "out-another-feature-file-force", lambda w, d: GRID(w, d, copy_to(w.features, d, "features.h5"), "--force"),
+    "wrote the region features of 2 images", "ok")
+row("features", "out-a-text-file", lambda w, d: GRID(w, d, write(d, "f.h5", "my notes\n")), "did not write it")
+row("features", "out-its-own-earlier-output", lambda w, d: after("features", GRID(w, d, d / "f.h5"), GRID(w, d, d / "f.h5")[:-3]
+                                                                    + ["3", "--out", d / "f.h5"]),
+    "wrote the region features of 2 images", "ok")
+row("features", "out-a-converted-file", lambda w, d: after("features", convert_args(d, "butd", tsv(d, butd_lines())),
+                                                           GRID(w, d, d / "f.h5")), "did not write it")
+row("features", "out-read-only-place", lambda w, d: GRID(w, d, "/proc/f.h5"), "/proc")
+row("features", "grid-32", lambda w, d: ["--images", w.images, "--boxes", "grid", "32", "--out", d / "f.h5"], "n must be in 1..31")
+row("features", "max-boxes-1000", lambda w, d: ["--images", w.images, "--detections", d / "x.json", "--max-boxes", "1000",
+                                                "--out", d / "f.h5"], "argument --max-boxes")
+row("features", "graph-of-1500-objects", lambda w, d: ["--images", w.images, "--scene-graphs", chain_graph(d, 1500), "--out",
+                                                       d / "f.h5"], "1500 objects")
 
 # ---------------------------------------------------------------------------------------------
 # The test

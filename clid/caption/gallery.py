@@ -14,6 +14,16 @@ from pathlib import Path
 from clid.files import DataError, atomic_path
 
 THUMBNAIL_SIDE = 256  # pixels, the longer side of an embedded image
+GENERATOR = '<meta name="generator" content="python -m clid.caption">'  # marks a page this command wrote
+
+
+def is_gallery(path) -> bool:
+    """Whether the file at ``path`` is a gallery page this command wrote (its head holds GENERATOR)."""
+    try:
+        with open(path, "rb") as f:
+            return GENERATOR.encode() in f.read(4096)
+    except OSError:
+        return False
 
 
 def image_files(image_ids, folder, names: dict[str, str] | None = None) -> dict[str, Path]:
@@ -44,9 +54,11 @@ def thumbnail(path: Path, image_id: str, side: int = THUMBNAIL_SIDE) -> str:
     """A JPEG thumbnail of the image as a data URI; an image that cannot be read is one DataError."""
     from PIL import Image
 
+    from clid.saliency.images import convert_image
+
     try:
         with Image.open(path) as image:
-            image = image.convert("RGB")
+            image = convert_image(image, "RGB")
             image.thumbnail((side, side))
             buffer = io.BytesIO()
             image.save(buffer, "JPEG", quality=85)
@@ -103,7 +115,7 @@ def write_gallery(path, image_ids: list[str], columns: list[tuple[str, dict]], l
     ranges); ``shown_levels``: the level numbers shown. ``thumbnails``: image id -> data URI.
     """
     head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
-    parts = ['<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n',
+    parts = [f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n{GENERATOR}\n',
              f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<header>\n",
              f"<h1>{html.escape(title)}</h1>\n"]
     for note in notes:
