@@ -179,7 +179,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    record = runs.run_record(args, inputs=("list", "weights"), settings=(
+    record = runs.run_record(args, inputs=("images", "list", "weights"), settings=(
         "images", "method", "emlnet_size", "sigma", "border", "map_side"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".h5", ".hdf5"))
     started = time.time()

@@ -89,12 +89,20 @@ def check_output_folder(folder, own, force: bool, writes=(), flag: str = "--out"
     return foreign
 
 
+def resolved(path) -> Path:
+    """``path`` made absolute with its links followed; a link that leads back to itself is a DataError."""
+    try:
+        return Path(path).resolve()
+    except RuntimeError:  # (how Python 3.11 reports a loop of symbolic links)
+        raise DataError(path, None, "a symbolic link that leads back to itself (a loop)") from None
+
+
 def check_not_input(out, inputs: dict, flag: str = "--out") -> None:
     """Refuse an output path that is one of the stage's inputs (``inputs``: flag -> path or list of paths)."""
-    target = Path(out).resolve()
+    target = resolved(out)
     for name, paths in inputs.items():
         for path in paths if isinstance(paths, (list, tuple)) else [paths]:
-            if path is not None and Path(path).resolve() == target:
+            if path is not None and resolved(path) == target:
                 raise SystemExit(f"error: {flag} {out} is also the input {name}: "
                                  "a stage never writes over its own input; give another path")
 

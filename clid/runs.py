@@ -10,7 +10,7 @@ import weakref
 from pathlib import Path
 from typing import Sequence
 
-from clid.files import DataError, check_not_input, check_output_folder, read_json, write_json
+from clid.files import DataError, check_not_input, check_output_folder, read_json, resolved, write_json
 
 
 def flag_name(dest: str) -> str:
@@ -47,7 +47,7 @@ def run_record(args, inputs: Sequence[str] = (), settings: Sequence[str] = ()) -
     for name in settings:
         value = getattr(args, name)
         if isinstance(value, str) and Path(value).exists():  # a path: the same however it is spelled
-            value = str(Path(value).resolve())
+            value = str(resolved(value))
         out["settings"][flag_name(name)] = list(value) if isinstance(value, tuple) else value
     return out
 

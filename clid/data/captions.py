@@ -116,7 +116,7 @@ def load_coco_captions(path, splits: dict[str, list] | None = None, default_spli
         _first_time(seen, image_id, path, f"images[{index}]")
         filename = _string(image, "file_name", path, f"images[{index}] (image {image_id})")
         records[image_id] = ImageCaptions(image_id, filename, split_of.get(image_id, default_split), [], [])
-    annotation_at, repeats = {}, []  # annotation id -> (where, image id, caption); exact repeats read once
+    annotation_at, repeats, reused = {}, [], []  # annotation id -> (where, image id, caption); exact repeats read once
     for index, ann in enumerate(annotations):
         where = f"annotations[{index}]"
         image_id = _image_id(ann, "image_id", path, where)
@@ -129,8 +129,7 @@ def load_coco_captions(path, splits: dict[str, list] | None = None, default_spli
                 repeats.append(where)
                 continue
             if first[0] != where:
-                raise DataError(path, where, f"annotation id {ann['id']} again (also {first[0]}), with another "
-                                             "image or caption: every annotation needs its own id")
+                reused.append(f"{where} (also {first[0]})")
         if not preprocess(caption):
             wordless.append(f"{where} (image {image_id})")
             records[image_id].wordless += 1
@@ -141,6 +140,9 @@ def load_coco_captions(path, splits: dict[str, list] | None = None, default_spli
     if repeats:
         print(f"warning: {path}: {len(repeats)} annotation(s) repeat an earlier one (the same id, image and caption), "
               f"read once: {', '.join(repeats[:5])}{', ...' if len(repeats) > 5 else ''}", file=sys.stderr)
+    if reused:
+        print(f"warning: {path}: {len(reused)} annotation(s) reuse the id of another caption (both kept): "
+              f"{', '.join(reused[:3])}{', ...' if len(reused) > 3 else ''}", file=sys.stderr)
     return sorted(records.values(), key=lambda r: natural_key(r.image_id))
 
 
