@@ -167,7 +167,8 @@ def parse_args(argv=None):
     parser.add_argument("--preview-dir", default=None, help="preview folder (default: OUT without suffix + _preview)")
     parser.add_argument("--scene-graphs", default=None, help="scene_graphs.json whose boxes the previews draw")
     parser.add_argument("--image-data", default=None, help="image_data.json for --scene-graphs (sizes, COCO ids)")
-    parser.add_argument("--device", type=device, default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    parser.add_argument("--device", type=device, default=None,
+                        help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     shard.add_shard_args(parser)
     args = parser.parse_args(argv)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

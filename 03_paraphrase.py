@@ -185,7 +185,8 @@ def parse_args(argv=None):
                         help="length levels for 'level' (paragraph: sentence breaks count as tokens)")
     parser.add_argument("--chunk-size", type=positive_int, default=2000, help="captions per resumable chunk")
     parser.add_argument("--tokenizer", default=None, help="length tokenizer folder (default: offline bert-base-uncased)")
-    parser.add_argument("--device", type=device, default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    parser.add_argument("--device", type=device, default=None,
+                        help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     shard.add_shard_args(parser)
     return parser.parse_args(argv)
 

@@ -63,7 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--include-trusted", action="store_true", help="also score the trusted captions (needs --captions)")
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--chunk-size", type=positive_int, default=4096, help="captions per resumable chunk")
-    p.add_argument("--device", type=device, default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    p.add_argument("--device", type=device, default=None,
+                   help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     add_split_args(p)
     add_left_out_arg(p)
     shard.add_shard_args(p)

@@ -299,8 +299,8 @@ class LossCuration:
                 return
             size -= flagged
             if not size:
-                raise SystemExit(f"error: --strategy loss-remove with --curate-ratio {ratio:g} every {every} steps removes "
-                                 f"every one of the {self.pool.size} captions by step {step} (of --max-steps "
+                raise SystemExit(f"error: --strategy loss-remove with --curate-ratio {ratio:g} every {every} steps "
+                                 f"removes every one of the {self.pool.size} captions by step {step} (of --max-steps "
                                  f"{self.args.max_steps}): give a smaller --curate-ratio or a larger --curate-every")
 
     def summary(self) -> list[str]:

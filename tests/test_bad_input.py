@@ -1805,6 +1805,10 @@ row("data", "convert-ssa-repeated-region-key", lambda w, d: ["convert-ssa", "--s
     "left out 1: a repeated region key", "skip")
 row("data", "convert-ssa-same-file-twice", lambda w, d: ["convert-ssa", "--ssa", (f := ssa_folder(d, SSA_ONE)) / "1.json", f,
                                                          "--out", d / "o.jsonl"], "given twice, read once", "ok")
+row("data", "convert-ssa-a-subfolder", lambda w, d: ["convert-ssa", "--ssa", write(ssa_folder(d, SSA_ONE) / "more", "2.json", SSA_ONE[
+    "1.json"]).parent.parent, "--out", d / "o.jsonl"], "left out 1 file(s) that are not .json: more/", "ok")
+row("emlnet", "out-not-its-own", lambda w, d: ["convert", write(d, "w.pth", BINARY), "--out", write(d, "w.safetensors", "mine")],
+    "did not write it")
 row("data", "convert-ssa-one-image-in-two-folders", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(d, SSA_ONE), (
     d / "more").mkdir() or write(d / "more", "1.json", SSA_ONE["1.json"]).parent, "--out", d / "o.jsonl"], "a second file of image 1")
 

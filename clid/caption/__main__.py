@@ -48,7 +48,8 @@ def parse_args(argv=None):
     p.add_argument("--levels", nargs="+", default=None, metavar="LEVEL",
                    help="level numbers (from 1) to decode, or 'all' for every level of the checkpoint (default: all)")
     p.add_argument("--out", required=True, help="captions JSONL to write")
-    p.add_argument("--device", type=device, default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
+    p.add_argument("--device", type=device, default=None,
+                   help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
     add_decoding_args(p)
     p.add_argument("--chunk-size", type=positive_int, default=256, help="images per resumable chunk")
     p.add_argument("--gallery", default=None, metavar="HTML", help="also write this self-contained HTML gallery")

@@ -58,7 +58,8 @@ def main(argv=None) -> None:
     except (DataError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     write_json(args.out, data)
-    runs.write_own_record(args.out, runs.run_record(args, inputs=("captions", "karpathy"), settings=("val_size",)), command)
+    record = runs.run_record(args, inputs=("captions", "karpathy"), settings=("val_size",))
+    runs.write_own_record(args.out, record, command)
     print("\n".join(notes))
     print(f"wrote {args.out}")
 

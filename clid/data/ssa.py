@@ -38,9 +38,11 @@ def ssa_files(paths, notes: list | None = None) -> list[Path]:
     files, others, again, image_of, read = [], [], 0, {}, set()
     for path in map(Path, paths):
         if path.is_dir():
-            entries = sorted((p for p in path.iterdir() if p.is_file()), key=lambda f: natural_key(f.stem))
-            found = [p for p in entries if p.suffix.lower() == ".json"]
-            others += [p for p in entries if p.suffix.lower() != ".json" and not p.name.startswith(".")]
+            entries = sorted((p for p in path.iterdir() if not p.name.startswith(".")),
+                             key=lambda f: natural_key(f.stem))
+            json_file = [p.suffix.lower() == ".json" and p.is_file() for p in entries]
+            found = [p for p, is_json in zip(entries, json_file) if is_json]
+            others += [p for p, is_json in zip(entries, json_file) if not is_json]
             if not found:
                 raise DataError(path, None, "holds no .json file")
         elif path.is_file():
@@ -60,7 +62,8 @@ def ssa_files(paths, notes: list | None = None) -> list[Path]:
     if notes is not None and again:
         notes.append(f"{again} file(s) given twice, read once")
     if notes is not None and others:
-        notes.append(f"left out {len(others)} file(s) that are not .json: {', '.join(p.name for p in others[:3])}"
+        notes.append(f"left out {len(others)} file(s) that are not .json: "
+                     + ", ".join(p.name + "/" * p.is_dir() for p in others[:3])
                      + (", ..." if len(others) > 3 else ""))
     return files
 
@@ -94,7 +97,8 @@ class Regions(dict):
         self.pairs = pairs
 
 
-def load_ssa(paths, levels="caption", tokenizer=None, notes: list | None = None) -> tuple[list[dict], Counter, list[str]]:
+def load_ssa(paths, levels="caption", tokenizer=None, notes: list | None = None
+             ) -> tuple[list[dict], Counter, list[str]]:
     """(records, skip counts by reason, "FILE: region KEY: problem" lines of the malformed ones); ``notes``
     gets what :func:`ssa_files` says. A region key repeated in a file keeps its first region (counted)."""
     records, skipped, problems = [], Counter(), []

@@ -69,9 +69,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     source.add_argument("--boxes", nargs=2, metavar=("grid", "N"), help="an N x N grid of boxes on every image")
     p.add_argument("--image-data", default=None, help="VG image_data.json: file names (url), sizes, COCO ids")
     p.add_argument("--min-conf", type=unit_interval, default=0.2, help="--detections: boxes under this confidence are left out")
-    p.add_argument("--max-boxes", type=number(int, low=1, high=MAX_REGIONS - 1, what=f"an integer in 1..{MAX_REGIONS - 1}"),
-                   default=100, help="--detections: the most confident boxes kept (with the whole image, at most "
-                                     f"{MAX_REGIONS} regions are read)")
+    p.add_argument("--max-boxes", default=100,
+                   type=number(int, low=1, high=MAX_REGIONS - 1, what=f"an integer in 1..{MAX_REGIONS - 1}"),
+                   help=f"--detections: the most confident boxes kept (with the whole image, at most {MAX_REGIONS} "
+                        "regions are read)")
     p.add_argument("--out", required=True, help="the region-feature HDF5 to write")
     p.add_argument("--force", action="store_true",
                    help="replace an existing --out that this command did not write (without it, such a file is refused)")
