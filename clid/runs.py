@@ -18,13 +18,14 @@ def flag_name(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def file_state(path) -> dict:
+def file_state(path, skip=lambda p: False) -> dict:
     """What identifies an input: its size and modification time; a folder: those of its files and, in
-    turn, of its subfolders (a linked folder is not entered, as the stages' own searches do not)."""
+    turn, of its subfolders (a linked folder is not entered, as the stages' own searches do not), but
+    those for which ``skip(path)`` is true."""
     path = Path(path)
     if path.is_dir():
-        return {p.name: file_state(p) for p in sorted(path.iterdir())
-                if p.is_file() or (p.is_dir() and not p.is_symlink())}
+        return {p.name: file_state(p, skip) for p in sorted(path.iterdir())
+                if (p.is_file() or (p.is_dir() and not p.is_symlink())) and not skip(p)}
     if not path.exists():
         return {"missing": True}
     stat = path.stat()
@@ -32,18 +33,25 @@ def file_state(path) -> dict:
 
 
 def run_record(args, inputs: Sequence[str] = (), settings: Sequence[str] = ()) -> dict:
-    """What determines a stage's output: the files named by the ``inputs`` flags and the values of
-    the ``settings`` flags (argparse dest names; a flag that names a file may be given as both).
-    An ``--out`` that is one of the inputs is refused here, before any work."""
-    if getattr(args, "out", None):
-        check_not_input(args.out, {flag_name(name): getattr(args, name) for name in inputs})
+    """What determines a stage's output: the files named by the ``inputs`` flags (an input folder's
+    files, but the output's own files written into it) and the values of the ``settings`` flags
+    (argparse dest names; a flag that names a file may be given as both). An ``--out`` that is one of
+    the inputs is refused here, before any work."""
+    written = getattr(args, "out", None)
+    if written:
+        check_not_input(written, {flag_name(name): getattr(args, name) for name in inputs})
+        written = resolved(written)
+
+    def own(p: Path) -> bool:  # the output, its side files, chunks, parts and lock, in an input folder
+        return bool(written) and p.name.lstrip(".").startswith(written.name) and p.parent.resolve() == written.parent
+
     out = {"inputs": {}, "settings": {}}
     for name in inputs:
         value = getattr(args, name)
         values = list(value) if isinstance(value, (list, tuple)) else [value]
         for n, one in enumerate(values):
             if one is not None and Path(str(one)).exists():  # several files: "--weights[1]"
-                out["inputs"][flag_name(name) + (f"[{n}]" if len(values) > 1 else "")] = file_state(one)
+                out["inputs"][flag_name(name) + (f"[{n}]" if len(values) > 1 else "")] = file_state(one, own)
     for name in settings:
         value = getattr(args, name)
         if isinstance(value, str) and Path(value).exists():  # a path: the same however it is spelled

@@ -225,12 +225,12 @@ class Job:
             why = f"an earlier run with other inputs or settings left {'this output' if found else 'chunks'} here " \
                   f"({'; '.join(differences)})"
         else:  # a file this stage did not write (or an output from before run records)
-            why = f"exists, and this stage did not write it (it has no run record {record_file.name})"
+            why = f"this stage did not write it (it has no run record {record_file.name})"
         if not restart:
             advice = ("run with the same settings to resume, or add --restart to discard it" if record_file.exists()
                       else "give another --out, or add --restart to replace it")
             raise SystemExit(f"error: {holder if found else self.part}: {why}; {advice}")
-        print(f"--restart: discarding what is there ({why})")
+        print(f"--restart: discarding what is there: {why}")
         for p in self.own_files() + ([self.out] + sorted(self.out.parent.glob(f"{self.out.name}.*.tsv"))
                                      + [record_path(self.out)]) * self.out.exists():
             p.unlink(missing_ok=True)

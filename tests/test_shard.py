@@ -172,3 +172,10 @@ def test_the_run_record_holds_the_files_of_input_subfolders(tmp_path):
     old = {"settings": {"--inputs": [str(folder)]}, "inputs": {}}
     assert runs.record_differences(old, record(folder)) == []
     assert runs.record_differences({"settings": {}, "inputs": {}}, record(folder)) == ["--inputs new now"]
+    # the output written inside an input folder is not an input
+    out = folder / "feat_cls_1000" / "features.h5"
+    ns = argparse.Namespace(inputs=[str(folder)], out=str(out))
+    before = runs.run_record(ns, inputs=("inputs",))
+    for name in ("features.h5", "features.h5.run.json", "features.h5.chunk-000001", ".features.h5.lock"):
+        (out.parent / name).write_text("x")
+    assert runs.record_differences(before, runs.run_record(ns, inputs=("inputs",))) == []

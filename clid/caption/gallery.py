@@ -14,14 +14,14 @@ from pathlib import Path
 from clid.files import DataError, atomic_path
 
 THUMBNAIL_SIDE = 256  # pixels, the longer side of an embedded image
-GENERATOR = '<meta name="generator" content="python -m clid.caption">'  # marks a page this command wrote
+LEGEND = 'Length in tokens (WordPiece, with the final "."):'  # the header of every page: it marks them
 
 
 def is_gallery(path) -> bool:
-    """Whether the file at ``path`` is a gallery page this command wrote (its head holds GENERATOR)."""
+    """Whether the file at ``path`` is a gallery page this command wrote (its header holds LEGEND)."""
     try:
         with open(path, "rb") as f:
-            return GENERATOR.encode() in f.read(4096)
+            return LEGEND.encode() in f.read(8192)
     except OSError:
         return False
 
@@ -115,12 +115,12 @@ def write_gallery(path, image_ids: list[str], columns: list[tuple[str, dict]], l
     ranges); ``shown_levels``: the level numbers shown. ``thumbnails``: image id -> data URI.
     """
     head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
-    parts = [f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n{GENERATOR}\n',
+    parts = ['<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n',
              f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<header>\n",
              f"<h1>{html.escape(title)}</h1>\n"]
     for note in notes:
         parts.append(f"<p>{html.escape(note)}</p>\n")
-    parts.append('<p>Length in tokens (WordPiece, with the final "."): <span class="len in">inside</span> '
+    parts.append(f'<p>{html.escape(LEGEND, quote=False)} <span class="len in">inside</span> '
                  '<span class="len out">outside</span> the level asked for.</p>\n</header>\n<main>\n')
     for image_id in image_ids:
         escaped = html.escape(image_id)
