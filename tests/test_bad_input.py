@@ -1716,9 +1716,11 @@ def held(out: Path) -> Path:
     """``out``, locked by another process (a sleeping child holding the sharded stages' lock) for this row."""
     import subprocess
 
-    code = ("import sys; from pathlib import Path; from clid.shard import ShardLock; "
-            "lock = ShardLock(Path(sys.argv[1])); print(lock.acquire(), flush=True); sys.stdin.read()")
-    child = subprocess.Popen([sys.executable, "-c", code, str(out.resolve())], stdin=subprocess.PIPE,
+    from clid.shard import ShardLock
+
+    code = ("import fcntl, os, socket, sys; f = open(sys.argv[1], 'a+'); fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB); "
+            "f.write(f'{socket.gethostname()} {os.getpid()}\\n'); f.flush(); print(True, flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code, str(ShardLock(out.resolve()).path)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "True"
     HOLDERS.append(child)  # (its stdin closes, and it ends, when the test process does)
