@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from clid import runs, runtime, shard
-from clid.cli import HelpFormatter, positive_int, run_main
+from clid.cli import HelpFormatter, device, positive_int, run_main
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg, check_features_match
 from clid.files import DataError, read_arrays, read_jsonl, write_quality
@@ -66,7 +66,8 @@ def parse_args(argv=None):
     runtime.add_batch_size_arg(p, BATCH_SIZE, "captions scored together")
     runtime.add_precision_arg(p)
     p.add_argument("--chunk-size", type=positive_int, default=4096, help="captions per resumable chunk")
-    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    p.add_argument("--device", type=device, default=None,
+                   help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     add_split_args(p)
     add_left_out_arg(p)
     shard.add_shard_args(p)
