@@ -128,7 +128,7 @@ def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int, fi
     items = training_items(args.captions, args.selfgen if args.data == "extended" else None,
                            args.test_ids, not args.no_split_check, files, tokenizer)
     trusted, selfgen, skipped = training_examples(items, levels, features)
-    examples = trusted.extend(selfgen)
+    examples = trusted + selfgen
     items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, levels)
     if rank == 0:
         kinds = Counter(examples.sources)

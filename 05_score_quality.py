@@ -87,8 +87,8 @@ def load_items(args, files: CaptionFiles, tokenizer) -> tuple[Examples, Counter]
     items = found.selfgen
     if args.include_trusted:
         trusted = found.trusted
-        items.extend(replace(trusted, caption_ids=[f"trusted:{c}" for c in trusted.caption_ids],
-                             sources=["trusted"] * len(trusted)))
+        items = items + replace(trusted, caption_ids=[f"trusted:{c}" for c in trusted.caption_ids],
+                                sources=["trusted"] * len(trusted))
     return items, found.skipped
 
 

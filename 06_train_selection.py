@@ -55,6 +55,7 @@ from clid.model.train import (
     add_train_args,
     check_train_args,
     epoch_batches,
+    epoch_order,
     finish_distributed,
     make_trainer,
     new_model,
@@ -125,7 +126,7 @@ def main(argv=None):
     items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, config.levels)
     u = selection.scores_for(pool.caption_ids, args.quality, pool.digests, args.selfgen) if args.strategy == "clid" else None
     n_trusted = len(trusted)
-    examples = trusted.extend(pool)  # trusted captions first, then the pool
+    examples = trusted + pool  # trusted captions first, then the pool
     if args.init in ("bert", "random"):  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
     regions = RegionCache.for_model(features, config)
@@ -149,7 +150,10 @@ def main(argv=None):
     trainer = make_trainer(args, "06_train_selection", model, examples, regions, features, items.val_ids, out,
                            device, rank, world)
 
-    for rnd in strategy.rounds(trainer.step, trainer.state):
+    rounds = strategy.rounds(trainer.step, trainer.state)
+    if isinstance(strategy, selection.Schedule):  # a plan fixed before training: each round drawn while one trains
+        rounds = selection.prepared_ahead(rounds, lambda rnd: epoch_order(len(rnd.members), args.seed, rnd.key, 0))
+    for rnd in rounds:
         if rank == 0:
             print(rnd.description)
             if not isinstance(strategy, selection.Schedule):  # the log grows with each curation or evaluation

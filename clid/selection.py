@@ -273,6 +273,25 @@ class Schedule:
                         {"iteration": entry["iteration"]})
 
 
+def prepared_ahead(rounds: Iterator[Round], prepare: Callable[[Round], object]) -> Iterator[Round]:
+    """The rounds of a plan fixed before training (:class:`Schedule`), each one made (its captions drawn) and
+    ``prepare``d (e.g. its first epoch shuffled) in a background thread while the round before it trains, so
+    that a round change costs the training loop nothing (numpy's shuffle and the draw release the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def make() -> Round | None:
+        rnd = next(rounds, None)
+        if rnd is not None:
+            prepare(rnd)
+        return rnd
+
+    with ThreadPoolExecutor(1) as pool:
+        upcoming = pool.submit(make)
+        while (rnd := upcoming.result()) is not None:
+            upcoming = pool.submit(make)
+            yield rnd
+
+
 # ---------------------------------------------------------------------------------------------
 # loss-remove, loss-replacecap
 

@@ -71,7 +71,7 @@ def test_examples_keep_their_interface_as_flat_arrays():
     assert examples.tokens[1] == text.encode(["a dog"], tok)[0] and len(examples.tokens) == 2
     picked = examples.subset([1, 0, 1])
     assert picked.caption_ids == ["c1", "c0", "c1"] and list(picked.tokens) == [examples.tokens[i] for i in (1, 0, 1)]
-    both = Examples().extend(picked).extend(examples)
+    both = Examples() + picked + examples
     assert list(both.tokens) == list(picked.tokens) + list(examples.tokens) and both.levels.tolist() == [1, 2, 1, 2, 1]
     assert both.digests[0] == both.digests[2] != both.digests[1]
     with pytest.raises(IndexError):

@@ -74,15 +74,17 @@ class Examples:
         """Tokens of each caption, its final "." included."""
         return np.diff(self.offsets)
 
-    def extend(self, other: "Examples") -> "Examples":
-        """Append ``other``'s examples (in place); returns self."""
-        self.offsets = np.concatenate([self.offsets, other.offsets[1:] + self.offsets[-1]])
-        self.token_ids = np.concatenate([self.token_ids, other.token_ids])
-        for name in ("levels", "digests"):
-            setattr(self, name, np.concatenate([getattr(self, name), getattr(other, name)]))
-        for name in ("image_ids", "caption_ids", "sources"):
-            getattr(self, name).extend(getattr(other, name))
-        return self
+    def __add__(self, other: "Examples") -> "Examples":
+        """These examples, then ``other``'s (new arrays and lists: neither is changed)."""
+        return Examples(self.image_ids + other.image_ids, self.caption_ids + other.caption_ids,
+                        np.concatenate([self.token_ids, other.token_ids]),
+                        np.concatenate([self.offsets, other.offsets[1:] + self.offsets[-1]]),
+                        np.concatenate([self.levels, other.levels]), self.sources + other.sources,
+                        np.concatenate([self.digests, other.digests]))
+
+    def select(self, keep: np.ndarray) -> "Examples":
+        """The examples where the boolean mask ``keep`` is true (these very examples when it is true everywhere)."""
+        return self if keep.all() else self.subset(np.flatnonzero(keep))
 
     def subset(self, indices) -> "Examples":
         """The examples at ``indices`` (in that order; repeats allowed)."""
@@ -145,9 +147,7 @@ def usable(table: Examples, levels, source: str, features: FeatureStore | None =
         skipped[f"{source}: length {values[k]} outside the levels"] = int(counts[k])
     if n_missing := int((~wordless & ~outside & ~keep).sum()):
         skipped[f"{source}: no region features for the image"] = n_missing
-    out = table.subset(np.flatnonzero(keep))
-    out.levels = found[keep]
-    return out, skipped
+    return replace(table.select(keep), levels=found[keep]), skipped
 
 
 def make_examples(items: list[tuple[str, str, str]], tokenizer, levels, source: str,
@@ -397,7 +397,7 @@ def training_items(captions_path, selfgen_path=None, test_ids=None, split_check:
             report_wordless(selfgen_path, [f"caption {pool.caption_ids[k]}" for k in np.flatnonzero(wordless)])
         if n_other := int((~wordless & ~in_train).sum()):
             skipped["selfgen: image not in the training split"] = n_other
-        selfgen = pool.subset(np.flatnonzero(~wordless & in_train))
+        selfgen = pool.select(~wordless & in_train)
     rows_of = lambda ids: np.flatnonzero(np.fromiter((i in ids for i in table.image_ids), dtype=bool, count=len(table)))
     filenames = {r.image_id: r.filename for r in (*train, *val)}
     return CaptionItems(table.subset(rows_of(train_ids)), selfgen, [r.image_id for r in val], skipped, notes,

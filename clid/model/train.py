@@ -128,10 +128,11 @@ def epoch_batches(n: int, batch_size: int, step: int, seed: int, tag="data") -> 
     return out
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=3)
 def epoch_order(n: int, seed: int, tag, epoch: int) -> np.ndarray:
-    """The shuffled order of ``n`` examples in ``epoch``, computed once: the two latest are kept (a batch
-    spans at most two epochs), so a step costs a slice, not a permutation of the whole set."""
+    """The shuffled order of ``n`` examples in ``epoch``, computed once: the latest three are kept (a batch
+    spans at most two epochs, and 06 shuffles the next round's ahead), so a step costs a slice, not a
+    permutation of the whole set."""
     order = item_rng(seed, tag, epoch).permutation(n)
     order.flags.writeable = False
     return order
