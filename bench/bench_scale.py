@@ -18,6 +18,8 @@ own process with one thread, under a probe that wraps a few functions and then r
 - 04 (--data extended) and 06 (--strategy clid): the start-up is the time from the process's start to the
   end of the first optimizer step; then --steps steps (06: rounds of --eta steps, so round changes count);
 - 05: the start-up is the time to its first batch (the first encoder pass), where the probe ends it;
+- the CPU time of the start-up (the process's, every thread's): on a loaded machine the wall-clock start-up
+  is longer, this is not (one thread per stage);
 - choosing the batch: the time in the batch function at each step plus, in 06, the time between two rounds
   (the next round's draw); "first step" is the first step's, "per step" the mean of the others;
 - peak RSS: the process's maximum resident memory; "beyond the model": minus its resident memory when the
@@ -131,7 +133,7 @@ def probe(tree: str, out: str, script: str, argv: list[str]) -> None:
     import clid.model.train as train
 
     assert Path(clid.__file__).resolve().is_relative_to(Path(tree).resolve()), clid.__file__
-    seen = {"steps": 0, "runs": [], "first_step": None, "first_batch": None, "rss_model": None}
+    seen = {"steps": 0, "runs": [], "first_step": None, "first_batch": None, "rss_model": None, "cpu_startup": None}
 
     def finish() -> None:
         seen["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -142,7 +144,8 @@ def probe(tree: str, out: str, script: str, argv: list[str]) -> None:
     def timed_step(self, *a, **k):
         result = step(self, *a, **k)
         seen["steps"] += 1
-        seen["first_step"] = seen["first_step"] or time.time()
+        if seen["first_step"] is None:
+            seen["first_step"], seen["cpu_startup"] = time.time(), time.process_time()
         return result
 
     def timed_run(self, end_step, batch_for, *a, **k):  # (06 calls it once per round)
@@ -161,7 +164,7 @@ def probe(tree: str, out: str, script: str, argv: list[str]) -> None:
 
     def first_encode(self, *a, **k):
         if os.environ.get("CLID_PROBE_STOP_AT_BATCH"):
-            seen["first_batch"] = time.time()
+            seen["first_batch"], seen["cpu_startup"] = time.time(), time.process_time()
             finish()
             os._exit(0)
         return encode(self, *a, **k)
@@ -208,6 +211,7 @@ def summary(seen: dict, eta: int | None = None) -> dict:
     out = {"peak_rss_gb": seen["peak_rss"] / 1e9}
     if seen["rss_model"]:
         out["beyond_model_gb"] = (seen["peak_rss"] - seen["rss_model"]) / 1e9
+    out["startup_cpu_s"] = seen["cpu_startup"]
     if seen["first_batch"]:
         out["startup_s"] = seen["first_batch"] - seen["started"]
     if seen["first_step"]:
@@ -251,12 +255,15 @@ def measure(tree: Path, tag: str, world: dict, work: Path, args, checkpoints: di
 
 ROWS = [  # (stage, key, label, format)
     ("04", "startup_s", "04 extended: start-up to the first optimizer step (s)", ".1f"),
+    ("04", "startup_cpu_s", "04: the start-up's CPU time (s)", ".1f"),
     ("04", "first_choice_ms", "04: choosing the first batch (ms; once an epoch)", ".1f"),
     ("04", "per_step_us", "04: choosing the batch, per later step (µs)", ".1f"),
     ("04", "peak_rss_gb", "04: peak RSS (GB)", ".2f"),
     ("05", "startup_s", "05: start-up to its first batch (s)", ".1f"),
+    ("05", "startup_cpu_s", "05: the start-up's CPU time (s)", ".1f"),
     ("05", "peak_rss_gb", "05: peak RSS (GB)", ".2f"),
     ("06", "startup_s", "06 clid: start-up to the first optimizer step (s)", ".1f"),
+    ("06", "startup_cpu_s", "06: the start-up's CPU time (s)", ".1f"),
     ("06", "first_choice_ms", "06: choosing a round's first batch (ms)", ".1f"),
     ("06", "per_step_us", "06: choosing the batch, per later step in a round (µs)", ".1f"),
     ("06", "per_round_ms", "06: between two rounds, the next round's set (ms)", ".1f"),

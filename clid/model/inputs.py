@@ -398,10 +398,12 @@ def training_items(captions_path, selfgen_path=None, test_ids=None, split_check:
         if n_other := int((~wordless & ~in_train).sum()):
             skipped["selfgen: image not in the training split"] = n_other
         selfgen = pool.select(~wordless & in_train)
-    rows_of = lambda ids: np.flatnonzero(np.fromiter((i in ids for i in table.image_ids), dtype=bool, count=len(table)))
+    def captions_of(ids: set) -> Examples:
+        return table.select(np.fromiter((i in ids for i in table.image_ids), dtype=bool, count=len(table)))
+
     filenames = {r.image_id: r.filename for r in (*train, *val)}
-    return CaptionItems(table.subset(rows_of(train_ids)), selfgen, [r.image_id for r in val], skipped, notes,
-                        table.subset(rows_of(val_ids)), filenames)
+    return CaptionItems(captions_of(train_ids), selfgen, [r.image_id for r in val], skipped, notes, captions_of(val_ids),
+                        filenames)
 
 
 def caption_texts(caption_ids: list[str], records, selfgen_path) -> list[str]:
