@@ -297,7 +297,9 @@ def load_average() -> str:
 def main(argv=None) -> None:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--probe":
         return probe(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:])
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from clid.cli import HelpFormatter
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--captions", type=int, required=True, help="self-generated captions N")
     p.add_argument("--images", type=int, default=113_287, help="train images (5 trusted captions each)")
     p.add_argument("--steps", type=int, default=20, help="04's optimizer steps")

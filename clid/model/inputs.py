@@ -180,8 +180,8 @@ def add_left_out_arg(parser) -> None:
 def add_token_cache_arg(parser) -> None:
     parser.add_argument("--token-cache", action="store_true",
                         help="keep the tokens of the self-generated captions beside their file (FILE.tokens-LEVELS.npz) "
-                             "and read them from there in the next run of 04, 05 or 06; rebuilt when the file, the "
-                             "tokenizer or the levels change (default: tokenise the file in every run)")
+                             "and read them from there in the next run of 04, 05 or 06, rebuilt when the file, the "
+                             "tokenizer or the levels change; without it, every run tokenises the file")
 
 
 def counts_as_lost(reason: str) -> bool:
