@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clid.cli import HelpFormatter, non_negative_int, number, positive_int, unit_interval
+from clid.cli import HelpFormatter, non_negative_int, number, positive_int, run_main, unit_interval
 from clid.demo import BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report, read_preview_records, write_preview
 from clid.features.store import Regions, write_features
 from clid.files import read_json, write_json
@@ -164,6 +164,8 @@ def describe_world(records: list, splits: list, out: Path, args, seconds: float)
 def main(argv=None) -> None:
     args = parse_args(argv)
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"error: --out {out} is a file, not a folder")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     # 0. a re-run with the same arguments has nothing to do
@@ -228,4 +230,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

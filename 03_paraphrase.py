@@ -31,7 +31,7 @@ from collections import Counter
 from typing import Callable
 
 from clid import files, runs, shard
-from clid.cli import HelpFormatter, non_negative_float, positive_int, run_main
+from clid.cli import HelpFormatter, device, non_negative_float, positive_int, run_main
 from clid.data.records import report_wordless
 from clid.files import DataError
 from clid.selfgen import english as en
@@ -185,7 +185,8 @@ def parse_args(argv=None):
                         help="length levels for 'level' (paragraph: sentence breaks count as tokens)")
     parser.add_argument("--chunk-size", type=positive_int, default=2000, help="captions per resumable chunk")
     parser.add_argument("--tokenizer", default=None, help="length tokenizer folder (default: offline bert-base-uncased)")
-    parser.add_argument("--device", default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    parser.add_argument("--device", type=device, default=None,
+                        help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     shard.add_shard_args(parser)
     return parser.parse_args(argv)
 

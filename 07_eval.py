@@ -37,7 +37,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
 from clid.caption import add_decoding_args
-from clid.cli import HelpFormatter, non_negative_int, run_main
+from clid.cli import HelpFormatter, device, non_negative_int, run_main
 from clid.eval.metrics import (
     SSA_LEVELS,
     CocoScorer,
@@ -83,7 +83,7 @@ def parse_args(argv=None):
     p.add_argument("--spice", default="auto", choices=["auto", "off"],
                    help="auto: run SPICE when Stanford CoreNLP is there or can be downloaded")
     p.add_argument("--examples", type=non_negative_int, default=3, help="test images shown with their captions in report.md (default: 3)")
-    p.add_argument("--device", default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
+    p.add_argument("--device", type=device, default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
     add_decoding_args(p)
     p.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")
     p.add_argument("--tokenizer", default=None, help="tokenizer for caption lengths (default: offline bert-base-uncased)")
