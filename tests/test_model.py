@@ -162,7 +162,7 @@ def test_collate_masks_a_uniform_count_and_pads_to_the_level(world):
     tok = model.tokenizer
     items = [("a", "1", "a red dog"), ("b", "2", "a blue ball on the grass next to a small green tree in a park")]
     examples, skipped = make_examples(items, tok, model.levels, "trusted")
-    assert not skipped and examples.levels == [1, 2]
+    assert not skipped and examples.levels.tolist() == [1, 2]
     counts = []
     for step in range(200):
         input_ids, targets, masked, levels = collate(examples, [0, 1], model, seed=3, step=step)

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -33,20 +34,21 @@ from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
 from clid.files import DataError
 from clid.model.captioner import BOX_INPUTS, REGION_NORMS, Captioner, count_parameters
 from clid.model.checkpoints import checkpoint_exists, feature_record, restore, save_checkpoint
-from clid.model.inputs import Examples, add_left_out_arg
+from clid.model.inputs import Examples, add_left_out_arg, add_token_cache_arg
 from clid.rng import item_rng, item_seed
 from clid.runs import already_trained, check_resume, hold_out_folder, training_record
-from clid.text import encode, eos_id
+from clid.text import eos_id
 
 
-def corpus_vocab(paths, tokenizer) -> list[int]:
-    """Sorted token ids used by the captions of these files, plus "." and [UNK] (an output shortlist)."""
-    from clid.data.captions import load_captions
+def corpus_vocab(paths, tokenizer, files=None) -> list[int]:
+    """Sorted token ids used by the captions of these files, plus "." and [UNK] (an output shortlist).
+    ``files``: the run's :class:`CaptionFiles` (its tables are shared with the rest of the run)."""
+    from clid.model.inputs import CaptionFiles
 
+    files = files or CaptionFiles()
     ids = {eos_id(tokenizer), tokenizer.unk_token_id}
     for path in paths:
-        texts = [c for r in load_captions(path) for c in r.captions]
-        ids.update(i for row in encode(texts, tokenizer, keep_sentences=True) for i in row)
+        ids.update(np.flatnonzero(np.bincount(files.table(path, tokenizer).token_ids)).tolist())
     return sorted(ids)
 
 
@@ -194,9 +196,19 @@ def epoch_batches(n: int, batch_size: int, step: int, seed: int, tag="data") -> 
     while filled < batch_size:
         epoch, offset = divmod(start + filled, n)
         take = min(batch_size - filled, n - offset)
-        out[filled:filled + take] = item_rng(seed, tag, epoch).permutation(n)[offset:offset + take]
+        out[filled:filled + take] = epoch_order(n, seed, tag, epoch)[offset:offset + take]
         filled += take
     return out
+
+
+@functools.lru_cache(maxsize=3)
+def epoch_order(n: int, seed: int, tag, epoch: int) -> np.ndarray:
+    """The shuffled order of ``n`` examples in ``epoch``, computed once: the latest three are kept (a batch
+    spans at most two epochs, and 06 shuffles the next round's ahead), so a step costs a slice, not a
+    permutation of the whole set."""
+    order = item_rng(seed, tag, epoch).permutation(n)
+    order.flags.writeable = False
+    return order
 
 
 def balanced_batches(levels, batch_size: int, seed: int) -> Callable[[int], np.ndarray]:
@@ -320,6 +332,7 @@ def add_train_args(groups: dict) -> None:
     data.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption")
     add_split_args(data)
     add_left_out_arg(data)
+    add_token_cache_arg(data)
     model.add_argument("--preset", choices=["tiny", "minilm", "labert"], default="labert")
     model.add_argument("--bert", help="BERT folder or hub name for minilm/labert (default: the preset's)")
     model.add_argument("--output-vocab", nargs="+", metavar="FILE",
@@ -423,10 +436,11 @@ def start_run(args):
     return rank, world, device, features
 
 
-def new_model(args, features: FeatureStore, device, pretrained: bool = True) -> Captioner:
+def new_model(args, features: FeatureStore, device, pretrained: bool = True, files=None) -> Captioner:
     """The captioner of ``--preset``, the same initial weights in every run and process.
 
-    ``pretrained=False`` leaves out the preset's BERT weights (a random initialisation).
+    ``pretrained=False`` leaves out the preset's BERT weights (a random initialisation); ``files``: the run's
+    :class:`CaptionFiles`, which ``--output-vocab`` reads its files from.
     """
     from clid.model.captioner import build_model, preset_config
     from clid.text import load_tokenizer
@@ -434,7 +448,7 @@ def new_model(args, features: FeatureStore, device, pretrained: bool = True) -> 
     output_vocab = input_vocab = None
     if args.output_vocab:  # a shortlist: the head predicts its tokens, the table holds them and [PAD], [MASK]
         tokenizer = load_tokenizer()
-        output_vocab = corpus_vocab(args.output_vocab, tokenizer)
+        output_vocab = corpus_vocab(args.output_vocab, tokenizer, files)
         input_vocab = sorted({*output_vocab, tokenizer.pad_token_id, tokenizer.mask_token_id})
     num_classes = features.num_classes() if args.cls_prob == "use" else 0
     config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, num_classes=num_classes,
