@@ -107,26 +107,47 @@ def eos_id(tokenizer) -> int:
     return tokenizer.convert_tokens_to_ids(EOS_TOKEN)
 
 
-def _word_pieces(tokenizer) -> dict[str, list[int]]:
-    """Per-tokenizer cache: word -> WordPiece ids. Preprocessed text is plain words, so a
-    caption's ids are the concatenation of its words' ids (much faster than tokenizing text)."""
-    cache = getattr(tokenizer, "_clid_word_pieces", None)
-    if cache is None:
-        cache = {}
-        tokenizer._clid_word_pieces = cache
-    return cache
+class WordPieces:
+    """Per-tokenizer cache of the WordPiece ids of every word seen. ``state`` is (index, flat, starts, counts):
+    word ``index[w]`` = k has the ids ``flat[starts[k]:starts[k] + counts[k]]``. Preprocessed text is plain
+    words, so a caption's ids are the concatenation of its words' ids (much faster than tokenizing text).
+
+    A new state replaces the old one in one assignment, so threads that tokenise at once each read a whole
+    state (a word that one thread's state lost to another's is only tokenised again)."""
+
+    def __init__(self):
+        self.state = ({}, np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    @staticmethod
+    def of(tokenizer) -> "WordPieces":
+        cache = getattr(tokenizer, "_clid_word_pieces", None)
+        if cache is None:
+            cache = tokenizer._clid_word_pieces = WordPieces()
+        return cache
+
+    def add(self, words: list[str], tokenizer, base: tuple) -> tuple:
+        """The state ``base`` (one read before) with ``words`` tokenised in one call; it becomes the cache's."""
+        ids = tokenizer(words, add_special_tokens=False)["input_ids"]
+        counts = np.fromiter(map(len, ids), np.int64, len(ids))
+        index, flat, starts, old_counts = base
+        index = {**index, **dict(zip(words, range(len(old_counts), len(old_counts) + len(words))))}
+        state = (index, np.concatenate([flat, np.fromiter(chain.from_iterable(ids), np.int32, int(counts.sum()))]),
+                 np.concatenate([starts, len(flat) + np.cumsum(counts) - counts]), np.concatenate([old_counts, counts]))
+        self.state = state  # (it may replace another thread's, which then lacks its words: they are added again)
+        return state
 
 
 class FlatEncoder:
     """Token ids of captions given as word lists (:func:`caption_words`), appended into one flat int32
     array: caption i's ids, then its final ".", are ``ids[offsets[i]:offsets[i + 1]]``.
 
-    Captions are buffered and their new words tokenised in one call per ``chunk`` captions.
+    Captions are buffered and encoded ``chunk`` at a time: their new words tokenised in one call, their ids
+    gathered from the word pieces with array operations.
     """
 
     def __init__(self, tokenizer, chunk: int = 4096):
         self.tokenizer, self.chunk = tokenizer, chunk
-        self.pieces, self.end = _word_pieces(tokenizer), eos_id(tokenizer)
+        self.pieces, self.end = WordPieces.of(tokenizer), eos_id(tokenizer)
         self.parts: list[np.ndarray] = []
         self.lengths: list[int] = []
         self.pending: list[list[str]] = []
@@ -137,17 +158,28 @@ class FlatEncoder:
             self.flush()
 
     def flush(self) -> None:
-        pieces = self.pieces
-        new_words = sorted({w for words in self.pending for w in words if w not in pieces})
-        if new_words:
-            pieces.update(zip(new_words, self.tokenizer(new_words, add_special_tokens=False)["input_ids"]))
-        ids, piece = [], pieces.__getitem__
-        for words in self.pending:
-            start = len(ids)
-            ids.extend(chain.from_iterable(map(piece, words)))
-            ids.append(self.end)
-            self.lengths.append(len(ids) - start)
-        self.parts.append(np.array(ids, dtype=np.int32))
+        if not self.pending:
+            return
+        words, state = list(chain.from_iterable(self.pending)), self.pieces.state
+        if new_words := sorted(set(words).difference(state[0])):
+            state = self.pieces.add(new_words, self.tokenizer, state)
+        index, flat, all_starts, all_counts = state
+        word = np.fromiter(map(index.__getitem__, words), np.int64, len(words))
+        counts, starts = all_counts[word], all_starts[word]
+        # every piece of every word in order: piece j of word w is flat[starts[w] + j]
+        before = np.cumsum(counts) - counts
+        ids = flat[np.repeat(starts - before, counts) + np.arange(int(counts.sum()))]
+        # each caption's pieces, then its "."
+        words_per_caption = np.fromiter(map(len, self.pending), np.int64, len(self.pending))
+        lengths = np.bincount(np.repeat(np.arange(len(self.pending)), words_per_caption), weights=counts,
+                              minlength=len(self.pending)).astype(np.int64) + 1
+        ends = np.cumsum(lengths)
+        out = np.full(int(ends[-1]), self.end, dtype=np.int32)
+        is_piece = np.ones(len(out), dtype=bool)
+        is_piece[ends - 1] = False
+        out[is_piece] = ids
+        self.parts.append(out)
+        self.lengths += lengths.tolist()
         self.pending = []
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
@@ -155,7 +187,7 @@ class FlatEncoder:
         self.flush()
         offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
         np.cumsum(self.lengths, out=offsets[1:])
-        return np.concatenate(self.parts), offsets
+        return np.concatenate(self.parts) if self.parts else np.zeros(0, np.int32), offsets
 
 
 def encode_flat(texts, tokenizer=None, keep_sentences: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -261,3 +261,28 @@ def test_a_record_without_an_id_in_a_long_file_is_found_as_before(tmp_path, monk
     monkeypatch.setattr(parallel_read, "processes", lambda: 3)
     together = read_jsonl_table(path, text.load_tokenizer(), False)
     assert together[1] == serial[1] and serial[1][1].startswith("missing") and together[0].caption_ids == serial[0].caption_ids
+
+
+def test_threads_that_tokenise_at_once_read_a_whole_word_cache():
+    """Threads encoding with one tokenizer (06 prepares its next round in a thread) share its word cache and
+    each gets the ids the tokenizer gives word by word."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tok = text.load_tokenizer.__wrapped__()  # (a tokenizer of its own: its word cache starts empty)
+    rng = random.Random(3)
+    words = sorted(w for w in tok.vocab if w.isalpha() and w.isascii())
+    batches = [[[rng.choice(words) for _ in range(rng.randint(1, 12))] for _ in range(600)] for _ in range(8)]
+
+    def encode(captions):
+        encoder = text.FlatEncoder(tok, chunk=7)
+        for caption in captions:
+            encoder.add(caption)
+        return encoder.finish()
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(encode, batches))
+    end = text.eos_id(tok)
+    for captions, (ids, offsets) in zip(batches, results):
+        for k, caption in enumerate(captions):
+            want = [p for w in caption for p in tok(w, add_special_tokens=False)["input_ids"]] + [end]
+            assert ids[offsets[k]:offsets[k + 1]].tolist() == want
