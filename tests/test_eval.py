@@ -315,6 +315,11 @@ def test_spice_without_corenlp_is_na_and_fast(monkeypatch, tmp_path):
 
     monkeypatch.setattr(metrics, "_spice_lib", lambda: tmp_path)  # no CoreNLP jars here
     monkeypatch.setattr(metrics, "_reachable", lambda host, port, timeout: (False, "no route to host"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline (every command's default): nothing is probed or downloaded
+    ok, reason = metrics.spice_status()
+    assert not ok and "this run is offline" in reason and "no route" not in reason
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # downloads allowed: the host is probed
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     ok, reason = metrics.spice_status()
     assert not ok and "stanford-corenlp-3.6.0.jar" in reason and "no route to host" in reason
     scorer = metrics.CocoScorer(spice="auto")

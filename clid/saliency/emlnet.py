@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, run_main
 
 EMLNET_SIZE = (480, 640)  # (height, width) of the SALICON images EML-Net was trained on
 EMLNET_BLUR = 5.0  # sigma of the official post-processing blur, in pixels at EMLNET_SIZE
@@ -279,4 +279,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
