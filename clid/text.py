@@ -26,6 +26,8 @@ _SENTENCE_END = re.compile(r"[.!?]+")
 def fold_accents(text: str) -> str:
     """Lower-case and strip accents as BERT's uncased tokenizer does (NFD, drop combining marks):
     "Café" -> "cafe"."""
+    if text.isascii():  # (the common case, and a fast one: no accent to fold)
+        return text.lower()
     decomposed = unicodedata.normalize("NFD", text.lower())
     return "".join(c for c in decomposed if unicodedata.category(c) != "Mn")
 
@@ -91,7 +93,17 @@ def _word_pieces(tokenizer) -> dict[str, list[int]]:
 
 
 def encode(texts: list[str], tokenizer=None, keep_sentences: bool = False) -> list[list[int]]:
-    """Token ids of each caption: WordPiece ids of the preprocessed text, then the final "."."""
+    """Token ids of each caption: WordPiece ids of the preprocessed text, then the final "."; many captions
+    (:data:`clid.progress.LARGE`) show progress."""
+    from clid.progress import LARGE, Progress
+
+    if len(texts) >= LARGE:
+        ids, step = [], LARGE // 2
+        with Progress(len(texts), "tokenizing captions", "caption") as bar:
+            for start in range(0, len(texts), step):
+                ids += encode(texts[start:start + step], tokenizer, keep_sentences)
+                bar.update(min(step, len(texts) - start))
+        return ids
     tokenizer = tokenizer or load_tokenizer()
     cache = _word_pieces(tokenizer)
     cleaned = [preprocess(t, keep_sentences).split() for t in texts]
