@@ -68,10 +68,13 @@ def load_tokenizer(name_or_path: str | None = None):
     source = str(name_or_path or default_tokenizer_path())
     try:
         tokenizer = BertTokenizerFast.from_pretrained(source)
+        if len(tokenizer.vocab) <= len(tokenizer.all_special_tokens):  # (transformers 5 makes an empty one)
+            raise OSError("no vocabulary there: no vocab.txt or tokenizer.json on disk")
     except OSError as err:
         raise SystemExit(
             f"error: cannot load the tokenizer {source!r} ({err}). Give a local folder holding "
-            "vocab.txt, or leave the tokenizer unset to use the offline bert-base-uncased vocabulary."
+            "vocab.txt, leave the tokenizer unset to use the offline bert-base-uncased vocabulary, or let a hub "
+            "name download (--allow-download, or CLID_ALLOW_DOWNLOAD=1)."
         ) from None
     if EOS_TOKEN not in tokenizer.vocab:
         raise SystemExit(f"error: the tokenizer {source!r} has no '{EOS_TOKEN}' token")
