@@ -191,7 +191,7 @@ for (( seed = 0; seed < SEEDS; seed++ )); do
 done
 report="$RUNS_DIR/eval/report.md"
 if [ -n "$QUICK" ]; then
-    banner "done in $(( $(date +%s) - started )) s: the checkpoint $RUNS_DIR/model (README.md, \"Caption a folder of images\")"
+    banner "done in $(( $(date +%s) - started )) s: the checkpoint $RUNS_DIR/model (README.md: captions of your photos)"
     exit 0
 fi
 if (( SEEDS > 1 )); then
