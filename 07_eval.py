@@ -92,7 +92,8 @@ def parse_args(argv=None):
                          help="which captions get quality scores (in-range: the paper)")
     scoring.add_argument("--spice", default="auto", choices=["auto", "off"],
                          help="auto: run SPICE when Stanford CoreNLP is there or can be downloaded")
-    report.add_argument("--examples", type=non_negative_int, default=3, help="test images shown with their captions in report.md (default: 3)")
+    report.add_argument("--examples", type=non_negative_int, default=3,
+                        help="images shown with their captions in report.md (default: 3)")
     runs.add_argument("--device", default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
     add_decoding_args(runs)
     runs.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")

@@ -160,11 +160,11 @@ def test_every_docs_command_runs_as_written(tmp_path, hub):
     assert len(blocks) == 2 and blocks[0].startswith("python 00_demo_data.py --out data/small --small")
     run_block("\n".join(blocks), checkout, hub_env(url, home=tmp_path / "hf", CLID_DEMO_STEPS="2"))
     evaluated = json.loads((checkout / "runs/eval/metrics.json").read_text())
-    assert set(evaluated["methods"]) == {"trusted-only", "extended-only", "CLID"}
+    assert set(evaluated["methods"]) == {"trusted-only", "extended-only", "CLID", "mine"}
     scoring = json.loads((checkout / "runs/scoring/config.json").read_text())["train"]
     assert scoring["continue_from"] == "runs/extended" and scoring["max_steps"] == 4  # its 2 steps after M_theta~'s 2
     assert json.loads((checkout / "lengths-mine/metrics.json").read_text())["refs"] is None
-    for peer in ("remove", "replacecap", "curriculum", "extended06"):
+    for peer in ("remove", "curriculum"):
         assert (checkout / "runs" / peer / "model.safetensors").is_file(), peer
     assert requests == []
 

@@ -102,7 +102,8 @@ def check_defaults_shown(parser):
 def check_grouped(parser):
     """Every flag of a numbered script (its sub-commands' too) sits in a named group, as 04's and 06's."""
     for sub in parsers(parser):
-        loose = [a.option_strings[-1] for group in sub._action_groups if group.title in ("options", "optional arguments", "positional arguments")
+        default_groups = ("options", "optional arguments", "positional arguments")  # (argparse's own)
+        loose = [a.option_strings[-1] for group in sub._action_groups if group.title in default_groups
                  for a in group._group_actions if a in flags(sub)]
         assert not loose, f"{sub.prog}: {loose} in no named group of --help (give each flag a group, as 04 does)"
 

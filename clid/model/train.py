@@ -290,8 +290,8 @@ def add_train_args(groups: dict) -> None:
     data.add_argument("--features", required=True, help="region features HDF5")
     add_bad_features_arg(data)
     data.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption",
-                      help="the length levels: caption (the paper's 7 levels, 1-9, 10-19, ..., 60-69 tokens), paragraph (13 levels up "
-                           "to 129 tokens), labert (LaBERT's 4 levels)")
+                      help="the length levels: caption (the paper's 7 levels, 1-9, 10-19, ..., 60-69 tokens), "
+                           "paragraph (13 levels up to 129 tokens), labert (LaBERT's 4 levels)")
     add_split_args(data)
     add_left_out_arg(data)
     model.add_argument("--recipe", choices=["paper", "demo"], default="paper",
