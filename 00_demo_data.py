@@ -167,6 +167,8 @@ def describe_world(records: list, splits: list, out: Path, args, seconds: float)
 def main(argv=None) -> None:
     args = parse_args(argv)
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"error: --out {out} is a file, not a folder")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     # 0. a re-run with the same arguments has nothing to do

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from clid import files, runs, shard
-from clid.cli import HelpFormatter, non_negative_float, non_negative_int, positive_int, run_main
+from clid.cli import HelpFormatter, device, non_negative_float, non_negative_int, positive_int, run_main
 from clid.files import DataError
 from clid.saliency.emlnet import EMLNET_SIZE, EMLNet, normalise01
 from clid.saliency.images import Item, list_items, try_load, unique_items
@@ -172,7 +172,8 @@ def parse_args(argv=None):
     io.add_argument("--preview-dir", default=None, help="preview folder (default: OUT without suffix + _preview)")
     io.add_argument("--scene-graphs", default=None, help="scene_graphs.json whose boxes the previews draw")
     io.add_argument("--image-data", default=None, help="image_data.json for --scene-graphs (sizes, COCO ids)")
-    run.add_argument("--device", default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    run.add_argument("--device", type=device, default=None,
+                     help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     shard.add_shard_args(run)
     args = parser.parse_args(argv)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -184,7 +185,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    record = runs.run_record(args, inputs=("list", "weights"), settings=(
+    record = runs.run_record(args, inputs=("images", "list", "weights"), settings=(
         "images", "method", "emlnet_size", "sigma", "border", "map_side"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".h5", ".hdf5"))
     started = time.time()

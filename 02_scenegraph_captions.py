@@ -222,7 +222,8 @@ PROBLEMS = ("image_id", "action", "kind", "detail")  # the columns of OUT.proble
 def main(argv=None) -> int:
     args = parse_args(argv)
     record = runs.run_record(
-        args, inputs=("scene_graphs", "image_data", "labelmap", "sizes", "saliency", "tokenizer", "clean_graphs"),
+        args, inputs=("scene_graphs", "image_data", "labelmap", "sizes", "saliency", "tokenizer", "clean_graphs",
+                      "images"),
         settings=("graph_format", "images", "min_object_conf", "min_relation_conf", "saliency", "k", "t_sal",
                   "n_attr", "per_image", "paragraph", "levels", "tokenizer", "seed"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".jsonl",))

@@ -30,7 +30,7 @@ from collections import Counter
 from typing import Callable
 
 from clid import files, runs, shard
-from clid.cli import HelpFormatter, add_download_arg, non_negative_float, positive_int, run_main
+from clid.cli import HelpFormatter, add_download_arg, device, non_negative_float, positive_int, run_main
 from clid.data.records import report_wordless
 from clid.files import DataError
 from clid.selfgen import english as en
@@ -188,7 +188,8 @@ def parse_args(argv=None):
                     help="length levels for 'level' (paragraph: sentence breaks count as tokens)")
     run.add_argument("--chunk-size", type=positive_int, default=2000, help="captions per resumable chunk")
     io.add_argument("--tokenizer", default=None, help="length tokenizer folder (default: offline bert-base-uncased)")
-    run.add_argument("--device", default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    run.add_argument("--device", type=device, default=None,
+                     help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     shard.add_shard_args(run)
     return parser.parse_args(argv)
 

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from clid import runs, shard
-from clid.cli import HelpFormatter, positive_int, run_main
+from clid.cli import HelpFormatter, device, positive_int, run_main
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg, check_features_match
 from clid.files import DataError, read_arrays, read_jsonl, write_quality
@@ -69,7 +69,8 @@ def parse_args(argv=None):
     data.add_argument("--include-trusted", action="store_true", help="also score the trusted captions (needs --captions)")
     scoring.add_argument("--batch-size", type=positive_int, default=64, help="captions scored together")
     run.add_argument("--chunk-size", type=positive_int, default=4096, help="captions per resumable chunk")
-    scoring.add_argument("--device", default=None, help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    scoring.add_argument("--device", type=device, default=None,
+                         help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     add_split_args(data)
     add_left_out_arg(data)
     shard.add_shard_args(run)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 
 from clid.caption import add_decoding_args
-from clid.cli import HelpFormatter, add_download_arg, non_negative_int, run_main
+from clid.cli import HelpFormatter, add_download_arg, device, non_negative_int, run_main
 from clid.eval.metrics import (
     SSA_LEVELS,
     CocoScorer,
@@ -94,7 +94,7 @@ def parse_args(argv=None):
                          help="auto: run SPICE when Stanford CoreNLP is there or can be downloaded")
     report.add_argument("--examples", type=non_negative_int, default=3,
                         help="images shown with their captions in report.md (default: 3)")
-    runs.add_argument("--device", default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
+    runs.add_argument("--device", type=device, default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
     add_decoding_args(runs)
     runs.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")
     scoring.add_argument("--tokenizer", default=None, help="tokenizer for caption lengths (default: offline bert-base-uncased)")

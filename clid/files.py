@@ -89,12 +89,20 @@ def check_output_folder(folder, own, force: bool, writes=(), flag: str = "--out"
     return foreign
 
 
+def resolved(path) -> Path:
+    """``path`` made absolute with its links followed; a link that leads back to itself is a DataError."""
+    try:
+        return Path(path).resolve()
+    except RuntimeError:  # (how Python 3.11 reports a loop of symbolic links)
+        raise DataError(path, None, "a symbolic link that leads back to itself (a loop)") from None
+
+
 def check_not_input(out, inputs: dict, flag: str = "--out") -> None:
     """Refuse an output path that is one of the stage's inputs (``inputs``: flag -> path or list of paths)."""
-    target = Path(out).resolve()
+    target = resolved(out)
     for name, paths in inputs.items():
         for path in paths if isinstance(paths, (list, tuple)) else [paths]:
-            if path is not None and Path(path).resolve() == target:
+            if path is not None and resolved(path) == target:
                 raise SystemExit(f"error: {flag} {out} is also the input {name}: "
                                  "a stage never writes over its own input; give another path")
 
@@ -104,11 +112,12 @@ def write_json(path, obj, indent: int | None = None) -> None:
         f.write(json.dumps(obj, indent=indent))  # (dumps encodes in C, several times faster than dump)
 
 
-def read_json(path):
-    """Parse a JSON file; a syntax error names the file, line and column."""
+def read_json(path, object_pairs_hook=None):
+    """Parse a JSON file; a syntax error names the file, line and column. ``object_pairs_hook``: as
+    :func:`json.load`'s (it sees an object's keys in order, repeats included)."""
     try:
         with open(path, encoding="utf-8-sig") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=object_pairs_hook)
     except json.JSONDecodeError as err:
         raise DataError(path, f"line {err.lineno} column {err.colno}", f"not valid JSON ({err.msg})") from None
     except UnicodeDecodeError as err:

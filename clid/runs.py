@@ -6,10 +6,11 @@ training runs (04, 06: :func:`check_resume`), 07's caption cache and 00's world.
 from __future__ import annotations
 
 import json
+import weakref
 from pathlib import Path
 from typing import Sequence
 
-from clid.files import DataError, check_not_input, check_output_folder, read_json
+from clid.files import DataError, check_not_input, check_output_folder, read_json, resolved, write_json
 
 
 def flag_name(dest: str) -> str:
@@ -17,11 +18,14 @@ def flag_name(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def file_state(path) -> dict:
-    """What identifies an input: its size and modification time (a folder: those of its files)."""
+def file_state(path, skip=lambda p: False) -> dict:
+    """What identifies an input: its size and modification time; a folder: those of its files and, in
+    turn, of its subfolders (a linked folder is not entered, as the stages' own searches do not), but
+    those for which ``skip(path)`` is true."""
     path = Path(path)
     if path.is_dir():
-        return {p.name: file_state(p) for p in sorted(path.iterdir()) if p.is_file()}
+        return {p.name: file_state(p, skip) for p in sorted(path.iterdir())
+                if (p.is_file() or (p.is_dir() and not p.is_symlink())) and not skip(p)}
     if not path.exists():
         return {"missing": True}
     stat = path.stat()
@@ -29,29 +33,37 @@ def file_state(path) -> dict:
 
 
 def run_record(args, inputs: Sequence[str] = (), settings: Sequence[str] = ()) -> dict:
-    """What determines a stage's output: the files named by the ``inputs`` flags and the values of
-    the ``settings`` flags (argparse dest names; a flag that names a file may be given as both).
-    An ``--out`` that is one of the inputs is refused here, before any work."""
-    if getattr(args, "out", None):
-        check_not_input(args.out, {flag_name(name): getattr(args, name) for name in inputs})
+    """What determines a stage's output: the files named by the ``inputs`` flags (an input folder's
+    files, but the output's own files written into it) and the values of the ``settings`` flags
+    (argparse dest names; a flag that names a file may be given as both). An ``--out`` that is one of
+    the inputs is refused here, before any work."""
+    written = getattr(args, "out", None)
+    if written:
+        check_not_input(written, {flag_name(name): getattr(args, name) for name in inputs})
+        written = resolved(written)
+
+    def own(p: Path) -> bool:  # the output, its side files, chunks, parts and lock, in an input folder
+        return bool(written) and p.name.lstrip(".").startswith(written.name) and p.parent.resolve() == written.parent
+
     out = {"inputs": {}, "settings": {}}
     for name in inputs:
         value = getattr(args, name)
         values = list(value) if isinstance(value, (list, tuple)) else [value]
         for n, one in enumerate(values):
             if one is not None and Path(str(one)).exists():  # several files: "--weights[1]"
-                out["inputs"][flag_name(name) + (f"[{n}]" if len(values) > 1 else "")] = file_state(one)
+                out["inputs"][flag_name(name) + (f"[{n}]" if len(values) > 1 else "")] = file_state(one, own)
     for name in settings:
         value = getattr(args, name)
         if isinstance(value, str) and Path(value).exists():  # a path: the same however it is spelled
-            value = str(Path(value).resolve())
+            value = str(resolved(value))
         out["settings"][flag_name(name)] = list(value) if isinstance(value, tuple) else value
     return out
 
 
 def record_differences(old: dict, new: dict) -> list[str]:
     """What differs between an earlier run's record and this run's, in words. A setting the earlier
-    record lacks (a flag added to the code since) is not a difference."""
+    record lacks (a flag added to the code since) is not a difference, nor are the files of a flag it
+    recorded as a setting alone (an earlier version did not record them): its value is compared."""
     out = []
     for flag in sorted(old.get("settings", {})):
         a, b = old["settings"][flag], new.get("settings", {}).get(flag)
@@ -59,9 +71,43 @@ def record_differences(old: dict, new: dict) -> list[str]:
             out.append(f"{flag} {a} then, {b} now")
     for flag in sorted(set(old.get("inputs", {})) | set(new.get("inputs", {}))):
         a, b = old.get("inputs", {}).get(flag), new.get("inputs", {}).get(flag)
+        if a is None and flag in old.get("settings", {}):
+            continue
         if a != b:
             out.append(f"the file of {flag} changed" if a and b else f"{flag} {'not given' if not b else 'new'} now")
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# An output file is replaced only by the command that wrote it: its run record lies beside it
+
+
+def record_path(out) -> Path:
+    """``OUT.run.json``: the run record kept beside an output file."""
+    out = Path(out)
+    return out.with_name(f"{out.name}.run.json")
+
+
+def check_own_output(out, command: str, replace: bool, flag: str = "--force") -> None:
+    """Refuse an existing ``out`` that ``command`` did not write (no run record of it beside the file,
+    :func:`write_own_record`), unless ``replace`` (the user gave ``flag``). A folder is refused."""
+    out = Path(out)
+    if out.is_dir():
+        raise SystemExit(f"error: --out {out} is a folder; give the file to write")
+    if replace or not out.exists():
+        return
+    try:
+        earlier = read_json(record_path(out))
+    except (OSError, DataError):
+        earlier = None
+    if not isinstance(earlier, dict) or earlier.get("command") != command:
+        raise SystemExit(f"error: --out {out} exists and {command} did not write it (no run record "
+                         f"{record_path(out).name} of it beside the file): give another --out, or {flag} to replace it")
+
+
+def write_own_record(out, record: dict, command: str) -> None:
+    """Mark ``out``, just written, as ``command``'s output (:func:`check_own_output`)."""
+    write_json(record_path(out), {"command": command, **record})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,14 +116,15 @@ def record_differences(old: dict, new: dict) -> list[str]:
 NOT_RECORDED = ("out", "save_every", "eval_every", "eval_images", "log_every", "restart", "force", "max_left_out",
                 "recipe", "allow_download")  # (a recipe sets other flags, which are recorded)
 INPUT_FLAGS = ("captions", "selfgen", "quality", "features", "output_vocab", "init_from", "init", "bert", "test_ids",
-               "region_init")
+               "region_init", "continue_from")
+BOTH = ("init", "continue_from")  # input flags whose value is recorded too ("--init random" names no file)
 
 
 def training_record(args) -> dict:
     """The run record of a training run: its input files and its other flags."""
     names = [name for name in vars(args) if name not in NOT_RECORDED]
     return run_record(args, inputs=[n for n in names if n in INPUT_FLAGS],
-                      settings=[n for n in names if n not in INPUT_FLAGS])
+                      settings=[n for n in names if n not in INPUT_FLAGS or n in BOTH])
 
 
 def earlier_record(config: dict) -> dict:
@@ -88,6 +135,21 @@ def earlier_record(config: dict) -> dict:
         return record
     flags = record.get("flags", {}) if isinstance(record, dict) else config["train"]
     return {"settings": {flag_name(k): v for k, v in flags.items() if k not in NOT_RECORDED and k not in INPUT_FLAGS}}
+
+
+def hold_out_folder(args) -> None:
+    """Take the sharded stages' lock (:class:`clid.shard.ShardLock`, ``.OUT.lock`` beside ``--out``) for as
+    long as ``args`` lives, that is, the run: a second run training into the same folder stops in one line."""
+    from clid.shard import ShardLock
+
+    out = Path(args.out).resolve()
+    if not out.name:  # (the root folder: refused as a folder of other files)
+        return
+    lock = ShardLock(out)
+    if not lock.acquire():
+        raise SystemExit(f"error: --out {args.out}: {lock.holder()} is training into this folder; two runs never "
+                         "write one checkpoint: wait for it to end, or give another --out")
+    weakref.finalize(args, lock.release)
 
 
 def check_resume(args, rank: int, world: int) -> None:

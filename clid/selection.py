@@ -286,6 +286,22 @@ class LossCuration:
         for index, image_id in enumerate(pool.image_ids):
             by_image.setdefault(image_id, []).append(index)
         self.captions_of_image = by_image
+        if not self.replace and args.curate_std is None:
+            self.check_not_emptied()
+
+    def check_not_emptied(self) -> None:
+        """Refuse (one line) a ``--curate-ratio`` that removes every caption before ``--max-steps``: the sizes
+        of the set after each curation are known in advance (``round(N * ratio)`` go each time)."""
+        size, every, ratio = self.pool.size, self.args.curate_every, self.args.curate_ratio
+        for step in range(every, self.args.max_steps, every):
+            flagged = round(size * ratio)
+            if not flagged:
+                return
+            size -= flagged
+            if not size:
+                raise SystemExit(f"error: --strategy loss-remove with --curate-ratio {ratio:g} every {every} steps "
+                                 f"removes every one of the {self.pool.size} captions by step {step} (of --max-steps "
+                                 f"{self.args.max_steps}): give a smaller --curate-ratio or a larger --curate-every")
 
     def summary(self) -> list[str]:
         rule = (f"the samples above mean + {self.args.curate_std:g} std" if self.args.curate_std is not None
@@ -495,6 +511,8 @@ def clip_similarity(folder, images, texts: list[str], image_ids: list[str], file
     from PIL import Image, UnidentifiedImageError
     from transformers import CLIPModel, CLIPProcessor
 
+    from clid.saliency.images import convert_image
+
     try:
         model = CLIPModel.from_pretrained(str(folder)).to(device).eval()
         processor = CLIPProcessor.from_pretrained(str(folder))
@@ -512,7 +530,7 @@ def clip_similarity(folder, images, texts: list[str], image_ids: list[str], file
                 path = Path(images) / filenames[image_id]
                 try:
                     with Image.open(path) as im:
-                        pixels.append(im.convert("RGB"))
+                        pixels.append(convert_image(im, "RGB"))
                 except (OSError, UnidentifiedImageError) as err:
                     raise DataError(path, f"image {image_id}", f"cannot read the image ({type(err).__name__})") from None
             inputs = processor(images=pixels, return_tensors="pt")

@@ -16,7 +16,8 @@ written before the chunk itself); they are joined with the chunks and the parts 
 ``OUT.failed.tsv`` and so on. ``OUT.run.json`` (``PART.run.json`` while shards run) records what
 determines the output: the input files' sizes and modification times, and the settings. A run
 that finds chunks, a part or an output recorded with other inputs or settings refuses to mix
-them, naming what differs, unless told ``--restart``.
+them, naming what differs, unless told ``--restart``; so does a run whose ``--out`` exists without a
+run record (a file this stage did not write).
 
 Records are joined in a canonical order (natural order of image id, then of record id),
 so the merged output is byte-identical to a 1-shard run when randomness is keyed by
@@ -35,7 +36,7 @@ from typing import Callable, Sequence
 
 from clid import files
 from clid.cli import HelpFormatter, non_negative_int, positive_int, run_main
-from clid.runs import record_differences
+from clid.runs import record_differences, record_path
 
 
 def add_shard_args(parser: argparse.ArgumentParser, seed: int = 0) -> None:
@@ -48,7 +49,7 @@ def add_shard_args(parser: argparse.ArgumentParser, seed: int = 0) -> None:
     parser.add_argument("--seed", type=non_negative_int, default=seed, help="random seed; randomness is keyed by (seed, item id)")
     parser.add_argument("--restart", action="store_true",
                         help="discard this shard's chunks, part and output left by an earlier run with other inputs "
-                             "or settings, instead of refusing to mix them")
+                             "or settings, instead of refusing to mix them; replace an --out this stage did not write")
 
 
 @dataclass(frozen=True)
@@ -204,31 +205,34 @@ class Job:
         found = [p for p in (self.out, self.part) if p.exists()]
         chunks = sorted(self.part.parent.glob(f"{self.part.name}.chunk-*"))
         holder = found[0] if found else self.part
-        record_file = side_path(holder, "run.json")
+        record_file = record_path(holder)
         if not found and not chunks:
             record_file.unlink(missing_ok=True)
             return
-        if not record_file.exists():
-            if found:  # an output from before run records: taken as it is
-                return
+        if not record_file.exists() and not found:
             print(f"note: {len(chunks)} chunk file(s) of {self.part} have no run record; they are computed again")
             for p in chunks:
                 p.unlink(missing_ok=True)
             return
-        try:
-            earlier = json.loads(record_file.read_text())
-        except (OSError, json.JSONDecodeError):
-            earlier = {}
-        differences = record_differences(earlier, self.record)
-        if not differences:
-            return
+        if record_file.exists():
+            try:
+                earlier = json.loads(record_file.read_text())
+            except (OSError, json.JSONDecodeError):
+                earlier = {}
+            differences = record_differences(earlier, self.record)
+            if not differences:
+                return
+            why = f"an earlier run with other inputs or settings left {'this output' if found else 'chunks'} here " \
+                  f"({'; '.join(differences)})"
+        else:  # a file this stage did not write (or an output from before run records)
+            why = f"this stage did not write it (it has no run record {record_file.name})"
         if not restart:
-            raise SystemExit(f"error: {holder if found else self.part}: an earlier run with other inputs or settings "
-                             f"left {'this output' if found else 'chunks'} here ({'; '.join(differences)}); run with "
-                             f"the same settings to resume, or add --restart to discard it")
-        print(f"--restart: discarding what the earlier run left ({'; '.join(differences)})")
+            advice = ("run with the same settings to resume, or add --restart to discard it" if record_file.exists()
+                      else "give another --out, or add --restart to replace it")
+            raise SystemExit(f"error: {holder if found else self.part}: {why}; {advice}")
+        print(f"--restart: discarding what is there: {why}")
         for p in self.own_files() + ([self.out] + sorted(self.out.parent.glob(f"{self.out.name}.*.tsv"))
-                                     + [side_path(self.out, "run.json")]) * self.out.exists():
+                                     + [record_path(self.out)]) * self.out.exists():
             p.unlink(missing_ok=True)
 
     def run(self, items: Sequence, process: Callable[[Chunk], None], desc: str, unit: str) -> Path | None:
@@ -239,7 +243,7 @@ class Job:
         mine = self.spec.select(items)
         total = count_chunks(items, self.spec, self.chunk_size)
         if not self.done:
-            files.write_json(side_path(self.part, "run.json"), self.record)
+            files.write_json(record_path(self.part), self.record)
         pending = [] if self.done else [i for i in range(total) if not chunk_path(self.part, i).exists()]
         self.shard_items = len(mine)
         self.done_before = len(mine) - sum(len(self._items(mine, i)) for i in pending)
@@ -455,15 +459,15 @@ def _merge(out, num_shards: int) -> Path:
     missing = [str(p) for p in parts if not p.exists()]
     if missing:
         raise FileNotFoundError(f"cannot merge {out}: {len(missing)} of {num_shards} parts missing: {', '.join(missing[:3])}")
-    records = {side_path(p, "run.json").read_text() for p in parts if side_path(p, "run.json").exists()}
+    records = {record_path(p).read_text() for p in parts if record_path(p).exists()}
     if len(records) > 1:
         raise SystemExit(f"error: cannot merge {out}: its shards ran with other inputs or settings "
                          f"(see {parts[0].name}.run.json and the others); rerun the odd ones with --restart")
     if records:
-        files.write_json(side_path(Path(out), "run.json"), json.loads(records.pop()))
+        files.write_json(record_path(out), json.loads(records.pop()))
     join_files(parts, out)
     for p in parts:
-        for side in [side_path(p, name) for name in side_tables(p)] + [side_path(p, "run.json")]:
+        for side in [side_path(p, name) for name in side_tables(p)] + [record_path(p)]:
             side.unlink(missing_ok=True)
         p.unlink(missing_ok=True)
     return Path(out)

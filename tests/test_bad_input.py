@@ -740,7 +740,7 @@ CONVERT_CASES = [  # (name, make(w, d) -> argv, fragment, kind)
 for name, make, fragment, kind in CONVERT_CASES:
     row("features", f"convert-{name}", make, fragment, kind)
 ENCODER_CASES = [  # (name, make(w, d) -> argv, fragment)
-    ("grid-zero", lambda w, d: ["--images", w.images, "--boxes", "grid", "0", "--out", d / "f.h5"], "n must be in 1..32"),
+    ("grid-zero", lambda w, d: ["--images", w.images, "--boxes", "grid", "0", "--out", d / "f.h5"], "n must be in 1..31"),
     ("grid-word", lambda w, d: ["--images", w.images, "--boxes", "grid", "many", "--out", d / "f.h5"], "n must be a whole number"),
     ("boxes-not-grid", lambda w, d: ["--images", w.images, "--boxes", "tiles", "3", "--out", d / "f.h5"], "--boxes takes 'grid n'"),
     ("no-box-source", lambda w, d: ["--images", w.images, "--out", d / "f.h5"], "one of the arguments --scene-graphs --detections --boxes"),
@@ -1634,6 +1634,264 @@ row("caption", "features-a-folder", lambda w, d: w.caption_args(d, "--features",
     "is a folder, not a region-feature file")
 row("caption", "checkpoint-folder-missing", lambda w, d: w.caption_args(d, "--checkpoint", d / "runs" / "clid"),
     "no such checkpoint folder")
+
+# -- fourth round (issue 41): outputs a command did not write, resume over changed inputs, the newer commands --
+def copy_to(source: Path, d: Path, name: str) -> Path:
+    """A copy of ``source`` at ``d/name``: an existing file the command did not write."""
+    return Path(shutil.copy(source, d / name))
+
+
+def after(stage: str, argv: list, then: list) -> list:
+    """Run ``stage`` with ``argv`` first (it must succeed), then the row runs ``then``."""
+    _must(run_stage(stage, argv))
+    return then
+
+
+GRID = lambda w, d, out, *extra: ["--images", w.images, "--boxes", "grid", "2", "--out", out, *extra]  # noqa: E731
+row("features", "out-another-feature-file", lambda w, d: GRID(w, d, copy_to(w.features, d, "features.h5")), "did not write it")
+row("features", "out-another-feature-file-force", lambda w, d: GRID(w, d, copy_to(w.features, d, "features.h5"), "--force"),
+    "wrote the region features of 2 images", "ok")
+row("features", "out-a-text-file", lambda w, d: GRID(w, d, write(d, "f.h5", "my notes\n")), "did not write it")
+row("features", "out-its-own-earlier-output", lambda w, d: after("features", GRID(w, d, d / "f.h5"), GRID(w, d, d / "f.h5")[:-3]
+                                                                    + ["3", "--out", d / "f.h5"]),
+    "wrote the region features of 2 images", "ok")
+row("features", "out-a-converted-file", lambda w, d: after("features", convert_args(d, "butd", tsv(d, butd_lines())),
+                                                           GRID(w, d, d / "f.h5")), "did not write it")
+row("features", "out-read-only-place", lambda w, d: GRID(w, d, "/proc/f.h5"), "/proc")
+row("features", "grid-32", lambda w, d: ["--images", w.images, "--boxes", "grid", "32", "--out", d / "f.h5"], "n must be in 1..31")
+row("features", "max-boxes-1000", lambda w, d: ["--images", w.images, "--detections", d / "x.json", "--max-boxes", "1000",
+                                                "--out", d / "f.h5"], "argument --max-boxes")
+row("features", "graph-of-1500-objects", lambda w, d: ["--images", w.images, "--scene-graphs", chain_graph(d, 1500), "--out",
+                                                       d / "f.h5"], "1500 objects")
+# outputs of other commands: the sharded stages and convert say --restart, the others --force
+row("features", "convert-out-another-feature-file", lambda w, d: convert_args(d, "butd", tsv(d, butd_lines()))
+    if copy_to(w.features, d, "f.h5") else None, "this stage did not write it")
+row("features", "convert-out-another-feature-file-restart", lambda w, d: convert_args(
+    d, "butd", tsv(d, butd_lines()), extra=["--restart"]) if copy_to(w.features, d, "f.h5") else None,
+    "wrote the region features of 2 images", "ok")
+row("features", "convert-out-read-only-place", lambda w, d: ["convert", "--format", "butd", tsv(d, butd_lines()), "--out",
+                                                             "/proc/f.h5"], "/proc")
+row("caption", "out-unrelated-captions", lambda w, d: w.caption_args(d) if copy_to(w.generated, d, "captions.jsonl") else None,
+    "this stage did not write it")
+row("caption", "out-unrelated-captions-restart", lambda w, d: w.caption_args(d, "--restart")
+    if copy_to(w.generated, d, "captions.jsonl") else None, "captions of 13 images", "ok")
+row("caption", "gallery-unrelated-page", lambda w, d: w.caption_args(d, "--gallery", write(d, "g.html", "<html>mine</html>")),
+    "is not a gallery this command wrote")
+row("caption", "gallery-its-own-page", lambda w, d: after("caption", w.caption_args(d, "--gallery", d / "g.html"), w.caption_args(
+    d, "--gallery", d / "g.html")), "gallery:", "ok")
+row("caption", "gallery-a-folder", lambda w, d: w.caption_args(d, "--gallery", d), "is a folder")
+row("01", "out-unrelated-file", lambda w, d: ["--images", w.images, "--out", copy_to(w.saliency, d, "s.h5")], "did not write it")
+row("01", "out-unrelated-file-restart", lambda w, d: ["--images", w.images, "--out", copy_to(w.saliency, d, "s.h5"), "--restart"],
+    "2 images have a map", "ok")
+row("02", "out-unrelated-file", lambda w, d: sg_args(w, d) if copy_to(w.selfgen, d, "out.jsonl") else None, "did not write it")
+row("03", "out-unrelated-file", lambda w, d: ["--in", w.selfgen, "--out", copy_to(w.generated, d, "p.jsonl"), "--model", "rules"],
+    "did not write it")
+row("05", "out-unrelated-file", lambda w, d: w.score_args(copy_to(w.quality, d, "q.h5")), "did not write it")
+row("data", "convert-coco-out-not-its-own", lambda w, d: ["convert-coco", "--captions", coco_captions(w, d, "a dog"), "--out",
+                                                          copy_to(w.captions, d, "k.json")], "did not write it")
+row("data", "convert-coco-out-not-its-own-force", lambda w, d: ["convert-coco", "--captions", coco_captions(w, d, "a dog"), "--out",
+                                                                copy_to(w.captions, d, "k.json"), "--force"], "wrote", "ok")
+row("data", "convert-coco-out-a-folder", lambda w, d: ["convert-coco", "--captions", coco_captions(w, d, "a dog"), "--out", d],
+    "is a folder")
+row("data", "convert-coco-out-its-own", lambda w, d: after("data", ["convert-coco", "--captions", coco_captions(w, d, "a dog"),
+                                                                    "--out", d / "k.json"], ["convert-coco", "--captions",
+                                                                    d / "coco.json", "--out", d / "k.json"]), "wrote", "ok")
+SSA_ONE = {"1.json": {"0": GOOD_REGION}}
+row("data", "convert-ssa-out-not-its-own", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(d, SSA_ONE), "--out",
+                                                         copy_to(w.selfgen, d, "o.jsonl")], "did not write it")
+row("data", "convert-ssa-out-not-its-own-force", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(d, SSA_ONE), "--out",
+                                                               copy_to(w.selfgen, d, "o.jsonl"), "--force"], "wrote 1 captions", "ok")
+row("data", "convert-ssa-out-a-folder", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(d, SSA_ONE), "--out", d], "is a folder")
+
+# a resumed run whose inputs changed inside an input folder
+def vlp_stopped_then_changed(w: World, d: Path) -> list:
+    """A VLP conversion stopped at its bad third image (--chunk-size 1), then the first image's features
+    replaced inside feat_cls_1000/ and the bad one mended: its two chunks are stale."""
+    import h5py
+    from feature_formats import PREFIX
+
+    release = vlp_release(d, short_features)
+    argv = convert_args(d, "vlp", release, extra=["--chunk-size", "1"])
+    assert run_stage("features", argv).code == 1
+    with h5py.File(release / "feat_cls_1000" / f"{PREFIX}_feat009.h5", "a") as f:
+        f["COCO_train2014_000000000009"][...] = 7.0
+    with h5py.File(release / "feat_cls_1000" / f"{PREFIX}_feat895.h5", "a") as f:
+        del f["COCO_val2014_000000391895"]
+        f.create_dataset("COCO_val2014_000000391895", data=np.zeros((4, 16), np.float32))
+    return argv
+
+
+row("features", "convert-resume-after-a-file-in-an-input-folder-changed", vlp_stopped_then_changed, "the file of --inputs changed")
+
+
+def images_changed_in_a_subfolder(w: World, d: Path) -> list:
+    """01 over a folder whose images are in a subfolder, done; then one image is redrawn."""
+    from PIL import Image
+
+    shutil.copytree(w.images, d / "images" / "sub")
+    argv = ["--images", d / "images", "--out", d / "s.h5"]
+    _must(run_stage("01", argv))
+    Image.new("RGB", (64, 48), "red").save(d / "images" / "sub" / "1.png")
+    return argv
+
+
+row("01", "rerun-after-an-image-in-a-subfolder-changed", images_changed_in_a_subfolder, "the file of --images changed")
+
+# two training runs on one --out: the second stops at the first's lock
+def held(out: Path) -> Path:
+    """``out``, locked by another process (a sleeping child holding the sharded stages' lock) for this row."""
+    import subprocess
+
+    from clid.shard import ShardLock
+
+    code = ("import fcntl, os, socket, sys; f = open(sys.argv[1], 'a+'); fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB); "
+            "f.write(f'{socket.gethostname()} {os.getpid()}\\n'); f.flush(); print(True, flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code, str(ShardLock(out.resolve()).path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "True"
+    HOLDERS.append(child)  # (its stdin closes, and it ends, when the test process does)
+    return out
+
+
+HOLDERS: list = []
+row("06", "out-held-by-another-run", lambda w, d: w.selection_args(held(d / "out")), "is training into this folder")
+row("04", "out-held-by-another-run", lambda w, d: w.train_args(held(d / "out")), "is training into this folder")
+
+# float64 bottom-up features
+def butd64(boxes64=False, garbage=False) -> list:
+    """Two bottom-up lines whose features are base64 float64 (and their boxes too, with ``boxes64``)."""
+    import base64
+
+    def enc(a, dtype):
+        return base64.b64encode(np.ascontiguousarray(a, dtype=dtype).tobytes()).decode()
+
+    rng = np.random.default_rng(0)
+    boxes = np.array([[1, 2, 30, 40], [5, 5, 20, 20]], np.float32)
+    out = []
+    for i in (1, 2):
+        features = rng.integers(0, 256, 2 * 32, dtype=np.uint8).tobytes() if garbage else rng.normal(size=(2, 16))
+        feature_text = base64.b64encode(features).decode() if garbage else enc(features, np.float64)
+        out.append("\t".join([str(i), "64", "48", "2", enc(boxes, np.float64 if boxes64 else np.float32), feature_text]))
+    return out
+
+
+row("features", "convert-butd-float64-features", lambda w, d: convert_args(d, "butd", tsv(d, butd64())),
+    "2 records of float64 values, converted to float32", "ok")
+row("features", "convert-butd-float64-boxes-and-features", lambda w, d: convert_args(d, "butd", tsv(d, butd64(boxes64=True))),
+    "2 records of float64 values, converted to float32", "ok")
+row("features", "convert-butd-features-neither-float32-nor-float64", lambda w, d: convert_args(d, "butd", tsv(d, butd64(garbage=True))),
+    "not float32 or float64 features")
+row("features", "convert-vinvl-float64-feature", lambda w, d: convert_args(d, "vinvl", tsv(d, vinvl_lines([{
+    "rect": [1, 2, 30, 40], "conf": 0.9, "feature": __import__("base64").b64encode(np.arange(16, dtype=np.float64).tobytes()).decode()}]))),
+    "-d features, the records before", "error")
+row("features", "16-bit-png", lambda w, d: ["--images", (d / "im").mkdir() or __import__("PIL.Image").Image.fromarray(
+    (np.arange(48 * 64).reshape(48, 64) * 21).astype(np.uint16)).save(d / "im" / "grey.png") or d / "im", "--boxes", "grid", "2",
+    "--out", d / "f.h5"], "wrote the region features of 1 images", "ok")
+
+# one image id twice in a conversion: the same outcome whatever the chunk size
+def two_tsvs(d: Path, first_key="1", second_key="2", fmt="butd") -> list:
+    lines = butd_lines() if fmt == "butd" else vinvl_lines()
+    a = write(d, "a.tsv", lines[0] + "\n" + lines[1] + "\n")
+    b = write(d, "b.tsv", second_key + lines[1][lines[1].index("\t"):] + "\n")
+    if first_key != "1":
+        a.write_text(first_key + lines[0][lines[0].index("\t"):] + "\n" + lines[1] + "\n")
+    return [a, b]
+
+
+for chunk in ("1000", "1"):
+    row("features", f"convert-butd-two-files-one-image-chunk-{chunk}",
+        lambda w, d, chunk=chunk: convert_args(d, "butd", *two_tsvs(d), extra=["--chunk-size", chunk]), "image id 2 again")
+    row("features", f"convert-butd-keys-9-and-000000000009-chunk-{chunk}",
+        lambda w, d, chunk=chunk: convert_args(d, "butd", *two_tsvs(d, "9", "000000000009"), extra=["--chunk-size", chunk]),
+        "image id 9 again")
+    row("features", f"convert-vinvl-train-and-val-1-jpg-chunk-{chunk}",
+        lambda w, d, chunk=chunk: convert_args(d, "vinvl", *two_tsvs(d, "train/1.jpg", "val/1.jpg", "vinvl"),
+                                               extra=["--chunk-size", chunk]), "image id 1 again")
+    row("features", f"convert-two-files-one-image-skip-chunk-{chunk}",
+        lambda w, d, chunk=chunk: convert_args(d, "butd", *two_tsvs(d), extra=["--chunk-size", chunk, "--bad-records", "skip"]),
+        "skipped 1 malformed record(s)", "skip")
+row("features", "convert-butd-empty-file", lambda w, d: convert_args(d, "butd", write(d, "e.tsv", "")), "e.tsv: no records to convert")
+row("features", "convert-butd-header-only", lambda w, d: convert_args(d, "butd", write(d, "h.tsv", "\t".join(
+    ["image_id", "image_w", "image_h", "num_boxes", "boxes", "features"]) + "\n")), "no records to convert")
+row("features", "convert-vinvl-blank-lines", lambda w, d: convert_args(d, "vinvl", write(d, "b.tsv", "\r\n\n\r\n")),
+    "no records to convert")
+row("features", "detections-tsv-non-utf8-line", lambda w, d: ["--images", w.images, "--detections", write(
+    d, "x.tsv", (butd_lines()[0] + "\n" + butd_lines()[1].replace("2", "\xe9", 1) + "\n").encode("latin-1")), "--out", d / "f.h5"],
+    "line 2: not utf-8 text")
+
+# curating every caption away
+row("06", "loss-remove-curates-every-caption-away", lambda w, d: w.selection_args(
+    d / "out", "--strategy", "loss-remove", "--curate-ratio", "0.99", "--curate-every", "1"), "removes every one of the 40 captions")
+
+# convert-ssa: files left out, repeated keys, one image in two files
+row("data", "convert-ssa-upper-case-extension", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(
+    d, {"1.json": {"0": GOOD_REGION}, "2.JSON": {"0": GOOD_REGION}}), "--out", d / "o.jsonl"], "wrote 2 captions of 2 images", "ok")
+row("data", "convert-ssa-other-files-in-the-folder", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(
+    d, {"1.json": {"0": GOOD_REGION}, "README.txt": "notes"}), "--out", d / "o.jsonl"], "left out 1 file(s) that are not .json", "ok")
+row("data", "convert-ssa-repeated-region-key", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(d, {"1.json": '{"0": ' + json.dumps(
+    GOOD_REGION) + ', "0": ' + json.dumps(dict(GOOD_REGION, phrase="a cat")) + "}"}), "--out", d / "o.jsonl"],
+    "left out 1: a repeated region key", "skip")
+row("data", "convert-ssa-same-file-twice", lambda w, d: ["convert-ssa", "--ssa", (f := ssa_folder(d, SSA_ONE)) / "1.json", f,
+                                                         "--out", d / "o.jsonl"], "given twice, read once", "ok")
+row("data", "convert-ssa-a-subfolder", lambda w, d: ["convert-ssa", "--ssa", write(ssa_folder(d, SSA_ONE) / "more", "2.json", SSA_ONE[
+    "1.json"]).parent.parent, "--out", d / "o.jsonl"], "left out 1 file(s) that are not .json: more/", "ok")
+row("emlnet", "out-not-its-own", lambda w, d: ["convert", write(d, "w.pth", BINARY), "--out", write(d, "w.safetensors", "mine")],
+    "did not write it")
+row("data", "convert-ssa-one-image-in-two-folders", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(d, SSA_ONE), (
+    d / "more").mkdir() or write(d / "more", "1.json", SSA_ONE["1.json"]).parent, "--out", d / "o.jsonl"], "a second file of image 1")
+
+# convert-coco: annotation ids
+def coco_annotations(w: World, d: Path, change) -> Path:
+    """The toy world as COCO captions, each annotation with its own id, then ``change`` of the annotations."""
+    data = json.loads(coco_captions(w, d, "a dog").read_text())
+    for k, annotation in enumerate(data["annotations"]):
+        annotation["id"] = k
+    change(data["annotations"])
+    return write(d, "coco.json", data)
+
+
+row("data", "convert-coco-annotation-repeated", lambda w, d: ["convert-coco", "--captions", coco_annotations(
+    w, d, lambda a: a.append(dict(a[0]))), "--out", d / "k.json"], "1 annotation(s) repeat an earlier one", "ok")
+row("data", "convert-coco-annotation-id-reused", lambda w, d: ["convert-coco", "--captions", coco_annotations(
+    w, d, lambda a: a.append(dict(a[0], caption="a cat on a mat"))), "--out", d / "k.json"],
+    "1 annotation(s) reuse the id of another caption (both kept)", "ok")
+row("stats", "coco-annotation-repeated", lambda w, d: [coco_annotations(w, d, lambda a: a.append(dict(a[1])))],
+    "1 annotation(s) repeat an earlier one", "ok")
+
+# 02: predicates without a word
+row("02", "predicate-empty", lambda w, d: sg_args(w, d, scene_graphs(d, lambda g: [r.update(predicate="") for x in g
+                                                                             for r in x["relationships"]])),
+    "relation without a word removed", "skip")
+row("02", "predicate-emoji", lambda w, d: sg_args(w, d, scene_graphs(d, lambda g: [r.update(predicate="\U0001F600") for x in g
+                                                                             for r in x["relationships"]])),
+    "relation without a word removed", "skip")
+row("02", "sgg-non-utf8-later-line", lambda w, d: ["--scene-graphs", sgg_changed(d, lambda b: b.replace(b"000000318219",
+                                                                                                     b"0000003182\xe919")),
+                                                   *SGG, "--out", d / "out.jsonl"], "not utf-8 text", "skip")
+
+# symlink loops, 00's --out a file, a feature group that is a dataset
+def loop(d: Path, name: str) -> Path:
+    (d / name).symlink_to(d / name)
+    return d / name
+
+
+row("04", "captions-a-symlink-loop", lambda w, d: w.train_args(d / "out", "--captions", loop(d, "c.json")), "c.json")
+row("04", "features-a-symlink-loop", lambda w, d: w.train_args(d / "out", "--features", loop(d, "f.h5")), "f.h5")
+row("05", "selfgen-a-symlink-loop", lambda w, d: w.score_args(d / "q.h5", "--selfgen", loop(d, "s.jsonl")), "s.jsonl")
+row("05", "features-a-symlink-loop", lambda w, d: w.score_args(d / "q.h5", "--features", loop(d, "f.h5")), "f.h5")
+row("00", "out-a-file", lambda w, d: ["--out", write(d, "demo", "x"), "--small", "--skip-features"], "is a file")
+row("04", "features-group-a-dataset", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
+    w.features, d, lambda f: (f.__delitem__("2"), f.create_dataset("2", data=np.zeros((3, 16), np.float32))))), "image 2")
+
+# --device checked where it is parsed; an id list's lines are whole ids
+for stage, valid in [("caption", lambda w, d: w.caption_args(d)[:-4]), ("01", lambda w, d: ["--images", w.images, "--out", d / "s.h5"]),
+                     ("03", lambda w, d: ["--in", w.selfgen, "--out", d / "p.jsonl", "--model", "rules"]),
+                     ("05", lambda w, d: w.score_args(d / "q.h5")), ("07", lambda w, d: w.eval_args(d / "out"))]:
+    for value in ("cuda:99", "gpu"):
+        row(stage, f"device-{value.replace(':', '')}", lambda w, d, valid=valid, value=value: valid(w, d) + ["--device", value],
+            "argument --device")
+row("caption", "ids-with-a-space", lambda w, d: w.caption_args(d, "--ids", write(d, "ids.txt", "my photo\n"), "--features", h5_changed(
+    w.features, d, lambda f: f.copy(f["11"], "my photo"))), "captions of 1 images", "ok")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -189,6 +189,8 @@ def test_api_bad_levels_ids_and_features(world, tmp_path):
     from clid.features.store import Regions
 
     writer = CaptionWriter.from_checkpoint(world / "ck", "cpu", features=world / "features.h5")
+    with pytest.raises(ValueError, match="device: cuda:99: "):  # (blamed on the device, not the checkpoint)
+        CaptionWriter.from_checkpoint(world / "ck", "cuda:99")
     with pytest.raises(ValueError, match=r"level 8 is not one of the levels .* 1\.\.7 \(caption: 1-9, 10-19"):
         writer.caption("45", levels=[1, 8])
     with pytest.raises(DataError, match="image nope: no region features"):

@@ -226,3 +226,47 @@ def test_shard_parts_of_other_dimensions_do_not_merge(tmp_path):
     with pytest.raises(DataError, match="attribute 'feature_dim'"):
         join_files([tmp_path / "p0.h5", tmp_path / "p1.h5"], tmp_path / "out.h5")
     assert not (tmp_path / "out.h5").exists()
+
+
+def test_butd_float64_values_convert_to_the_float32_ones(tmp_path):
+    """A bottom-up TSV written with float64 boxes and features gives the file of its float32 twin."""
+    import base64
+
+    truth = write_butd(tmp_path / "f32.tsv", dim=64)
+    lines = []
+    for image_id, (width, height, boxes, features) in truth.items():
+        wide = [base64.b64encode(a.astype(np.float64).tobytes()).decode() for a in (boxes, features)]
+        lines.append("\t".join([image_id, str(width), str(height), str(len(boxes)), *wide]))
+    (tmp_path / "f64.tsv").write_text("\n".join(lines) + "\n")
+    convert("--format", "butd", tmp_path / "f32.tsv", "--out", tmp_path / "f32.h5")
+    proc = convert("--format", "butd", tmp_path / "f64.tsv", "--out", tmp_path / "f64.h5")
+    assert "3 records of float64 values, converted to float32" in proc.stdout and "'butd', 64-d" in proc.stdout
+    assert_same(groups(tmp_path / "f32.h5"), groups(tmp_path / "f64.h5"))
+
+
+def test_one_image_in_two_records_gives_one_outcome_whatever_the_chunks(tmp_path):
+    """Keys 9 and 000000000009 in two files: refused before any work, or (skip) the later one left out, the
+    same file from chunks of 1, of 1,000 and from two shards."""
+    truth = write_butd(tmp_path / "a.tsv", dim=8)
+    width, height, boxes, features = truth["9"]
+    (tmp_path / "b.tsv").write_text(butd_line("000000000009", width, height, boxes, features + 1) + "\n")
+    inputs = ("--format", "butd", tmp_path / "a.tsv", tmp_path / "b.tsv")
+    for chunk in (1, 1000):
+        proc = convert(*inputs, "--out", tmp_path / f"e{chunk}.h5", "--chunk-size", chunk, check=False)
+        assert proc.returncode == 1 and proc.stderr == (
+            f"error: {tmp_path / 'b.tsv'}: line 1 (image 000000000009): image id 9 again (also {tmp_path / 'a.tsv'}: "
+            "line 2 (image 9)): an image is converted once; leave one record out, or give --bad-records skip")
+        assert not list(tmp_path.glob(f"e{chunk}.h5*"))
+    outs = []
+    for name, commands in (("one", [["--chunk-size", 1]]), ("all", [[]]),
+                           ("shards", [["--num-shards", 2, "--shard-id", k] for k in (0, 1)])):
+        out = tmp_path / f"{name}.h5"
+        for extra in commands:
+            proc = convert(*inputs, "--out", out, "--bad-records", "skip", *extra)
+        assert "skipped 1 malformed record(s)" in proc.stdout
+        assert FeatureStore(out).get("9").features.tolist() == features.tolist()  # the first record's
+        outs.append(out)
+    for out in outs[1:]:
+        assert_same(groups(outs[0]), groups(out))
+        assert out.with_name(out.name + ".skipped.tsv").read_bytes() == outs[0].with_name(
+            outs[0].name + ".skipped.tsv").read_bytes()

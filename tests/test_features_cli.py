@@ -86,3 +86,36 @@ def test_the_command_line_and_its_errors(images, tmp_path):
     assert proc.returncode == 1 and proc.stderr.strip() == (
         f"error: {bad}: image beach box 0: a box must be four numbers [x1, y1, x2, y2], got [1, 2, 3]")
     assert not (tmp_path / "g.h5").exists()
+
+
+def test_a_16_bit_png_gives_the_features_of_its_8_bit_image(tmp_path, one_thread):
+    """Pillow reads a 16-bit greyscale PNG as mode I;16; scaled to 8 bits, it is the 8-bit image, not white."""
+    from clid.saliency.images import load_image
+
+    grey = np.random.default_rng(1).integers(0, 256, (48, 64), dtype=np.uint8)
+    for name, pixels in (("eight", grey), ("sixteen", grey.astype(np.uint16) * 257)):
+        (tmp_path / name).mkdir()
+        Image.fromarray(pixels).save(tmp_path / name / "photo.png")
+        main(["--images", str(tmp_path / name), "--boxes", "grid", "2", "--out", str(tmp_path / f"{name}.h5"), *FAST])
+    with Image.open(tmp_path / "sixteen" / "photo.png") as image:
+        assert image.mode == "I;16"
+    eight, sixteen = (FeatureStore(tmp_path / f"{name}.h5").get("photo").features for name in ("eight", "sixteen"))
+    np.testing.assert_array_equal(sixteen, eight)
+    for mode in ("L", "RGB"):  # 01's loader too
+        a, b = (load_image(tmp_path / name / "photo.png", mode, (24, 32))[0] for name in ("eight", "sixteen"))
+        np.testing.assert_array_equal(b, a)
+        assert 0.3 < b.mean() < 0.7
+
+
+def test_regions_from_python_lists(tmp_path):
+    from clid.features.store import Regions, write_features
+
+    regions = Regions([[1.0, 2.0], [3.0, 4.0]], [[0, 0, 80, 60], [5, 5, 20, 20]], 80, 60, confidence=[1.0, 0.5])
+    assert regions.features.dtype == np.float32 and regions.boxes.shape == (2, 4) and regions.width == 80.0
+    write_features(tmp_path / "f.h5", [("photo", regions)], "mine")
+    read = FeatureStore(tmp_path / "f.h5").get("photo")
+    assert read.features.tolist() == [[1, 2], [3, 4]] and read.confidence.tolist() == [1.0, 0.5]
+    with pytest.raises(TypeError, match="Regions.boxes must be an array"):
+        Regions([[1.0, 2.0]], [[0, 0, 8], [1]], 80, 60)
+    with pytest.raises(TypeError, match="Regions.height must be a number"):
+        Regions([[1.0, 2.0]], [[0, 0, 8, 6]], 80, "60")

@@ -150,3 +150,32 @@ def test_the_run_record_refuses_other_settings_and_inputs_unless_restart(tmp_pat
     assert toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(1, "in.txt"))[1] == []
     with pytest.raises(SystemExit, match="left this output here"):
         toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(3, "in.txt"))
+
+
+def test_the_run_record_holds_the_files_of_input_subfolders(tmp_path):
+    import argparse
+
+    folder = tmp_path / "release"
+    (folder / "feat_cls_1000").mkdir(parents=True)
+    (folder / "feat_cls_1000" / "a_feat009.h5").write_text("x")
+    (folder / "link").symlink_to(folder)  # (a linked folder is not entered: the stages' searches do not)
+    state = runs.file_state(folder)
+    assert set(state) == {"feat_cls_1000"} and set(state["feat_cls_1000"]) == {"a_feat009.h5"}
+
+    def record(path):
+        return runs.run_record(argparse.Namespace(inputs=[str(path)]), inputs=("inputs",), settings=("inputs",))
+
+    before = record(folder)
+    (folder / "feat_cls_1000" / "a_feat009.h5").write_text("changed")
+    assert runs.record_differences(before, record(folder)) == ["the file of --inputs changed"]
+    # an earlier version recorded the flag as a setting alone: its files are not compared, its value is
+    old = {"settings": {"--inputs": [str(folder)]}, "inputs": {}}
+    assert runs.record_differences(old, record(folder)) == []
+    assert runs.record_differences({"settings": {}, "inputs": {}}, record(folder)) == ["--inputs new now"]
+    # the output written inside an input folder is not an input
+    out = folder / "feat_cls_1000" / "features.h5"
+    ns = argparse.Namespace(inputs=[str(folder)], out=str(out))
+    before = runs.run_record(ns, inputs=("inputs",))
+    for name in ("features.h5", "features.h5.run.json", "features.h5.chunk-000001", ".features.h5.lock"):
+        (out.parent / name).write_text("x")
+    assert runs.record_differences(before, runs.run_record(ns, inputs=("inputs",))) == []

@@ -40,7 +40,10 @@ def script_of(call: list) -> list:
                                           ("04_train_base.sbatch", ("trusted",)), ("04_train_base.sbatch", ("extended",)),
                                           ("05_score.sbatch", ()), ("06_train_selection.sbatch", ()),
                                           ("07_eval.sbatch", ())])
-def test_sbatch_commands_parse(tmp_path, script, args):
+def test_sbatch_commands_parse(tmp_path, monkeypatch, script, args):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # (parsed as on the cluster: --device cuda is checked)
     (call,) = recorded_calls(tmp_path, script, *args)
     if script.startswith(("04", "06")):  # DDP through the project's Python, never a torchrun on the PATH
         assert call[:2] == ["-m", "torch.distributed.run"] and "--nproc_per_node" in call

@@ -115,9 +115,12 @@ class CaptionWriter:
     @classmethod
     def from_checkpoint(cls, folder, device: str | None = None, features=None, **options) -> "CaptionWriter":
         """Load a checkpoint folder (04, 06) onto ``device`` (default: cuda if available, else cpu)."""
+        from clid.cli import device_problem
         from clid.model import checkpoints
 
         device = device or default_device()
+        if problem := device_problem(str(device)):
+            raise ValueError(f"device: {problem}")
         return cls(checkpoints.load_checkpoint(folder, device=device), features, device, checkpoint=folder, **options)
 
     @property

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from clid import runs, shard
 from clid.caption import CaptionWriter, add_decoding_args, caption_records, decode_steps, default_device, describe_levels
-from clid.caption.gallery import THUMBNAIL_SIDE, image_files, thumbnail, write_gallery
-from clid.cli import HelpFormatter, positive_int, run_main
+from clid.caption.gallery import THUMBNAIL_SIDE, image_files, is_gallery, thumbnail, write_gallery
+from clid.cli import HelpFormatter, device, positive_int, run_main
 from clid.features.store import FeatureStore, add_bad_features_arg
 from clid.files import DataError, check_not_input, natural_key, read_jsonl, write_jsonl
 
@@ -45,7 +45,8 @@ def parse_args(argv=None):
     p.add_argument("--levels", nargs="+", default=None, metavar="LEVEL",
                    help="level numbers (from 1) to decode, or 'all' for every level of the checkpoint (default: all)")
     p.add_argument("--out", required=True, help="captions JSONL to write")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
+    p.add_argument("--device", type=device, default=None,
+                   help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
     add_decoding_args(p)
     p.add_argument("--chunk-size", type=positive_int, default=256, help="images per resumable chunk")
     p.add_argument("--gallery", default=None, metavar="HTML", help="also write this self-contained HTML gallery")
@@ -136,6 +137,11 @@ def main(argv=None) -> None:
     if args.gallery:
         check_not_input(args.gallery, {"--out": args.out, "--features": args.features, "--ids": args.ids,
                                        "--compare": [e.partition("=")[2] for e in args.compare]}, "--gallery")
+        if Path(args.gallery).is_dir():
+            raise SystemExit(f"error: --gallery {args.gallery} is a folder; give the HTML file to write")
+        if Path(args.gallery).exists() and not is_gallery(args.gallery) and not args.restart:
+            raise SystemExit(f"error: --gallery {args.gallery} exists and is not a gallery this command wrote: give "
+                             "another file, or --restart to replace it")
     check_not_input(out, {"--compare": [e.partition("=")[2] for e in args.compare]})
 
     # 1. the images, the checkpoint and the levels to decode, all checked before any work

@@ -15,6 +15,16 @@ from pathlib import Path
 from clid.files import DataError, atomic_path
 
 THUMBNAIL_SIDE = 256  # pixels, the longer side of an embedded image
+LEGEND = 'Length in tokens (WordPiece, with the final "."):'  # the header of every page: it marks them
+
+
+def is_gallery(path) -> bool:
+    """Whether the file at ``path`` is a gallery page this command wrote (its header holds LEGEND)."""
+    try:
+        with open(path, "rb") as f:
+            return LEGEND.encode() in f.read(8192)
+    except OSError:
+        return False
 
 
 def image_files(image_ids, folder, names: dict[str, str] | None = None) -> dict[str, Path]:
@@ -50,9 +60,11 @@ def thumbnail(path: Path, image_id: str, side: int = THUMBNAIL_SIDE) -> str:
     """A JPEG thumbnail of the image as a data URI; an image that cannot be read is one DataError."""
     from PIL import Image
 
+    from clid.saliency.images import convert_image
+
     try:
         with Image.open(path) as image:
-            image = image.convert("RGB")
+            image = convert_image(image, "RGB")
             image.thumbnail((side, side))
             buffer = io.BytesIO()
             image.save(buffer, "JPEG", quality=85)
@@ -144,7 +156,7 @@ def write_gallery(path, image_ids: list[str], columns: list[tuple[str, dict]], l
              f"<h1>{html.escape(title)}</h1>\n"]
     for note in notes:
         parts.append(f"<p>{html.escape(note)}</p>\n")
-    parts.append('<p>Length in tokens (WordPiece, with the final "."): <span class="len in">inside</span> '
+    parts.append(f'<p>{html.escape(LEGEND, quote=False)} <span class="len in">inside</span> '
                  '<span class="len out">outside</span> the level asked for.</p>\n')
     if image_ids:
         parts.append(control_table(image_ids, columns, levels, shown_levels))

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from clid.data.records import ImageCaptions, _first_time, _image_id, _list, _need, _show, _string, report_wordless
@@ -74,7 +75,7 @@ def load_karpathy(path, data=None) -> list[ImageCaptions]:
 
 
 def read_id_list(path) -> list[str]:
-    """Image ids from a JSON list, a JSON ``{"ids": [...]}`` or a text file of one id a line."""
+    """Image ids from a JSON list, a JSON ``{"ids": [...]}`` or a text file of one id a line (the whole line)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -93,7 +94,7 @@ def read_id_list(path) -> list[str]:
                 raise DataError(path, f"[{index}]", f"an image id {problem}")
             ids.append(str(value))
         return ids
-    return [line.split()[0] for line in text.splitlines() if line.strip()]
+    return [line.strip() for line in text.splitlines() if line.strip()]  # (an id may hold spaces: "my photo")
 
 
 def load_coco_captions(path, splits: dict[str, list] | None = None, default_split: str = "train",
@@ -118,15 +119,23 @@ def load_coco_captions(path, splits: dict[str, list] | None = None, default_spli
         _first_time(seen, image_id, path, f"images[{index}]")
         filename = _string(image, "file_name", path, f"images[{index}] (image {image_id})")
         records[image_id] = ImageCaptions(image_id, filename, split_of.get(image_id, default_split), [], [])
+    annotation_at, repeats, reused = {}, [], []  # annotation id -> (where, image id, caption); exact repeats read once
     with Progress(len(annotations), f"reading {Path(path).name}", "caption", disable=len(annotations) < LARGE) as bar:
         for index, ann in enumerate(annotations):
+            bar.update(1)
             where = f"annotations[{index}]"
             image_id = _image_id(ann, "image_id", path, where)
             caption = _string(ann, "caption", path, where)
             if image_id not in records:
                 raise DataError(path, where, f"caption of image {image_id}, which is not in 'images'")
+            if isinstance(ann.get("id"), (int, str)) and not isinstance(ann["id"], bool):
+                first = annotation_at.setdefault(str(ann["id"]), (where, image_id, caption))
+                if first[0] != where and first[1:] == (image_id, caption):
+                    repeats.append(where)
+                    continue
+                if first[0] != where:
+                    reused.append(f"{where} (also {first[0]})")
             text = preprocess(caption)
-            bar.update(1)
             if not text:
                 wordless.append(f"{where} (image {image_id})")
                 records[image_id].wordless += 1
@@ -134,6 +143,12 @@ def load_coco_captions(path, splits: dict[str, list] | None = None, default_spli
             records[image_id].raw.append(caption)
             records[image_id].captions.append(text)
     report_wordless(path, wordless)
+    if repeats:
+        print(f"warning: {path}: {len(repeats)} annotation(s) repeat an earlier one (the same id, image and caption), "
+              f"read once: {', '.join(repeats[:5])}{', ...' if len(repeats) > 5 else ''}", file=sys.stderr)
+    if reused:
+        print(f"warning: {path}: {len(reused)} annotation(s) reuse the id of another caption (both kept): "
+              f"{', '.join(reused[:3])}{', ...' if len(reused) > 3 else ''}", file=sys.stderr)
     return sorted(records.values(), key=lambda r: natural_key(r.image_id))
 
 

@@ -30,19 +30,41 @@ from clid.text import caption_lengths, length_to_level, preprocess
 SOURCE = "ssa"
 
 
-def ssa_files(paths) -> list[Path]:
-    """The SSA JSON files of ``paths`` (files, or folders of ``*.json``), in natural order of their names."""
-    files = []
+def ssa_files(paths, notes: list | None = None) -> list[Path]:
+    """The SSA JSON files of ``paths`` (files, or folders of ``*.json`` in any case), each once, in natural
+    order of their names within a folder. A file given twice is read once and files of a folder that are
+    not JSON are left out, both said in ``notes``; two files of one image id (``1.json`` in two folders)
+    are a DataError."""
+    files, others, again, image_of, read = [], [], 0, {}, set()
     for path in map(Path, paths):
         if path.is_dir():
-            found = sorted(path.glob("*.json"), key=lambda f: natural_key(f.stem))
+            entries = sorted((p for p in path.iterdir() if not p.name.startswith(".")),
+                             key=lambda f: natural_key(f.stem))
+            json_file = [p.suffix.lower() == ".json" and p.is_file() for p in entries]
+            found = [p for p, is_json in zip(entries, json_file) if is_json]
+            others += [p for p, is_json in zip(entries, json_file) if not is_json]
             if not found:
                 raise DataError(path, None, "holds no .json file")
-            files += found
         elif path.is_file():
-            files.append(path)
+            found = [path]
         else:
             raise DataError(path, None, "no such file or folder")
+        for file in found:
+            if file.resolve() in read:
+                again += 1
+                continue
+            if file.stem in image_of:
+                raise DataError(file, None, f"a second file of image {file.stem} (also {image_of[file.stem]}): an "
+                                            "image's SSA captions come from one file")
+            image_of[file.stem] = file
+            read.add(file.resolve())
+            files.append(file)
+    if notes is not None and again:
+        notes.append(f"{again} file(s) given twice, read once")
+    if notes is not None and others:
+        notes.append(f"left out {len(others)} file(s) that are not .json: "
+                     + ", ".join(p.name + "/" * p.is_dir() for p in others[:3])
+                     + (", ..." if len(others) > 3 else ""))
     return files
 
 
@@ -67,16 +89,31 @@ def region_problem(key: str, region, image_id: str) -> str | None:
     return None
 
 
-def load_ssa(paths, levels="caption", tokenizer=None) -> tuple[list[dict], Counter, list[str]]:
-    """(records, skip counts by reason, "FILE: region KEY: problem" lines of the malformed ones)."""
+class Regions(dict):
+    """A JSON object as read, its ``pairs`` (key, value) in order with repeated keys kept (json keeps the last)."""
+
+    def __init__(self, pairs):
+        super().__init__(pairs)
+        self.pairs = pairs
+
+
+def load_ssa(paths, levels="caption", tokenizer=None, notes: list | None = None
+             ) -> tuple[list[dict], Counter, list[str]]:
+    """(records, skip counts by reason, "FILE: region KEY: problem" lines of the malformed ones); ``notes``
+    gets what :func:`ssa_files` says. A region key repeated in a file keeps its first region (counted)."""
     records, skipped, problems = [], Counter(), []
-    for path in ssa_files(paths):
-        data = read_json(path)
+    for path in ssa_files(paths, notes):
+        data = read_json(path, object_pairs_hook=Regions)
         if not isinstance(data, dict):
             raise DataError(path, "top level", f"expected an object of regions keyed by region id, got "
                                                f"{type(data).__name__}")
-        image_id = path.stem
-        for key, region in data.items():
+        image_id, seen = path.stem, set()
+        for key, region in data.pairs:
+            if key in seen:
+                skipped["a repeated region key (its first region kept)"] += 1
+                problems.append(f"{path}: region {key}: the key appears again; its first region is kept")
+                continue
+            seen.add(key)
             problem = region_problem(key, region, image_id)
             if problem:
                 skipped["malformed region"] += 1

@@ -27,12 +27,14 @@ turns images and their boxes into those arrays and :func:`write_features` writes
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from clid import runs
 from clid.cli import HelpFormatter, number, positive_int, run_main, unit_interval
 from clid.data.scenegraphs import image_key_to_id
 from clid.features.encoder import (
@@ -43,20 +45,24 @@ from clid.features.encoder import (
     grid_regions,
     keep_key,
 )
-from clid.features.store import Regions, write_features
-from clid.files import DataError, check_not_input
+from clid.features.store import MAX_REGIONS, Regions, write_features
+from clid.files import DataError
+from clid.saliency.images import convert_image
 
 KIND = "clid-encoder"  # the feature_kind of the files this command writes
+COMMAND = "python -m clid.features"  # the writer its run record names
+MAX_GRID = math.isqrt(MAX_REGIONS - 1)  # N x N boxes and the whole image: at most MAX_REGIONS regions
 
 
 def grid_size(text: str) -> int:
-    """argparse type of N in ``--boxes grid N``: a whole number in 1..32."""
+    """argparse type of N in ``--boxes grid N``: a whole number in 1..MAX_GRID."""
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"N must be a whole number, not {text!r}") from None
-    if not 1 <= n <= 32:
-        raise argparse.ArgumentTypeError(f"N must be in 1..32 (N x N boxes an image), not {n}")
+    if not 1 <= n <= MAX_GRID:
+        raise argparse.ArgumentTypeError(f"N must be in 1..{MAX_GRID} (N x N boxes an image and the whole image: at "
+                                         f"most {MAX_REGIONS} regions are read), not {n}")
     return n
 
 
@@ -77,8 +83,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "42), as convert-coco keys its captions; keep: the file name without its extension. "
                         "(--scene-graphs: the graphs' ids)")
     p.add_argument("--min-conf", type=unit_interval, default=0.2, help="--detections: boxes under this confidence are left out")
-    p.add_argument("--max-boxes", type=positive_int, default=100, help="--detections: the most confident boxes kept")
+    p.add_argument("--max-boxes", default=100,
+                   type=number(int, low=1, high=MAX_REGIONS - 1, what=f"an integer in 1..{MAX_REGIONS - 1}"),
+                   help=f"--detections: the most confident boxes kept (with the whole image, at most {MAX_REGIONS} "
+                        "regions are read)")
     p.add_argument("--out", required=True, help="the region-feature HDF5 to write")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out that this command did not write (without it, such a file is refused)")
     p.add_argument("--crop", type=positive_int, default=64, help="boxes are resized to crop x crop for the encoder")
     p.add_argument("--whole", type=positive_int, default=128, help="the whole image is resized to whole x whole")
     p.add_argument("--colour-bins", type=number(int, low=0, high=16, what="an integer in 0..16"), default=4,
@@ -131,10 +142,9 @@ def main(argv=None) -> None:
     from clid.progress import Progress
 
     args = parse_args(argv)
-    check_not_input(args.out, {"--scene-graphs": args.scene_graphs, "--image-data": args.image_data,
-                               "--detections": args.detections})
-    if Path(args.out).is_dir():
-        sys.exit(f"error: --out {args.out} is a folder; give the HDF5 file to write")
+    record = runs.run_record(args, inputs=("images", "scene_graphs", "image_data", "detections"), settings=(
+        "boxes", "ids", "min_conf", "max_boxes", "crop", "whole", "colour_bins"))
+    runs.check_own_output(args.out, COMMAND, args.force)
     try:
         items, skipped, source = regions_of(args)
     except (DataError, FileNotFoundError) as err:
@@ -153,7 +163,7 @@ def main(argv=None) -> None:
                 for image_id, path, boxes, conf in items[start:start + args.chunk]:
                     try:
                         with Image.open(path) as image:
-                            images.append(image.convert("RGB"))
+                            images.append(convert_image(image, "RGB"))
                     except (OSError, ValueError) as err:  # an unreadable or truncated image file
                         skipped.append((image_id, f"{path}: {err}"))
                         continue
@@ -167,6 +177,7 @@ def main(argv=None) -> None:
                 bar.update(min(args.chunk, len(items) - start))
 
     written = write_features(args.out, regions(), KIND)
+    runs.write_own_record(args.out, record, COMMAND)
     for image_id, reason in skipped[:10]:
         print(f"skipped {image_id}: {reason}")
     if skipped:
@@ -174,6 +185,7 @@ def main(argv=None) -> None:
     print(f"wrote the region features of {written} images to {args.out} (boxes: {source})")
     if not written:  # every image was unreadable: the file this run wrote is empty
         Path(args.out).unlink(missing_ok=True)
+        runs.record_path(args.out).unlink(missing_ok=True)
         sys.exit(f"error: {args.images}: none of the {len(items)} images with boxes could be read ({source})")
 
 

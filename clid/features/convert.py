@@ -55,6 +55,8 @@ KINDS = {"vlp": "vlp-fc6", "butd": "butd", "vinvl": "vinvl"}
 FEAT_FILE = re.compile(r"_feat(\d{3})\.h5$")
 CLS_FILE = re.compile(r"_cls(\d{3})\.h5$")
 PROGRESS_SECONDS = 10
+KEY_BYTES = 4096  # a TSV line's first bytes, read for its key when the file is indexed
+FLOAT64 = "records of float64 values, converted to float32"  # (a count of the summary)
 
 
 
@@ -85,8 +87,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 # Shared pieces
 
 
-def decode_floats(text, path, where, what: str) -> np.ndarray:
-    """A base64 string of float32 values (a Python 3 port's ``b'...'`` wrapper tolerated)."""
+def decode_base64(text, path, where, what: str) -> bytes:
+    """The bytes of a base64 string (a Python 3 port's ``b'...'`` wrapper tolerated)."""
     if isinstance(text, bytes):
         text = text.decode("ascii", "replace")
     if not isinstance(text, str):
@@ -95,12 +97,40 @@ def decode_floats(text, path, where, what: str) -> np.ndarray:
     if text[:2] in ("b'", 'b"') and text[-1:] == text[1]:
         text = text[2:-1]
     try:
-        raw = base64.b64decode(text, validate=True)
+        return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise DataError(path, where, f"'{what}' is not valid base64") from None
-    if len(raw) % 4:
-        raise DataError(path, where, f"'{what}' holds {len(raw)} bytes, not a whole number of float32 values")
-    return np.frombuffer(raw, dtype=np.float32)
+
+
+def implausible(values: np.ndarray) -> bool:
+    """Over a tenth of the values non-finite or beyond 1e6: the float32 reading of float64 bytes (the low
+    half of each value reads as a float32 of random exponent); detectors' features stay far below."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return values.size > 0 and float(np.mean(~(np.abs(values) <= 1e6))) > 0.1
+
+
+def float_rows(raw: bytes, rows: int, path, where, what: str, width: int | None = None) -> tuple[np.ndarray, str]:
+    """``([rows, D] float32, "float32" | "float64")``: ``rows`` rows of values written as float32 or
+    float64 (converted). With ``width`` (D) known the byte count tells which. Otherwise float32,
+    unless that reading is :func:`implausible` and the float64 one is not; neither is a DataError."""
+    if width is not None:
+        for dtype in ("float32", "float64"):
+            if len(raw) == rows * width * np.dtype(dtype).itemsize:
+                return np.frombuffer(raw, dtype).astype(np.float32).reshape(rows, width), dtype
+        raise DataError(path, where, f"'{what}' holds {len(raw)} bytes: not {width} float32 or float64 values for "
+                                     f"each of {rows} rows")
+    if len(raw) % (4 * rows):
+        raise DataError(path, where, f"'{what}' holds {len(raw)} bytes, not a whole number of float32 values for "
+                                     f"each of {rows} rows")
+    values = np.frombuffer(raw, np.float32)
+    if not implausible(values):
+        return values.reshape(rows, -1), "float32"
+    if len(raw) % (8 * rows) == 0:
+        wide = np.frombuffer(raw, np.float64)
+        if np.isfinite(wide).all() and not implausible(wide):
+            return wide.astype(np.float32).reshape(rows, -1), "float64"
+    raise DataError(path, where, f"'{what}' read as float32 holds values like {values[~(np.abs(values) <= 1e6)][0]:g}, "
+                                 "and as float64 no plausible values either: not float32 or float64 features")
 
 
 def load_size_table(path) -> dict[str, tuple[float, float]]:
@@ -135,6 +165,7 @@ class Converter:
 
     def __init__(self, args):
         self.args = args
+        self.again = {}  # item -> why it is left out (--bad-records skip): its image id came before
         self.sizes = {}
         for path in args.sizes or []:
             self.sizes.update(load_size_table(path))
@@ -150,8 +181,10 @@ class Converter:
             return self.sizes[image_id], "--sizes"
         return box_extent(boxes), "the boxes' extent"
 
-    def regions(self, path, where, key, features, boxes, cls_prob=None, confidence=None, given_size=None):
-        """One image's checked :class:`Regions` and its id; a problem is a DataError naming the record."""
+    def regions(self, path, where, key, features, boxes, cls_prob=None, confidence=None, given_size=None,
+                notes=()):
+        """``(image id, checked Regions, what to count)``: the record's counts are where its size came from and
+        ``notes``; a problem is a DataError naming the record."""
         image_id = self.image_id(key)
         if not image_id:
             raise DataError(path, where, "an empty image key")
@@ -164,16 +197,41 @@ class Converter:
         problem = region_problem(regions)
         if problem:
             raise DataError(path, where, problem)
-        return image_id, regions, source
+        return image_id, regions, [f"image sizes from {source}", *notes]
 
     def index(self) -> list:
-        """Every record as a small item (a key, or a file, offset and line number)."""
+        """Every record as a small item (its file's number and key, and where in the file it is), each
+        image id once (:meth:`unique`)."""
+        raise NotImplementedError
+
+    def place(self, item) -> tuple[Path, str, str]:
+        """(file, record, key) of an item of the index."""
         raise NotImplementedError
 
     def read(self, items: list):
-        """``((file, record), key, thunk)`` per item: ``thunk()`` gives ``(image_id, Regions, size source)``
-        or raises a DataError naming the file and the record."""
+        """``thunk`` per item, in order: ``thunk()`` gives ``(image_id, Regions, what to count)`` or raises
+        a DataError naming the file and the record."""
         raise NotImplementedError
+
+    def unique(self, items: list) -> list:
+        """The items, refused (a DataError naming both records) when two give one image id (keys ``9``
+        and ``000000000009``, ``train/1.jpg`` and ``val/1.jpg``); with ``--bad-records skip`` the later
+        ones are left out where their chunk is converted, counted. Decided on the whole index, so the
+        outcome does not depend on the chunks or shards."""
+        first = {}
+        for item in items:
+            path, where, key = self.place(item)
+            image_id = self.image_id(key)
+            if not image_id or "/" in image_id:  # (refused by itself when it is converted)
+                continue
+            if image_id not in first:
+                first[image_id] = f"{path}: {where}"
+                continue
+            problem = f"image id {image_id} again (also {first[image_id]}): an image is converted once"
+            if self.args.bad_records == "error":
+                raise DataError(path, where, problem + "; leave one record out, or give --bad-records skip")
+            self.again[item] = problem
+        return items
 
     def process(self, chunk: shard.Chunk) -> None:
         """Convert one chunk of records into the chunk's features file and side tables, an image at a time."""
@@ -181,10 +239,13 @@ class Converter:
 
         def converted():
             nonlocal example, dim
-            for (path, record), key, make in self.read(chunk.items):
+            for item, make in zip(chunk.items, self.read(chunk.items)):
                 chunk.progress(1)
+                path, record, key = self.place(item)
                 try:
-                    image_id, regions, source = make()
+                    if item in self.again:
+                        raise DataError(path, record, self.again[item])
+                    image_id, regions, notes = make()
                     if dim is not None and regions.features.shape[1] != dim:
                         raise DataError(path, record, f"{regions.features.shape[1]}-d features, the records before {dim}-d")
                 except DataError as err:
@@ -193,7 +254,7 @@ class Converter:
                     skipped.append((err.path, err.record, err.problem))
                     continue
                 dim = regions.features.shape[1]
-                counts[f"image sizes from {source}"] += 1
+                counts.update(notes)
                 if image_id != str(key):
                     counts["ids mapped from their keys"] += 1
                     example = example or f"{key} -> {image_id}"
@@ -260,7 +321,11 @@ class VLP(Converter):
             seen.update(keys)
         if again:
             self.notes.append(f"{again} image(s) are in two feature files: read from the first")
-        return items
+        return self.unique(items)
+
+    def place(self, item) -> tuple[Path, str, str]:
+        n, key = item
+        return self.feat[n], f"image {key}", key
 
     def read(self, items: list):
         handles = {}
@@ -273,9 +338,7 @@ class VLP(Converter):
         try:
             boxes_file = opened(self.box_file, "box file")
             for n, key in items:
-                where = f"image {key}"
-                yield (self.feat[n], where), key, lambda n=n, key=key, where=where: self._one(opened, boxes_file, n,
-                                                                                             key, where)
+                yield lambda n=n, key=key: self._one(opened, boxes_file, n, key, f"image {key}")
         finally:
             for handle in handles.values():
                 handle.close()
@@ -350,28 +413,43 @@ def line_index(path: Path, block: int = 1 << 24) -> list[tuple[int, int]]:
 
 
 class TSV(Converter):
+    header = None  # the first field of a header line, if the format has one
+
     def __init__(self, args):
         super().__init__(args)
         self.files = tsv_files(args.inputs)
         self.notes = [f"{len(self.files)} TSV file(s): " + ", ".join(map(str, self.files))]
 
     def index(self) -> list:
-        return [(n, offset, line) for n, path in enumerate(self.files) for offset, line in line_index(path)]
+        """(file number, byte offset, line number, key) of every record (not blank lines or a header)."""
+        items = []
+        for n, path in enumerate(self.files):
+            with open(path, "rb") as f:
+                for offset, line in line_index(path):
+                    f.seek(offset)
+                    head = f.read(KEY_BYTES).split(b"\n", 1)[0]
+                    if not head.strip():  # a blank line of a CRLF file
+                        continue
+                    key = head.split(b"\t", 1)[0].decode("utf-8", "replace").strip()
+                    if key != self.header:
+                        items.append((n, offset, line, key))
+        return self.unique(items)
+
+    def place(self, item) -> tuple[Path, str, str]:
+        n, _, line, key = item
+        return self.files[n], f"line {line} (image {key})" if key else f"line {line}", key
 
     def read(self, items: list):
         handles = {}
         try:
-            for n, offset, line in items:
-                path = self.files[n]
+            for item in items:
+                n, offset = item[:2]
                 if n not in handles:
-                    handles[n] = open(path, "rb")
+                    handles[n] = open(self.files[n], "rb")
                 handles[n].seek(offset)
                 text = handles[n].readline().rstrip(b"\r\n")
-                if not text.strip():  # a blank line of a CRLF file
-                    continue
-                key = text.split(b"\t", 1)[0].decode("utf-8", "replace").strip()
-                where = f"line {line} (image {key})" if key else f"line {line}"
-                yield (path, where), key, lambda path=path, where=where, text=text: self.parse(path, where, text)
+                path, where, _ = self.place(item)
+                yield lambda path=path, where=where, text=text: self.parse(path, where, text)
         finally:
             for handle in handles.values():
                 handle.close()
@@ -385,6 +463,7 @@ class BUTD(TSV):
 
     kind = KINDS["butd"]
     FIELDS = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
+    header = FIELDS[0]
 
     def parse(self, path, where, text: bytes):
         fields = text.decode("utf-8", "replace").split("\t")
@@ -396,21 +475,14 @@ class BUTD(TSV):
             width, height, count = float(fields[1]), float(fields[2]), int(fields[3])
         except ValueError:
             raise DataError(path, where, f"image_w, image_h, num_boxes must be numbers, got {fields[1:4]}") from None
-        boxes = decode_floats(fields[4], path, where, "boxes")
-        features = decode_floats(fields[5], path, where, "features")
-        if count < 1 or boxes.size != 4 * count:
-            raise DataError(path, where, f"num_boxes {count}, but 'boxes' holds {boxes.size} values (4 a box)")
-        if features.size % count:
-            raise DataError(path, where, f"'features' holds {features.size} values, not a whole number of rows "
-                                         f"for {count} boxes")
-        return self.regions(path, where, key, features.reshape(count, -1), boxes.reshape(count, 4),
-                            given_size=(width, height))
-
-    def read(self, items: list):
-        for where, key, make in super().read(items):
-            if key == "image_id":  # a header line
-                continue
-            yield where, key, make
+        raw_boxes = decode_base64(fields[4], path, where, "boxes")
+        raw_features = decode_base64(fields[5], path, where, "features")
+        if count < 1 or len(raw_boxes) not in (16 * count, 32 * count):  # 4 float32 or float64 values a box
+            raise DataError(path, where, f"num_boxes {count}, but 'boxes' holds {len(raw_boxes) // 4} values (4 a box)")
+        boxes, box_type = float_rows(raw_boxes, count, path, where, "boxes", width=4)
+        features, feature_type = float_rows(raw_features, count, path, where, "features")
+        wide = [FLOAT64] if "float64" in (box_type, feature_type) else []
+        return self.regions(path, where, key, features, boxes, given_size=(width, height), notes=wide)
 
 
 class VinVL(TSV):
@@ -443,9 +515,10 @@ class VinVL(TSV):
                 raise DataError(path, at, f"'rect' must be four numbers [x1, y1, x2, y2], got {rect!r}") from None
             if "feature" not in o:
                 raise DataError(path, at, "no 'feature' (the benchmark writes it with TEST.OUTPUT_FEATURE True)")
-            features.append(decode_floats(o["feature"], path, at, "feature"))
-            if features[-1].size != features[0].size:
-                raise DataError(path, at, f"a {features[-1].size}-d feature, objects[0]'s is {features[0].size}-d")
+            features.append(decode_base64(o["feature"], path, at, "feature"))
+            if len(features[-1]) != len(features[0]):
+                raise DataError(path, at, f"a {len(features[-1]) // 4}-d feature, objects[0]'s is "
+                                          f"{len(features[0]) // 4}-d (as float32)")
             conf = o.get("conf", 1.0)
             if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not math.isfinite(conf):
                 raise DataError(path, at, f"'conf' must be a number, got {conf!r}")
@@ -455,8 +528,9 @@ class VinVL(TSV):
             given = (float(record["image_w"]), float(record["image_h"]))
         if not objects:
             raise DataError(path, where, "no objects")
-        return self.regions(path, where, key, np.stack(features), np.asarray(boxes, np.float32),
-                            confidence=np.asarray(confidence, np.float32), given_size=given)
+        values, value_type = float_rows(b"".join(features), len(features), path, where, "feature")
+        return self.regions(path, where, key, values, np.asarray(boxes, np.float32), confidence=np.asarray(confidence,
+                            np.float32), given_size=given, notes=[FLOAT64] * (value_type == "float64"))
 
 
 CONVERTERS = {"vlp": VLP, "butd": BUTD, "vinvl": VinVL}
@@ -485,6 +559,8 @@ def summary(out: Path) -> list[str]:
     sources = [f"{what[len('image sizes from '):]} ({n})" for what, n in sorted(counts.items())
                if what.startswith("image sizes from ")]
     lines.append("image sizes from " + ", ".join(sources))
+    if counts[FLOAT64]:
+        lines.append(f"{counts[FLOAT64]} {FLOAT64}")
     skipped = shard.read_table(shard.side_path(out, "skipped.tsv"))
     if skipped:
         lines.append(f"skipped {len(skipped)} malformed record(s), listed in {shard.side_path(out, 'skipped.tsv')}; "
@@ -498,6 +574,8 @@ def main(argv=None) -> None:
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     converter = CONVERTERS[args.format](args)
     items = [] if job.done else converter.index()
+    if not job.done and not items:
+        raise DataError(", ".join(args.inputs), None, "no records to convert (an empty file?)")
     if not job.done:
         for note in converter.notes:
             print(note)

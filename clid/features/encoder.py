@@ -13,6 +13,7 @@ import numpy as np
 from PIL import Image
 
 from clid.data.scenegraphs import load_image_data, load_scene_graphs
+from clid.features.store import MAX_REGIONS
 from clid.files import DataError, natural_key, read_json
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
@@ -168,6 +169,9 @@ def graph_regions(scene_graphs, image_data, images: Path) -> tuple[list, list]:
             skipped.append((g.image_id, f"no image file in {images}"))
         elif image_id in done:
             skipped.append((g.image_id, f"a second graph of image {image_id}"))
+        elif len(g.objects) >= MAX_REGIONS:
+            skipped.append((g.image_id, f"{len(g.objects)} objects: with the whole image, at most {MAX_REGIONS} "
+                                        "regions an image are read"))
         else:
             done.add(image_id)
             items.append((image_id, path, [o.box for o in g.objects], None))
@@ -230,11 +234,10 @@ def load_detections(path, to_id=None) -> dict[str, list[tuple[list[float], float
     - the TSVs ``python -m clid.features convert`` reads: the bottom-up TSV (its boxes) or a Scene
       Graph Benchmark / VinVL TSV (each object's ``rect`` and ``conf``).
     """
-    from clid.data.scenegraphs import image_key_to_id
-    from clid.features.convert import decode_floats
+    from clid.data.scenegraphs import NOT_UTF8, image_key_to_id, tsv_lines
+    from clid.features.convert import decode_base64, float_rows
 
     to_id = to_id or image_key_to_id
-
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         head = f.read(65536).lstrip()
     out: dict[str, list] = {}
@@ -258,33 +261,35 @@ def load_detections(path, to_id=None) -> dict[str, list[tuple[list[float], float
             box, conf = _detection_box({"rect": [x, y, x + w, y + h], "score": record.get("score", 1.0)}, path, where)
             out.setdefault(to_id(str(record["image_id"])), []).append((box, conf))
         return out
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
-            line = line.rstrip(b"\r\n")
-            if not line.strip():
+    for number, line in tsv_lines(path):
+        if line is NOT_UTF8:
+            raise DataError(path, f"line {number}", "not UTF-8 text (is this the right file?)")
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        key = fields[0].strip()
+        where = f"line {number} (image {key})"
+        if len(fields) == 2:  # key, JSON: the Scene Graph Benchmark / VinVL
+            try:
+                objects = json.loads(fields[1]).get("objects")
+            except (json.JSONDecodeError, AttributeError):
+                objects = None
+            if not isinstance(objects, list):
+                raise DataError(path, where, "expected an image key, a tab, then a JSON object with 'objects'")
+            found = [_detection_box(o, path, f"{where} objects[{j}]") for j, o in enumerate(objects)]
+        elif len(fields) == 6:  # the bottom-up TSV: image_id, image_w, image_h, num_boxes, boxes, features
+            if key == "image_id":
                 continue
-            fields = line.decode("utf-8", "replace").split("\t")
-            key = fields[0].strip()
-            where = f"line {number} (image {key})"
-            if len(fields) == 2:  # key, JSON: the Scene Graph Benchmark / VinVL
-                try:
-                    objects = json.loads(fields[1]).get("objects")
-                except (json.JSONDecodeError, AttributeError):
-                    objects = None
-                if not isinstance(objects, list):
-                    raise DataError(path, where, "expected an image key, a tab, then a JSON object with 'objects'")
-                found = [_detection_box(o, path, f"{where} objects[{j}]") for j, o in enumerate(objects)]
-            elif len(fields) == 6:  # the bottom-up TSV: image_id, image_w, image_h, num_boxes, boxes, features
-                if key == "image_id":
-                    continue
-                boxes = decode_floats(fields[4], path, where, "boxes")
-                if boxes.size % 4:
-                    raise DataError(path, where, f"'boxes' holds {boxes.size} values, not 4 a box")
-                found = [(box.tolist(), 1.0) for box in boxes.reshape(-1, 4)]
-            else:
-                raise DataError(path, where, f"{len(fields)} tab-separated fields: neither the bottom-up TSV (6) nor "
-                                             "a Scene Graph Benchmark TSV (an image key, a tab, JSON)")
-            out.setdefault(to_id(key), []).extend(found)
+            if not fields[3].strip().isdigit() or int(fields[3]) < 1:
+                raise DataError(path, where, f"num_boxes must be a positive whole number, got {fields[3]!r}")
+            raw = decode_base64(fields[4], path, where, "boxes")
+            boxes, _ = float_rows(raw, int(fields[3]), path, where, "boxes", width=4)
+            found = [(box.tolist(), 1.0) for box in boxes]
+        else:
+            raise DataError(path, where, f"{len(fields)} tab-separated fields: neither the bottom-up TSV (6) nor "
+                                         "a Scene Graph Benchmark TSV (an image key, a tab, JSON)")
+        out.setdefault(to_id(key), []).extend(found)
     return out
 
 

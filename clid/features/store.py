@@ -9,6 +9,7 @@ read as before; only its dimension can then be checked.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +105,24 @@ class Regions:
     height: float
     cls_prob: np.ndarray | None = None  # [R, C] or None
     confidence: np.ndarray | None = None  # [R] the detector's confidence per region, or None
+
+    def __post_init__(self):
+        """Lists (or tensors) of numbers become float32 arrays, the sides floats; anything else is a
+        TypeError naming the field."""
+        for name in ("width", "height"):
+            value = getattr(self, name)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+                raise TypeError(f"Regions.{name} must be a number of pixels, got {type(value).__name__}")
+            setattr(self, name, float(value))
+        for name in ("features", "boxes", "cls_prob", "confidence"):
+            value = getattr(self, name)
+            if value is None or isinstance(value, np.ndarray):
+                continue
+            try:
+                setattr(self, name, np.asarray(value, dtype=np.float32))
+            except (TypeError, ValueError):
+                raise TypeError(f"Regions.{name} must be an array (or nested lists) of numbers, got "
+                                f"{type(value).__name__}") from None
 
 
 BAD_FEATURES = ("error", "skip")

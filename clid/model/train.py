@@ -34,7 +34,7 @@ from clid.model.captioner import BOX_INPUTS, REGION_NORMS, Captioner, count_para
 from clid.model.checkpoints import checkpoint_exists, feature_record, restore, save_checkpoint
 from clid.model.inputs import Examples, add_left_out_arg
 from clid.rng import item_rng, item_seed
-from clid.runs import already_trained, check_resume, training_record
+from clid.runs import already_trained, check_resume, hold_out_folder, training_record
 from clid.text import encode, eos_id
 
 
@@ -388,6 +388,8 @@ def start_run(args):
     if args.batch_size < world:
         raise SystemExit(f"error: --batch-size {args.batch_size} is the global batch, split over {world} processes: "
                          f"give at least {world}")
+    if rank == 0:
+        hold_out_folder(args)
     check_resume(args, rank, world)
     if already_trained(args, rank):
         return None

@@ -228,19 +228,23 @@ class EMLNet:
 # ---------------------------------------------------------------------------------------------
 # python -m clid.saliency.emlnet convert --trust-pickle IN.pth --out OUT.safetensors
 
-def convert(source, out, trust_pickle: bool) -> int:
+CONVERT = "python -m clid.saliency.emlnet convert"  # the writer its run record names
+
+
+def convert(source, out, trust_pickle: bool, force: bool = False) -> int:
     """Write the tensors of a checkpoint as safetensors; returns their count. Unpickles the source
-    (which can run code stored in it) only when ``trust_pickle`` is set."""
+    (which can run code stored in it) only when ``trust_pickle`` is set. An existing ``out`` that this
+    command did not write is refused unless ``force`` (:func:`clid.runs.check_own_output`)."""
     from safetensors.torch import save_file
 
     from clid.files import atomic_path, check_not_input
+    from clid.runs import check_own_output, file_state, write_own_record
 
     source = Path(source)
     if not source.is_file():
         raise SystemExit(f"error: {source}: {'a folder, not a checkpoint file' if source.is_dir() else 'not found'}")
     check_not_input(out, {"SOURCE": source})
-    if Path(out).is_dir():
-        raise SystemExit(f"error: --out {out} is a folder; give the .safetensors file to write")
+    check_own_output(out, CONVERT, force)
     with open(source, "rb") as f:
         pickled = f.read(1) == b"\x80"  # a pickle's protocol mark (torch's legacy format)
     if not pickled and not zipfile.is_zipfile(source):
@@ -259,6 +263,7 @@ def convert(source, out, trust_pickle: bool) -> int:
     tensors = {k: v.detach().contiguous() for k, v in tensors_of(state, source).items()}
     with atomic_path(out) as tmp:
         save_file(tensors, str(tmp))
+    write_own_record(out, {"inputs": {"SOURCE": file_state(source)}, "settings": {}}, CONVERT)
     return len(tensors)
 
 
@@ -273,8 +278,10 @@ def main(argv=None) -> None:
                    help="unpickle the source if it holds more than tensors (a pickled module): this runs code "
                         "stored in the file, so use it only for a file you trust (the official EML-Net files hold "
                         "plain tensors and load without it)")
+    c.add_argument("--force", action="store_true",
+                   help="replace an existing --out that this command did not write (without it, such a file is refused)")
     args = parser.parse_args(argv)
-    count = convert(args.source, args.out, args.trust_pickle)
+    count = convert(args.source, args.out, args.trust_pickle, args.force)
     print(f"wrote {count} tensors to {args.out}; pass it to 01_saliency.py --weights")
 
 

@@ -106,6 +106,21 @@ def unique_items(items: list[Item]) -> list[Item]:
 # ---------------------------------------------------------------------------------------------
 # Image loading
 
+WIDE_GREY = ("I;16", "I;16L", "I;16B", "I;16N", "I")  # Pillow's modes of a 16-bit greyscale image
+
+
+def convert_image(image, mode: str):
+    """``image`` (a PIL image) in ``mode`` ("RGB", "L"). A 16-bit greyscale image (Pillow's "I;16", or
+    "I", as older Pillows read a 16-bit PNG) is scaled to 8 bits first: Pillow's own conversion clips
+    it, and a 16-bit PNG would turn white."""
+    from PIL import Image
+
+    if image.mode in WIDE_GREY:
+        pixels = np.asarray(image, dtype=np.float64) / 257.0  # 65535 -> 255
+        image = Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8), "L")
+    return image.convert(mode)
+
+
 def load_image(path: Path, mode: str, size: tuple[int, int]):
     """``(array [H, W] or [H, W, 3] float32 in [0, 1] at ``size`` (h, w), original (width, height))``.
     Large JPEGs are decoded at reduced scale directly (PIL draft mode)."""
@@ -114,7 +129,7 @@ def load_image(path: Path, mode: str, size: tuple[int, int]):
     with Image.open(path) as img:
         original = img.size
         img.draft(mode, (size[1] * 2, size[0] * 2))  # JPEG only: decode at >= 2x the target size
-        img = img.convert(mode).resize((size[1], size[0]), Image.BILINEAR)
+        img = convert_image(img, mode).resize((size[1], size[0]), Image.BILINEAR)
         return np.asarray(img, dtype=np.float32) / 255.0, original
 
 

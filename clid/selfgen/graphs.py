@@ -18,6 +18,7 @@ import numpy as np
 from clid.data.records import SceneGraph
 from clid.data.scenegraphs import check_box
 from clid.files import DataError, check_image_groups, h5_number, open_h5
+from clid.text import preprocess
 
 # centre-bias prior: an isotropic Gaussian at the image centre, sigma = PRIOR_SIGMA * image side
 PRIOR_SIGMA = 0.25
@@ -168,7 +169,10 @@ def prepare(graph: SceneGraph, image_id: str, saliency: SaliencySource | None,
     loops = sorted({r.subject_id for r in graph.relations if r.subject_id == r.object_id})
     if loops:
         report("repaired", "self-loop removed", f"object(s) {loops}")
-    relations = [r for r in graph.relations if r.subject_id != r.object_id]
+    wordless = sorted({r.predicate for r in graph.relations if not preprocess(r.predicate)})
+    if wordless:  # ("" or an emoji would read "with": predicate_phrase's word for a bare auxiliary)
+        report("repaired", "relation without a word removed", f"predicate(s) {', '.join(map(repr, wordless))}")
+    relations = [r for r in graph.relations if r.subject_id != r.object_id and preprocess(r.predicate)]
     cycle = find_cycle(len(index), [(index[r.subject_id], index[r.object_id]) for r in relations])
     if cycle:
         ids = " -> ".join(str(graph.objects[i].object_id) for i in cycle)
