@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from typing import Callable
 
-from clid import files, runs, shard
+from clid import files, runs, runtime, shard
 from clid.cli import HelpFormatter, add_download_arg, device, non_negative_float, positive_int, run_main
 from clid.data.records import report_wordless
 from clid.files import DataError
@@ -39,6 +39,7 @@ from clid.stats import format_table, length_stats
 from clid.text import caption_lengths, karpathy_tokens, length_to_level, load_tokenizer
 
 DEFAULT_MODEL = "tuner007/pegasus_paraphrase"
+BATCH_SIZE = 32  # pieces per generate() call on the CPU (--batch-size auto)
 
 # ---------------------------------------------------------------------------------------------
 # Splitting long captions for a model that reads ~60 tokens, and joining them again
@@ -87,16 +88,27 @@ def check_paraphrase(original: str, paraphrase: str, tokenizer, min_ratio: float
     return None
 
 
-class ModelParaphraser:
-    """A transformers seq2seq paraphraser (Pegasus and the like), beam search, batched."""
+def bytes_per_piece(config, num_beams: int, max_length: int, precision: str) -> float:
+    """GPU memory of one piece's beam search: its beams' keys and values (self- and cross-attention) in every
+    decoder layer, twice over for what generate() keeps beside them."""
+    layers, width = getattr(config, "decoder_layers", 12), getattr(config, "d_model", 1024)
+    return 2 * num_beams * layers * 4 * max_length * width * (2 if precision == "bf16" else 4)
 
-    def __init__(self, name: str, device: str, num_beams: int, batch_size: int, max_length: int):
+
+class ModelParaphraser:
+    """A transformers seq2seq paraphraser (Pegasus and the like), beam search, batched.
+
+    ``precision`` "bf16" holds the model in bfloat16 (Pegasus was trained in it); ``batch_size`` "auto"
+    (clid.runtime): 32 on the CPU, on a GPU as many pieces as half its free memory holds for their beams'
+    caches, at most 256."""
+
+    def __init__(self, name: str, device: str, num_beams: int, batch_size, max_length: int, precision: str = "fp32"):
         import torch
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
-        self.name, self.device, self.num_beams, self.batch_size = name, device, num_beams, batch_size
+        self.name, self.device, self.num_beams = name, device, num_beams
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(name)
             self.model = AutoModelForSeq2SeqLM.from_pretrained(name).to(device).eval()
@@ -108,7 +120,11 @@ class ModelParaphraser:
                 f"error: the paraphraser '{name}' cannot be loaded ({detail}). Use --model rules, or "
                 f"download it once with --allow-download (or where there is internet: huggingface-cli download {name} "
                 f"--local-dir DIR, then --model DIR).") from None
+        if precision == "bf16":
+            self.model = self.model.to(torch.bfloat16)
         self.max_length = min(max_length, getattr(self.tokenizer, "model_max_length", max_length) or max_length)
+        per_piece = bytes_per_piece(self.model.config, num_beams, self.max_length, precision)
+        self.batch_size = runtime.batch_size(batch_size, device, per_piece, BATCH_SIZE, most=256)
         self.torch = torch
         self.calls = 0  # generate() calls, for the log
 
@@ -170,7 +186,7 @@ def parse_args(argv=None):
                                      formatter_class=HelpFormatter)
     io = parser.add_argument_group("input and output", "the self-generated captions in and their paraphrases out")
     model = parser.add_argument_group("paraphraser", "the model and how it rewrites each caption")
-    run = parser.add_argument_group("run", "batches, devices, shards and resuming")
+    run = parser.add_argument_group("run", "batches, devices, precision, shards and resuming")
     io.add_argument("--in", dest="inp", required=True, help="self-generated captions (JSONL of 02)")
     io.add_argument("--out", required=True, help="output JSONL")
     model.add_argument("--model", default=DEFAULT_MODEL,
@@ -178,7 +194,8 @@ def parse_args(argv=None):
                             "name (the paper: Pegasus; a hub name needs --allow-download or a copy in the hub cache)")
     add_download_arg(model)
     model.add_argument("--num-beams", type=positive_int, default=10, help="beam width")
-    run.add_argument("--batch-size", type=positive_int, default=32, help="pieces per generate() call")
+    runtime.add_batch_size_arg(run, BATCH_SIZE, "pieces per generate() call")
+    runtime.add_precision_arg(run)
     model.add_argument("--max-length", type=positive_int, default=60, help="model tokens read and written per piece")
     model.add_argument("--piece-tokens", type=positive_int, default=50,
                        help="split captions into pieces of at most this many model tokens")
@@ -196,8 +213,13 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.model != "rules":  # what --precision auto means on this device (recorded: it changes the paraphrases)
+        import torch
+
+        args.precision = runtime.use_precision(args.precision, args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     record = runs.run_record(args, inputs=("inp", "tokenizer"), settings=(
-        "model", "num_beams", "max_length", "piece_tokens", "min_ratio", "levels", "tokenizer"))
+        "model", "num_beams", "max_length", "piece_tokens", "min_ratio", "levels", "tokenizer")
+        + (("precision",) if args.model != "rules" else ()))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".jsonl",))
     if job.done:
         print(f"{job.written()} already exists; nothing to do")
@@ -258,7 +280,9 @@ def make_paraphraser(args, tokenizer, counts: Counter):
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = ModelParaphraser(args.model, device, args.num_beams, args.batch_size, args.max_length)
+    model = ModelParaphraser(args.model, device, args.num_beams, args.batch_size, args.max_length, args.precision)
+    if args.batch_size == "auto" and runtime.device_type(device) == "cuda":
+        print(f"--batch-size auto: {model.batch_size} pieces a batch")
     return args.model.rstrip("/"), lambda captions: paraphrase_captions(
         captions, model, tokenizer, args.piece_tokens, args.min_ratio, counts)
 

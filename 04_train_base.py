@@ -49,7 +49,7 @@ from clid.model.checkpoints import (
     read_config,
     read_train_state,
 )
-from clid.model.inputs import report_skipped, training_examples, training_items
+from clid.model.inputs import CaptionFiles, report_skipped, training_examples, training_items
 from clid.model.train import (
     add_train_args,
     balanced_batches,
@@ -134,12 +134,12 @@ def continued_schedule(args) -> None:
     args.lr_horizon = horizon
 
 
-def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int):
+def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int, files: CaptionFiles):
     """Trusted (+ self-generated) training examples, with every skipped caption counted."""
     items = training_items(args.captions, args.selfgen if args.data == "extended" else None,
-                           args.test_ids, not args.no_split_check)
-    trusted, selfgen, skipped = training_examples(items, tokenizer, levels, features)
-    examples = trusted.extend(selfgen)
+                           args.test_ids, not args.no_split_check, files, tokenizer)
+    trusted, selfgen, skipped = training_examples(items, levels, features)
+    examples = trusted + selfgen
     items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, levels)
     if rank == 0:
         kinds = Counter(examples.sources)
@@ -159,13 +159,14 @@ def main(argv=None):
     if started is None:
         return
     rank, world, device, features = started
-    model = new_model(args, features, device)
+    files = CaptionFiles(args.levels, args.token_cache)  # every caption file read once, shared by what follows
+    model = new_model(args, features, device, files=files)
     if args.init_from or args.continue_from:
         source = args.init_from or args.continue_from
         check_features_match(read_config(source), features, source)
         load_init_weights(model, source, "--init-from" if args.init_from else "--continue-from")
     try:
-        examples, val_ids = load_examples(args, features, model.tokenizer, model.levels, rank)
+        examples, val_ids = load_examples(args, features, model.tokenizer, model.levels, rank, files)
     except DataError as err:
         sys.exit(f"error: {err}")
     if not (args.init_from or args.continue_from):  # (a checkpoint brings its own statistics)

@@ -18,7 +18,8 @@ says only "m tokens"). ``--count caption`` counts and scores the caption's own t
 
 ``--mode prefix`` (default, the authors' definition): all text masked, the true prefix revealed,
 position t read; one pass per position, made fast without changing the numbers (see
-clid/model/scoring.py). ``--mode pseudo`` and ``--mode onepass`` are documented approximations.
+clid/model/scoring.py). ``--precision`` (clid.runtime): auto scores in bfloat16 autocast on a GPU
+(docs/gpu.md: its scores against float32's), in float32 on the CPU. ``--mode pseudo`` and ``--mode onepass`` are documented approximations.
 Per-item stage: ``--shard-id/--num-shards`` (SLURM array defaults), chunked and resumable (a
 resume with other inputs or flags is refused unless ``--restart``). Captions not scored are
 counted by reason in ``OUT.skipped.tsv``.
@@ -28,22 +29,25 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from clid import runs, shard
+from clid import runs, runtime, shard
 from clid.cli import HelpFormatter, device, positive_int, run_main
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg, check_features_match
-from clid.files import DataError, read_arrays, read_jsonl, write_quality
-from clid.model.checkpoints import load_checkpoint, read_config
-from clid.model.inputs import add_left_out_arg, check_left_out, make_examples, report_skipped, training_items
+from clid.files import DataError, read_arrays, write_quality
+from clid.model.checkpoints import load_checkpoint, read_config, saved_config
+from clid.model.inputs import (CaptionFiles, Examples, add_left_out_arg, add_token_cache_arg, check_left_out,
+                               report_skipped, training_items, usable)
 from clid.model.scoring import MODES, caption_logprobs
-from clid.text import preprocess
+from clid.text import load_tokenizer
 
 COUNTS = ("level", "caption")  # Eq. 2's m: the level's padded length (the authors' code), or the caption's tokens
+BATCH_SIZE = 64  # --batch-size auto on the CPU
 
 
 def parse_args(argv=None):
@@ -67,30 +71,35 @@ def parse_args(argv=None):
                               'and its final "."')
     data.add_argument("--captions", help="trusted caption file: score only captions of its train-split images")
     data.add_argument("--include-trusted", action="store_true", help="also score the trusted captions (needs --captions)")
-    scoring.add_argument("--batch-size", type=positive_int, default=64, help="captions scored together")
+    runtime.add_batch_size_arg(scoring, BATCH_SIZE, "captions scored together")
+    runtime.add_precision_arg(scoring)
     run.add_argument("--chunk-size", type=positive_int, default=4096, help="captions per resumable chunk")
     scoring.add_argument("--device", type=device, default=None,
                          help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     add_split_args(data)
     add_left_out_arg(data)
+    add_token_cache_arg(data)
     shard.add_shard_args(run)
     args = p.parse_args(argv)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    args.precision = runtime.use_precision(args.precision, args.device)  # what auto means here: recorded
     return args
 
 
-def load_items(args):
-    """(caption id, image id, text, source) of everything to score, and skip counts."""
+def load_items(args, files: CaptionFiles, tokenizer) -> tuple[Examples, Counter]:
+    """Everything to score, tokenised (self-generated captions, then the trusted ones with ``--include-trusted``,
+    as ``trusted:ID``; ``sources`` says which), and skip counts."""
     if args.include_trusted and not args.captions:
         sys.exit("error: --include-trusted needs --captions")
     if not args.captions:
-        items = [(str(r["id"]), str(r["image_id"]), r["caption"], "selfgen")
-                 for r in read_jsonl(args.selfgen, required=("id", "image_id", "caption"))]
-        return items, Counter()  # (a caption with no word left is counted by make_examples)
-    found = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check)
-    items = [(*item, "selfgen") for item in found.selfgen]
+        files.check_ids(args.selfgen, tokenizer)
+        return files.selfgen_table(args.selfgen, tokenizer), Counter()  # (a caption with no word left: see usable)
+    found = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check, files, tokenizer)
+    items = found.selfgen
     if args.include_trusted:
-        items += [(f"trusted:{c}", i, t, "trusted") for c, i, t in found.trusted]
+        trusted = found.trusted
+        items = items + replace(trusted, caption_ids=[f"trusted:{c}" for c in trusted.caption_ids],
+                                sources=["trusted"] * len(trusted))
     return items, found.skipped
 
 
@@ -100,32 +109,51 @@ def same_weights(a, b) -> bool:
     return sa.keys() == sb.keys() and all(sa[k].shape == sb[k].shape and torch.equal(sa[k], sb[k]) for k in sa)
 
 
-def check_items_left_out(items, skipped: Counter, features: FeatureStore, args) -> None:
+def check_items_left_out(items: Examples, skipped: Counter, features: FeatureStore, args) -> None:
     """Stop before any scoring when more than --max-left-out of the captions of a source would be left
     out (their images missing from the feature file, or no word left)."""
-    for source in ("selfgen", "trusted"):
-        mine = [(c, i, t) for c, i, t, s in items if s == source]
-        lost = Counter(f"{source}: no word left after preprocessing" if not preprocess(t)
-                       else f"{source}: no region features for the image" for _, i, t in mine
-                       if not preprocess(t) or not features.holds(i))
-        offered = len(mine) + sum(n for reason, n in skipped.items() if reason.startswith(source + ":"))
+    wordless = items.lengths == 1
+    is_trusted = np.fromiter((s == "trusted" for s in items.sources), dtype=bool, count=len(items))
+    for source, mine in (("selfgen", ~is_trusted), ("trusted", is_trusted)):
+        rows = np.flatnonzero(mine)
+        image_ids = [items.image_ids[k] for k in rows]
+        with_words = [items.image_ids[k] for k in np.flatnonzero(mine & ~wordless)]
+        held = {i: features.holds(i) for i in dict.fromkeys(with_words)}
+        lost = Counter()
+        if n := int((mine & wordless).sum()):
+            lost[f"{source}: no word left after preprocessing"] = n
+        if n := sum(not held[i] for i in with_words):
+            lost[f"{source}: no region features for the image"] = n
+        offered = len(rows) + sum(n for reason, n in skipped.items() if reason.startswith(source + ":"))
         path = args.selfgen if source == "selfgen" else args.captions
-        check_left_out(source, offered, skipped + lost, args.max_left_out, path, mine, features)
+        check_left_out(source, offered, skipped + lost, args.max_left_out, path, image_ids, features)
 
 
-def score_chunk(chunk, models, features, regions, args):
-    """Score one chunk of captions with both models; write its part of the quality file (Eq. 1)
-    and the captions it could not score (``skipped.tsv``: reason, count)."""
-    tokenizer = models[0].tokenizer
-    examples, skipped = make_examples([(c, i, t) for c, i, t, _ in chunk.items], tokenizer, models[0].levels,
-                                      "selfgen", features)
-    source = {c: s for c, _, _, s in chunk.items}
+def scoring_batch_size(args, model, features: FeatureStore) -> int:
+    """--batch-size, or what auto picks: a pass's activations for the longest level and the first image's
+    region count (an image of the file: they rarely differ)."""
+    first = next((i for i in features.ids() if i in features), None)
+    n_regions = len(features.get(first).features) if first is not None else 100
+    positions = n_regions + model.levels[-1][1]
+    size = runtime.batch_size(args.batch_size, args.device, runtime.encoder_bytes(model.config, positions, args.precision),
+                              BATCH_SIZE)
+    if args.batch_size == "auto" and runtime.device_type(args.device) == "cuda":
+        print(f"--batch-size auto: {size} captions a batch")
+    return size
+
+
+def score_chunk(chunk, items: Examples, models, features, regions, args):
+    """Score one chunk of captions (``chunk.items``: rows of ``items``) with both models; write its part of
+    the quality file (Eq. 1, with the digest of each caption's text) and the captions it could not score
+    (``skipped.tsv``: reason, count)."""
+    examples, skipped = usable(items.subset(chunk.items), models[0].levels, "selfgen", features)
     # progress counts captions: a batch counts half its size per model
     logp = [caption_logprobs(m, examples, regions, args.mode, args.batch_size, args.device, args.count == "level",
-                             progress=lambda n, k=k: chunk.progress(n // 2 if k == 0 else n - n // 2))
+                             progress=lambda n, k=k: chunk.progress(n // 2 if k == 0 else n - n // 2),
+                             precision=args.precision)
             for k, m in enumerate(models)]
     shard.write_table(chunk.table("skipped.tsv"), ("reason", "count"), sorted(skipped.items()))
-    write_quality(chunk.path, examples.caption_ids, logp[0], logp[1], [source[c] for c in examples.caption_ids])
+    write_quality(chunk.path, examples.caption_ids, logp[0], logp[1], examples.sources, examples.digests)
 
 
 def report(out: Path) -> None:
@@ -161,10 +189,12 @@ def report(out: Path) -> None:
 def main(argv=None):
     args = parse_args(argv)
     record = runs.run_record(args, inputs=("trusted", "extended", "selfgen", "features", "captions", "test_ids"),
-                             settings=("mode", "count", "include_trusted", "test_ids", "no_split_check"))
+                             settings=("mode", "count", "include_trusted", "test_ids", "no_split_check", "precision"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".h5", ".hdf5"))
     try:
-        items, skipped = load_items(args)
+        # the captions are tokenised as the models read them: with the scoring model's tokenizer and levels
+        levels, tokenizer = saved_config(args.trusted).levels, load_tokenizer(str(args.trusted))
+        items, skipped = load_items(args, CaptionFiles(levels, args.token_cache), tokenizer)
         features = FeatureStore(args.features, bad=args.bad_features)
     except (DataError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
@@ -181,9 +211,12 @@ def main(argv=None):
             sys.exit(f"error: --trusted {args.trusted} and --extended {args.extended} hold the same weights: every u "
                      "would be 0; give the model trained on trusted captions and the one trained on the extended set")
         regions = RegionCache.for_model(features, models[0].config)
-        print(f"scoring {len(job.spec.select(items))} of {len(items)} captions (shard {job.spec.shard_id}/"
+        args.batch_size = scoring_batch_size(args, models[0], features)
+    rows = range(len(items))  # (the job's items: rows of items)
+    if not job.done:
+        print(f"scoring {len(job.spec.select(rows))} of {len(items)} captions (shard {job.spec.shard_id}/"
               f"{job.spec.num_shards}) in {args.mode} mode on {args.device}")
-    done = job.run(items, lambda chunk: score_chunk(chunk, models, features, regions, args), "05 score", "cap")
+    done = job.run(rows, lambda chunk: score_chunk(chunk, items, models, features, regions, args), "05 score", "cap")
     for reason, count in shard.read_table(shard.side_path(job.written(), "skipped.tsv")):
         skipped[reason] += int(count)
     report_skipped(skipped, features, "not scored")

@@ -50,11 +50,12 @@ from clid import selection
 from clid.cli import HelpFormatter, number, positive_float, positive_int, run_main
 from clid.features.store import RegionCache, check_features_match
 from clid.model.checkpoints import load_init_weights, read_config
-from clid.model.inputs import make_examples, report_skipped, training_examples, training_items
+from clid.model.inputs import CaptionFiles, caption_texts, report_skipped, training_examples, training_items, usable
 from clid.model.train import (
     add_train_args,
     check_train_args,
     epoch_batches,
+    epoch_order,
     finish_distributed,
     make_trainer,
     new_model,
@@ -122,32 +123,34 @@ def main(argv=None):
         return
     rank, world, device, features = started
     out = Path(args.out)
+    files = CaptionFiles(args.levels, args.token_cache)  # every caption file read once, shared by what follows
     # the model: as 04 starts it (bert), randomly initialised (the authors' code), or a checkpoint's weights
-    model = new_model(args, features, device, pretrained=args.init != "random")
+    model = new_model(args, features, device, pretrained=args.init != "random", files=files)
     if args.init not in ("bert", "random"):
         check_features_match(read_config(args.init), features, args.init)
         load_init_weights(model, args.init, "--init")
     config = model.config
 
     # the data: trusted examples first, then the self-generated pool (scored by 05 for CLID)
-    items = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check)
-    trusted, pool, skipped = training_examples(items, model.tokenizer, config.levels, features)
+    items = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check, files, model.tokenizer)
+    trusted, pool, skipped = training_examples(items, config.levels, features)
     items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, config.levels)
-    u = selection.scores_for(pool.caption_ids, args.quality) if args.strategy == "clid" else None
+    u = selection.scores_for(pool.caption_ids, args.quality, pool.digests, args.selfgen) if args.strategy == "clid" else None
     n_trusted = len(trusted)
-    examples = trusted.extend(pool)  # trusted captions first, then the pool
+    examples = trusted + pool  # trusted captions first, then the pool
     if args.init in ("bert", "random"):  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
     regions = RegionCache.for_model(features, config)
 
     # the strategy: which captions each round trains on
-    data = selection.Pool(examples.image_ids, examples.caption_ids, n_trusted, np.array([len(t) for t in pool.tokens]),
-                          np.array(pool.levels, dtype=np.int64), config.num_levels)
-    texts = {c: t for c, _, t in items.trusted + items.selfgen}
-    val, _ = make_examples(items.val, model.tokenizer, config.levels, "val", features)
+    data = selection.Pool(examples.image_ids, examples.caption_ids, n_trusted, pool.lengths, pool.levels,
+                          config.num_levels)
+    val, _ = usable(items.val, config.levels, "val", features)
     check = same_on_every_rank(world)
-    strategy = selection.make_strategy(args, data, examples, model, regions, device, out, u, val,
-                                       [texts[c] for c in examples.caption_ids], items.filenames, check, rank)
+    texts = (caption_texts(examples.caption_ids, files.records(args.captions)[0], args.selfgen)
+             if (args.difficulty or "").startswith("clip:") else None)  # (CLIP reads the text, not the tokens)
+    strategy = selection.make_strategy(args, data, examples, model, regions, device, out, u, val, texts,
+                                       items.filenames, check, rank)
     if check and isinstance(strategy, selection.Schedule):  # every rank must draw the same captions
         check([p["digest"] for p in strategy.plan])
     if rank == 0:
@@ -158,7 +161,10 @@ def main(argv=None):
     trainer = make_trainer(args, "06_train_selection", model, examples, regions, features, items.val_ids, out,
                            device, rank, world)
 
-    for rnd in strategy.rounds(trainer.step, trainer.state):
+    rounds = strategy.rounds(trainer.step, trainer.state)
+    if isinstance(strategy, selection.Schedule):  # a plan fixed before training: each round drawn while one trains
+        rounds = selection.prepared_ahead(rounds, lambda rnd: epoch_order(len(rnd.members), args.seed, rnd.key, 0))
+    for rnd in rounds:
         if rank == 0:
             print(rnd.description)
             if not isinstance(strategy, selection.Schedule):  # the log grows with each curation or evaluation

@@ -39,6 +39,7 @@ import os
 from pathlib import Path
 
 
+from clid import runtime
 from clid.caption import add_decoding_args
 from clid.cli import HelpFormatter, add_download_arg, device, non_negative_int, run_main
 from clid.eval.metrics import (
@@ -111,6 +112,7 @@ def parse_args(argv=None):
         for flag, given in (("--long-refs", args.long_refs), ("--test-ids", args.test_ids)):
             if given:
                 p.error(f"{flag} needs --refs (without --refs, 07 reports length control alone)")
+    args.precision = runtime.use_precision(args.precision, args.device)  # what auto means here
     return args
 
 
@@ -179,6 +181,8 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     """(levels, {level: {image_id: caption}}, {level: filled image ids}, number of test images without features)."""
     meta_path = cache.with_suffix(".meta.json")
     decoding = {"steps": args.decode_steps, "eos_decay": args.eos_decay, "labert_average": args.labert_average}
+    if args.precision != "fp32":  # (float32 captions keep the key they had before --precision)
+        decoding["precision"] = args.precision
     if not Path(checkpoint).exists():
         raise SystemExit(f"error: {checkpoint}: checkpoint not found")
     key = {"checkpoint": str(checkpoint), "files": file_state(checkpoint), "features": file_state(features.path),
@@ -193,7 +197,8 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     from clid.caption import CaptionWriter, decode_steps
 
     writer = CaptionWriter.from_checkpoint(checkpoint, device=args.device, batch_size=args.batch_size,
-                                           eos_decay=args.eos_decay, labert_average=args.labert_average)
+                                           eos_decay=args.eos_decay, labert_average=args.labert_average,
+                                           precision=args.precision)
     levels = check_levels(checkpoint, writer.levels, wanted_levels)
     writer.steps = decode_steps(args.decode_steps, len(levels))
     writer.use_features(features)

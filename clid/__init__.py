@@ -11,7 +11,8 @@ What the numbered stage scripts share, one home per idea:
   ``encoder`` (features of any images with boxes), ``convert`` (the VLP, bottom-up and VinVL releases);
   ``python -m clid.features [convert]``.
 - ``model/``: the captioner: ``captioner`` (model and presets), ``checkpoints``, ``inputs`` (captions
-  as token ids and levels), ``decode`` (mask-predict decoding), ``scoring`` (Eq. 2), ``train``.
+  as token ids and levels), ``token_cache`` (the tokens kept beside a captions file), ``decode``
+  (mask-predict decoding), ``scoring`` (Eq. 2), ``train``.
 - ``caption/``: captions for any features at the levels asked for (``CaptionWriter``; 07 uses it too),
   the gallery page (``gallery``); ``python -m clid.caption``.
 - ``selection``: 06's ways to choose training captions (CLID's schedule and its peers).

@@ -279,15 +279,18 @@ def h5_group_ids(path) -> list[str]:
 QUALITY_FIELDS = ("logp_trusted", "logp_extended", "u")
 
 
-def write_quality(path, ids: list[str], logp_trusted, logp_extended, source=None) -> None:
+def write_quality(path, ids: list[str], logp_trusted, logp_extended, source=None, text_digest=None) -> None:
     """Write the quality file, with Eq. 1: ``u = logp_trusted - logp_extended`` (in float64, stored
-    as float32); ``source`` (optional) says where each caption comes from ("selfgen", "trusted")."""
+    as float32); ``source`` (optional) says where each caption comes from ("selfgen", "trusted"),
+    ``text_digest`` (optional, uint64) what each scored caption's text was (clid.model.inputs.text_digest)."""
     logp_trusted, logp_extended = np.asarray(logp_trusted, np.float64), np.asarray(logp_extended, np.float64)
     arrays = {"id": np.asarray([str(i) for i in ids], dtype=object),
               "logp_trusted": logp_trusted.astype(np.float32), "logp_extended": logp_extended.astype(np.float32),
               "u": (logp_trusted - logp_extended).astype(np.float32)}
     if source is not None:
         arrays["source"] = np.asarray([str(s) for s in source], dtype=object)
+    if text_digest is not None:
+        arrays["text_digest"] = np.asarray(text_digest, dtype=np.uint64)
     write_arrays(path, arrays)
 
 
@@ -302,6 +305,9 @@ def read_quality(path) -> dict[str, np.ndarray]:
     for name in QUALITY_FIELDS:
         if arrays[name].dtype.kind not in "fiu":
             raise DataError(path, f"dataset '{name}'", f"holds {arrays[name].dtype}, not numbers")
+    if "text_digest" in arrays and (arrays["text_digest"].dtype != np.uint64 or len(arrays["text_digest"]) != len(arrays["id"])):
+        raise DataError(path, "dataset 'text_digest'", f"holds {len(arrays['text_digest'])} {arrays['text_digest'].dtype}, "
+                                                       f"not one uint64 digest per caption ({len(arrays['id'])})")
     repeated = repeated_values(arrays["id"])
     if repeated:
         raise DataError(path, None, f"{len(repeated)} caption id(s) have more than one score (e.g. "

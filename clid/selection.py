@@ -193,23 +193,42 @@ def make_plan(u: torch.Tensor, n_trusted: int, selfgen_lengths: np.ndarray, self
     return plan
 
 
-def scores_for(selfgen_ids: list[str], quality_path) -> torch.Tensor:
-    """u of every caption id, in the order of ``selfgen_ids`` (a missing or non-finite score is an error)."""
+def scores_for(caption_ids: list[str], quality_path, digests=None, selfgen_path=None, captions_path=None) -> torch.Tensor:
+    """u of every caption id, in the order of ``caption_ids`` (a missing or non-finite score is an error).
+
+    ``digests`` (of each caption's text, :func:`clid.model.inputs.text_digest`) are checked against those 05
+    recorded: a caption whose text differs from the one scored is refused, naming it and its file
+    (``selfgen_path``, or ``captions_path`` for a trusted caption, ``trusted:ID``). A quality file from before
+    05 recorded them is taken with a warning.
+    """
+    import sys
+
     from clid.files import read_quality
 
     q = read_quality(quality_path)
-    by_id = dict(zip(q["id"], q["u"]))
-    missing = [c for c in selfgen_ids if c not in by_id]
+    row_of = {c: k for k, c in enumerate(q["id"])}
+    missing = [c for c in caption_ids if c not in row_of]
     if missing:
         trusted = missing[0].startswith("trusted:")
         raise DataError(quality_path, None, f"{len(missing)} {'trusted' if trusted else 'self-generated'} captions "
                                             f"have no quality score (first: {missing[0]}); run 05 on the same captions"
                                             + (" with --include-trusted" if trusted else ""))
-    u = np.asarray([by_id[c] for c in selfgen_ids], dtype=np.float32)
+    rows = np.fromiter((row_of[c] for c in caption_ids), dtype=np.int64, count=len(caption_ids))
+    if digests is not None and "text_digest" not in q:
+        print(f"warning: {quality_path} records no digest of the captions it scored (written before 05 recorded "
+              "them): it cannot be checked that it scored these captions; run 05 again to have them checked",
+              file=sys.stderr)
+    elif digests is not None and (differ := np.flatnonzero(q["text_digest"][rows] != np.asarray(digests))).size:
+        first = caption_ids[differ[0]]
+        path = captions_path if first.startswith("trusted:") else selfgen_path
+        raise DataError(path or quality_path, f"caption {first}",
+                        f"its text is not the one {quality_path} scored ({len(differ)} of {len(caption_ids)} captions "
+                        "differ): the scores belong to other captions; run 05 again on these captions")
+    u = q["u"][rows].astype(np.float32)
     bad = ~np.isfinite(u)  # NaN or +-inf: no threshold or weight can be computed from it
     if bad.any():
         first = int(bad.argmax())
-        raise DataError(quality_path, f"caption {selfgen_ids[first]}",
+        raise DataError(quality_path, f"caption {caption_ids[first]}",
                         f"u is {u[first]} ({int(bad.sum())} of the {len(u)} scores are not finite)")
     return torch.from_numpy(u)
 
@@ -252,6 +271,25 @@ class Schedule:
                     f"steps {entry['start']}-{entry['end']}")
             yield Round(("iter", entry["iteration"]), entry["start"], entry["end"], self.members(entry), text,
                         {"iteration": entry["iteration"]})
+
+
+def prepared_ahead(rounds: Iterator[Round], prepare: Callable[[Round], object]) -> Iterator[Round]:
+    """The rounds of a plan fixed before training (:class:`Schedule`), each one made (its captions drawn) and
+    ``prepare``d (e.g. its first epoch shuffled) in a background thread while the round before it trains, so
+    that a round change costs the training loop nothing (numpy's shuffle and the draw release the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def make() -> Round | None:
+        rnd = next(rounds, None)
+        if rnd is not None:
+            prepare(rnd)
+        return rnd
+
+    with ThreadPoolExecutor(1) as pool:
+        upcoming = pool.submit(make)
+        while (rnd := upcoming.result()) is not None:
+            upcoming = pool.submit(make)
+            yield rnd
 
 
 # ---------------------------------------------------------------------------------------------
@@ -444,6 +482,7 @@ class BabyStep:
         self.difficulty = difficulty
         self.difficulty_seconds = difficulty_seconds
         self.history: list[dict] = []
+        self.sets: dict[int, tuple] = {}  # buckets in use -> (their examples, self-generated count, digest)
 
     def summary(self) -> list[str]:
         sizes = [len(b) for b in self.buckets]
@@ -462,15 +501,23 @@ class BabyStep:
                          self.args.min_improvement)[-1]
 
     def members(self, history: list[dict] | None = None) -> np.ndarray:
-        return np.sort(np.concatenate(self.buckets[:self.active(history)]))
+        return self.training_set(self.active(history))[0]
+
+    def training_set(self, active: int) -> tuple[np.ndarray, int, str]:
+        """(the examples of the first ``active`` buckets, how many are self-generated, their digest), computed
+        once per bucket count, not at every round."""
+        if active not in self.sets:
+            members = np.sort(np.concatenate(self.buckets[:active]))
+            self.sets[active] = (members, int((members >= self.pool.n_trusted).sum()), digest(members))
+        return self.sets[active]
 
     def log_rows(self) -> list[dict]:
         rows = []
         for r, entry in enumerate([{"step": 0}] + self.history):
-            members = self.members(self.history[:r])
-            row = {"round": r, "start": entry["step"], "buckets": self.active(self.history[:r]),
-                   "size": int(len(members)), "pool": int((members >= self.pool.n_trusted).sum()),
-                   "digest": digest(members)}
+            active = self.active(self.history[:r])
+            members, n_pool, members_digest = self.training_set(active)
+            row = {"round": r, "start": entry["step"], "buckets": active, "size": int(len(members)), "pool": n_pool,
+                   "digest": members_digest}
             if r:
                 row.update(score=entry["score"], seconds=entry["seconds"])
             else:
@@ -563,7 +610,7 @@ def example_difficulty(args, pool: Pool, examples, texts: list[str], filenames: 
     kind, _, where = args.difficulty.partition(":")
     if kind == "u":  # minus CLID's score: the trusted captions' from 05 --include-trusted
         ids = [f"trusted:{c}" if k < pool.n_trusted else c for k, c in enumerate(pool.caption_ids)]
-        difficulty = -scores_for(ids, args.quality).numpy().astype(np.float64)
+        difficulty = -scores_for(ids, args.quality, examples.digests, args.selfgen, args.captions).numpy().astype(np.float64)
     elif kind == "bootstrap":  # the loss under a model trained on the trusted captions
         difficulty = -bootstrap_logprobs(where, examples, regions, args.loss_mode, device, levels)
     else:  # minus the CLIP similarity of image and text
@@ -600,7 +647,8 @@ def make_strategy(args, pool: Pool, examples, model, regions, device, out: Path,
         return Schedule(pool, u, args)
 
     def logp(indices):
-        return caption_logprobs(model, examples.subset(indices), regions, args.loss_mode, 64, device)
+        return caption_logprobs(model, examples.subset(indices), regions, args.loss_mode, 64, device,
+                                precision=args.precision)
 
     if args.strategy in ("loss-remove", "loss-replacecap"):
         return LossCuration(pool, args, logp, check)
@@ -609,7 +657,8 @@ def make_strategy(args, pool: Pool, examples, model, regions, device, out: Path,
                          "with region features) for its validation score")
 
     def val_score() -> float:
-        return float(np.mean(caption_logprobs(model, val_examples, regions, args.loss_mode, 64, device)))
+        return float(np.mean(caption_logprobs(model, val_examples, regions, args.loss_mode, 64, device,
+                                                precision=args.precision)))
 
     difficulty, seconds = example_difficulty(args, pool, examples, texts, filenames, regions, device, out,
                                              model.config.levels, write=rank == 0)

@@ -12,7 +12,10 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from itertools import chain
 from pathlib import Path
+
+import numpy as np
 
 EOS_TOKEN = "."
 
@@ -26,8 +29,6 @@ _SENTENCE_END = re.compile(r"[.!?]+")
 def fold_accents(text: str) -> str:
     """Lower-case and strip accents as BERT's uncased tokenizer does (NFD, drop combining marks):
     "Café" -> "cafe"."""
-    if text.isascii():  # (the common case, and a fast one: no accent to fold)
-        return text.lower()
     decomposed = unicodedata.normalize("NFD", text.lower())
     return "".join(c for c in decomposed if unicodedata.category(c) != "Mn")
 
@@ -35,7 +36,20 @@ def fold_accents(text: str) -> str:
 def karpathy_tokens(text: str) -> list[str]:
     """Karpathy preprocessing of a caption: lower-case, drop apostrophes, keep alphanumeric words.
     Accents are folded first, so "café" keeps its word; text with no such word gives []."""
+    if text.isascii():  # (ASCII has no accent and no \u2019: lower-casing alone folds it, exactly)
+        return _WORD.findall(text.lower().replace("'", ""))
     return _WORD.findall(fold_accents(text).replace("'", "").replace("\u2019", ""))
+
+
+def caption_words(text: str, keep_sentences: bool = False) -> list[str]:
+    """The words of the preprocessed caption; with ``keep_sentences``, a "." between sentences."""
+    if not keep_sentences:
+        return karpathy_tokens(text)
+    words = []
+    for sentence in _SENTENCE_END.split(text):
+        if sentence_words := karpathy_tokens(sentence):
+            words += ["."] + sentence_words if words else sentence_words
+    return words
 
 
 def preprocess(text: str, keep_sentences: bool = False) -> str:
@@ -44,10 +58,7 @@ def preprocess(text: str, keep_sentences: bool = False) -> str:
     With ``keep_sentences`` (paragraphs), sentence breaks survive as "." tokens between the
     sentences, so "A dog. A cat." becomes "a dog . a cat".
     """
-    if not keep_sentences:
-        return " ".join(karpathy_tokens(text))
-    sentences = [" ".join(karpathy_tokens(s)) for s in _SENTENCE_END.split(text)]
-    return " . ".join(s for s in sentences if s)
+    return " ".join(caption_words(text, keep_sentences))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,27 +106,67 @@ def _word_pieces(tokenizer) -> dict[str, list[int]]:
     return cache
 
 
-def encode(texts: list[str], tokenizer=None, keep_sentences: bool = False) -> list[list[int]]:
-    """Token ids of each caption: WordPiece ids of the preprocessed text, then the final "."; many captions
+class FlatEncoder:
+    """Token ids of captions given as word lists (:func:`caption_words`), appended into one flat int32
+    array: caption i's ids, then its final ".", are ``ids[offsets[i]:offsets[i + 1]]``.
+
+    Captions are buffered and their new words tokenised in one call per ``chunk`` captions.
+    """
+
+    def __init__(self, tokenizer, chunk: int = 4096):
+        self.tokenizer, self.chunk = tokenizer, chunk
+        self.pieces, self.end = _word_pieces(tokenizer), eos_id(tokenizer)
+        self.parts: list[np.ndarray] = []
+        self.lengths: list[int] = []
+        self.pending: list[list[str]] = []
+
+    def add(self, words: list[str]) -> None:
+        self.pending.append(words)
+        if len(self.pending) >= self.chunk:
+            self.flush()
+
+    def flush(self) -> None:
+        pieces = self.pieces
+        new_words = sorted({w for words in self.pending for w in words if w not in pieces})
+        if new_words:
+            pieces.update(zip(new_words, self.tokenizer(new_words, add_special_tokens=False)["input_ids"]))
+        ids, piece = [], pieces.__getitem__
+        for words in self.pending:
+            start = len(ids)
+            ids.extend(chain.from_iterable(map(piece, words)))
+            ids.append(self.end)
+            self.lengths.append(len(ids) - start)
+        self.parts.append(np.array(ids, dtype=np.int32))
+        self.pending = []
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, offsets) of every caption added."""
+        self.flush()
+        offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=offsets[1:])
+        return np.concatenate(self.parts), offsets
+
+
+def encode_flat(texts, tokenizer=None, keep_sentences: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of each caption as (flat int32 ids, offsets [n + 1]): see :class:`FlatEncoder`. Many captions
     (:data:`clid.progress.LARGE`) show progress."""
     from clid.progress import LARGE, Progress
 
-    if len(texts) >= LARGE:
-        ids, step = [], LARGE // 2
-        with Progress(len(texts), "tokenizing captions", "caption") as bar:
-            for start in range(0, len(texts), step):
-                ids += encode(texts[start:start + step], tokenizer, keep_sentences)
-                bar.update(min(step, len(texts) - start))
-        return ids
-    tokenizer = tokenizer or load_tokenizer()
-    cache = _word_pieces(tokenizer)
-    cleaned = [preprocess(t, keep_sentences).split() for t in texts]
-    new_words = sorted({w for words in cleaned for w in words if w not in cache})
-    if new_words:
-        pieces = tokenizer(new_words, add_special_tokens=False)["input_ids"]
-        cache.update(zip(new_words, pieces))
-    end = eos_id(tokenizer)
-    return [[i for w in words for i in cache[w]] + [end] for words in cleaned]
+    texts = texts if isinstance(texts, list) else list(texts)
+    encoder = FlatEncoder(tokenizer or load_tokenizer())
+    with Progress(len(texts), "tokenizing captions", "caption", disable=len(texts) < LARGE) as bar:
+        for done, text in enumerate(texts, 1):
+            encoder.add(caption_words(text, keep_sentences))
+            if done % encoder.chunk == 0:
+                bar.update(encoder.chunk)
+        bar.update(len(texts) % encoder.chunk)
+    return encoder.finish()
+
+
+def encode(texts: list[str], tokenizer=None, keep_sentences: bool = False) -> list[list[int]]:
+    """Token ids of each caption: WordPiece ids of the preprocessed text, then the final "."."""
+    ids, offsets = encode_flat(texts, tokenizer, keep_sentences)
+    return [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
 
 
 def caption_lengths(texts: list[str], tokenizer=None, keep_sentences: bool = False) -> list[int]:
@@ -195,6 +246,15 @@ def length_to_level(length: int, levels="caption") -> int | None:
         if low <= length <= high:
             return index
     return None
+
+
+def length_levels(lengths, levels="caption") -> np.ndarray:
+    """:func:`length_to_level` of each length as an int64 array, 0 where no level holds it."""
+    levels = get_levels(levels)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    lows, highs = (np.array([level[k] for level in levels], dtype=np.int64) for k in (0, 1))
+    index = np.minimum(np.searchsorted(highs, lengths), len(levels) - 1)  # the first level ending at or above
+    return np.where((lows[index] <= lengths) & (lengths <= highs[index]), index + 1, 0)
 
 
 def keeps_sentences(levels) -> bool:

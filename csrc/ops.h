@@ -71,8 +71,8 @@ at::Tensor segment_mean_offsets(const at::Tensor& values, const at::Tensor& offs
     return out;
 }
 
-template <class Dev>
-at::Tensor seq_logprob(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& mask) {
+// The shapes, strides and devices of seq_logprob's arguments (no look at their values).
+inline void check_seq_args(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& mask) {
     TORCH_CHECK(logits.dim() == 3, "seq_logprob: logits must be [N, T, V], got ", logits.sizes());
     TORCH_CHECK(targets.sizes() == logits.sizes().slice(0, 2) && mask.sizes() == targets.sizes(),
                 "seq_logprob: targets and mask must be [N, T] = ", logits.sizes().slice(0, 2),
@@ -80,6 +80,11 @@ at::Tensor seq_logprob(const at::Tensor& logits, const at::Tensor& targets, cons
     TORCH_CHECK(logits.stride(2) == 1 || logits.size(2) == 1, "seq_logprob: logits must be contiguous along V");
     TORCH_CHECK(targets.device() == logits.device() && mask.device() == logits.device(),
                 "seq_logprob: logits, targets and mask must be on the same device");
+}
+
+template <class Dev>
+at::Tensor seq_logprob(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& mask) {
+    check_seq_args(logits, targets, mask);
     const int64_t V = logits.size(2);
     auto scored = mask != 0;                   // [N, T] bool
     auto where = scored.nonzero();             // [R, 2] rows (n, t), row-major: captions in order
@@ -118,23 +123,33 @@ at::Tensor segment_mean(const at::Tensor& values, const at::Tensor& lengths) {
     return segment_mean_offsets<Dev>(values.to(at::kFloat).contiguous(), offsets);
 }
 
-template <class Dev>
-at::Tensor token_logprob_hidden(const at::Tensor& hidden, const at::Tensor& weight,
-                                const std::optional<at::Tensor>& bias, const at::Tensor& targets) {
+// The shapes, dtypes and devices of token_logprob_hidden's arguments (no look at their values).
+inline void check_hidden_args(const at::Tensor& hidden, const at::Tensor& weight,
+                              const std::optional<at::Tensor>& bias, const at::Tensor& targets) {
     const char* op = "token_logprob_hidden";
     TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1), op,
                 ": hidden must be [P, H] and weight [V, H], got ", hidden.sizes(), " and ", weight.sizes());
     TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0), op, ": targets must be [P], got ",
                 targets.sizes());
-    const int64_t P = hidden.size(0), H = hidden.size(1), V = weight.size(0);
+    const int64_t V = weight.size(0);
     TORCH_CHECK(!bias || (bias->dim() == 1 && bias->size(0) == V), op, ": bias must be [V] = [", V, "]");
     TORCH_CHECK(weight.device() == hidden.device() && targets.device() == hidden.device() &&
                 (!bias || bias->device() == hidden.device()), op, ": all inputs must be on the same device");
+    float_dtype(hidden, op, "hidden");
+    float_dtype(weight, op, "weight");
+    TORCH_CHECK(V > 0 || hidden.size(0) == 0, op, ": empty vocabulary");
+}
+
+template <class Dev>
+at::Tensor token_logprob_hidden(const at::Tensor& hidden, const at::Tensor& weight,
+                                const std::optional<at::Tensor>& bias, const at::Tensor& targets) {
+    const char* op = "token_logprob_hidden";
+    check_hidden_args(hidden, weight, bias, targets);
+    const int64_t P = hidden.size(0), H = hidden.size(1), V = weight.size(0);
     const DType hdt = float_dtype(hidden, op, "hidden");
     const DType wdt = float_dtype(weight, op, "weight");
     auto out = at::empty({P}, hidden.options().dtype(at::kFloat));
     if (P == 0) return out;
-    TORCH_CHECK(V > 0, op, ": empty vocabulary");
     auto y = targets.to(at::kLong).contiguous();
     check_targets(y, V, op, at::arange(P, y.options()).unsqueeze(1));
     auto w = weight.stride(1) == 1 && weight.stride(0) >= H ? weight : weight.contiguous();

@@ -1635,6 +1635,130 @@ row("caption", "features-a-folder", lambda w, d: w.caption_args(d, "--features",
 row("caption", "checkpoint-folder-missing", lambda w, d: w.caption_args(d, "--checkpoint", d / "runs" / "clid"),
     "no such checkpoint folder")
 
+# -- issue 42: --precision and --batch-size auto on the stages that run a model ---------------------------
+PRECISION_STAGES = {  # stage -> the flags of a valid run
+    "03": lambda w, d: para_args(w, d, w.selfgen),
+    "04": lambda w, d: w.train_args(d / "out"),
+    "05": lambda w, d: w.score_args(d / "out.h5"),
+    "06": lambda w, d: w.selection_args(d / "out"),
+    "07": lambda w, d: ["--refs", w.captions, "--features", w.features, "--checkpoint", w.trusted, "--out", d / "out",
+                        "--spice", "off", "--decode-steps", "1"],
+    "caption": lambda w, d: w.caption_args(d),
+}
+for stage, valid in PRECISION_STAGES.items():
+    for value in ("fp16", "BF16", ""):
+        row(stage, f"precision={value}", lambda w, d, valid=valid, value=value: [*valid(w, d), f"--precision={value}"],
+            "argument --precision")
+for stage in ("03", "05", "07", "caption"):
+    for value in ("0", "-2", "x", "auto2", "1.5"):
+        row(stage, f"batch-size-auto-flag={value}", lambda w, d, stage=stage, value=value:
+            [*PRECISION_STAGES[stage](w, d), f"--batch-size={value}"], "argument --batch-size")
+row("05", "precision-bf16-batch-auto", lambda w, d: w.score_args(d / "out.h5", "--precision", "bf16", "--batch-size", "auto"),
+    "scored captions", "ok")
+row("caption", "precision-bf16", lambda w, d: w.caption_args(d, "--precision", "bf16", "--levels", "1"), "captions of", "ok")
+row("04", "amp-with-precision-fp32", lambda w, d: w.train_args(d / "out", "--amp", "--precision", "fp32"),
+    "--amp is --precision bf16")
+for stage in ("04", "06"):
+    for value in ("-1", "x", "1.5", ""):
+        row(stage, f"workers={value}", lambda w, d, stage=stage, value=value:
+            [*PRECISION_STAGES[stage](w, d), f"--workers={value}"], "argument --workers")
+row("04", "workers-2", lambda w, d: w.train_args(d / "out", "--workers", "2"), "checkpoint:", "ok")
+
+
+# -- the token cache beside the self-generated captions, and the captions 05 scored (issues 39, 41) -------
+def cached_selfgen(w: World, d: Path, damage: Callable[[Path], None], levels="caption") -> Path:
+    """A copy of the self-generated captions with its token cache (--token-cache) built, then ``damage`` done
+    to the cache file."""
+    from clid.model.inputs import CaptionFiles
+    from clid.model.token_cache import cache_path
+    from clid.text import load_tokenizer
+
+    path = write(d, "selfgen.jsonl", w.selfgen.read_text())
+    CaptionFiles(levels, cache=True).selfgen_table(path, load_tokenizer())
+    damage(cache_path(path, levels))
+    return path
+
+
+def cache_header(**fields):
+    def damage(cache: Path) -> None:
+        with np.load(cache) as f:
+            arrays = dict(f)
+        arrays["header"] = np.frombuffer(json.dumps({**json.loads(arrays["header"].tobytes()), **fields}).encode(), np.uint8)
+        np.savez(cache, **arrays)
+    return damage
+
+
+def cache_array(name, change):
+    def damage(cache: Path) -> None:
+        with np.load(cache) as f:
+            arrays = dict(f)
+        arrays[name] = change(arrays[name])
+        np.savez(cache, **arrays)
+    return damage
+
+
+def cache_stale(cache: Path) -> None:  # the captions changed after the cache was built
+    source = cache.with_name("selfgen.jsonl")
+    source.write_text(source.read_text().replace("red ball", "blue ball", 1))
+
+
+def cache_a_folder(cache: Path) -> None:
+    cache.unlink()
+    cache.mkdir()
+
+
+TOKEN_CACHE_CASES = [  # (stage, name, damage, fragment)
+    ("04", "stale", cache_stale, "built from other content of the file; rebuilding it"),
+    ("05", "another-tokenizer", cache_header(tokenizer="0" * 32), "built from another tokenizer; rebuilding it"),
+    ("06", "truncated", lambda c: c.write_bytes(c.read_bytes()[:300]), "the token cache is unreadable"),
+    ("04", "offsets-past-the-tokens", cache_array("offsets", lambda a: a + 1), "the token cache is corrupt"),
+    ("05", "token-id-outside-the-vocabulary", cache_array("token_ids", lambda a: a + 40_000), "a token id outside the vocabulary"),
+    ("06", "a-folder", cache_a_folder, "cannot keep the token cache"),
+]
+for stage, name, damage, fragment in TOKEN_CACHE_CASES:
+    args = {"04": lambda w, d, p: w.train_args(d / "out", "--data", "extended", "--selfgen", p, "--token-cache"),
+            "05": lambda w, d, p: w.score_args(d / "out.h5", "--selfgen", p, "--token-cache"),
+            "06": lambda w, d, p: w.selection_args(d / "out", "--selfgen", p, "--token-cache")}[stage]
+    row(stage, f"token-cache-{name}", lambda w, d, args=args, damage=damage: args(w, d, cached_selfgen(w, d, damage)),
+        fragment, "skip")
+
+
+def scored_quality(w: World, d: Path, trusted: bool = False) -> Path:
+    """A quality file as 05 writes it now: u and the digest of each scored caption's text (with ``trusted``,
+    the trusted captions' too, as ``trusted:ID``)."""
+    from clid.data.captions import load_karpathy
+    from clid.files import read_jsonl, write_quality
+    from clid.model.inputs import text_digest
+
+    records = list(read_jsonl(w.selfgen))
+    ids, texts = [r["id"] for r in records], [r["caption"] for r in records]
+    if trusted:  # (05 scores a trusted caption's preprocessed text)
+        for r in load_karpathy(w.captions):
+            if r.split in ("train", "restval"):
+                ids += [f"trusted:{r.image_id}#{j}" for j in range(len(r.captions))]
+                texts += r.captions
+    u = np.linspace(-2, -1, len(ids))
+    path = d / "scored.h5"
+    write_quality(path, ids, u, np.full(len(ids), -1.5), text_digest=[text_digest(t) for t in texts])
+    return path
+
+
+def one_caption_changed(w: World, d: Path) -> Path:
+    return jsonl_lines(w.selfgen, d, lambda records: [dict(records[0], caption="a cat on a red ball")] + records[1:])
+
+
+row("06", "selfgen-differs-from-the-scored-captions", lambda w, d: w.selection_args(
+    d / "out", "--quality", scored_quality(w, d), "--selfgen", one_caption_changed(w, d)),
+    "caption 1-0: its text is not the one")
+row("06", "selfgen-differs-from-the-scored-captions-curriculum-u", lambda w, d: w.selection_args(
+    d / "out", "--quality", scored_quality(w, d, trusted=True), "--selfgen", one_caption_changed(w, d),
+    "--strategy", "curriculum", "--difficulty", "u", "--eval-every", "0"), "caption 1-0: its text is not the one")
+row("06", "quality-without-caption-digests", lambda w, d: w.selection_args(d / "out"), "records no digest of the captions", "skip")
+row("06", "quality-text-digest-not-uint64", lambda w, d: w.selection_args(d / "out", "--quality", h5_changed(
+    scored_quality(w, d), d, lambda f: (f.__delitem__("text_digest"), f.create_dataset("text_digest", data=np.zeros(16))))),
+    "dataset 'text_digest'")
+
+
 # -- fourth round (issue 41): outputs a command did not write, resume over changed inputs, the newer commands --
 def copy_to(source: Path, d: Path, name: str) -> Path:
     """A copy of ``source`` at ``d/name``: an existing file the command did not write."""

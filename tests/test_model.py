@@ -111,12 +111,58 @@ def test_states_at_chosen_positions_equal_the_full_pass(world):
     assert (part[0, 1] == 0).all() and (part[2, 1] == 0).all() and (part[2, 0] != 0).any()
 
 
+def test_one_padded_pass_equals_the_grouped_passes(world):
+    """The GPU's one padded pass (boolean key-padding mask) gives the CPU's grouped passes' states, for
+    every text position and at chosen ones, in float32 and under bfloat16 autocast."""
+    model = tiny_model().eval()
+    regions = RegionCache(FeatureStore(world[1]))
+    pad, mask = model.tokenizer.pad_token_id, model.tokenizer.mask_token_id
+    feats, pos, rmask = regions.batch(["1", "2", "3", "4"])
+    ids = torch.full((4, 29), pad)
+    for row, length in enumerate((9, 29, 1, 19)):
+        ids[row, :length] = torch.randint(1000, 2000, (length,))
+        ids[row, length // 2:length] = mask
+    levels = torch.tensor([1, 3, 1, 2])
+    chosen = torch.tensor([[8, 12], [28, 0], [0, 4], [18, 19]])
+    for autocast in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            for positions in (None, chosen):
+                grouped = model.encode(feats, pos, rmask, ids, levels, text_positions=positions, grouped=True)
+                padded = model.encode(feats, pos, rmask, ids, levels, text_positions=positions, grouped=False)
+                assert padded.shape == grouped.shape and padded.dtype == grouped.dtype
+                tol = dict(atol=3e-2, rtol=3e-2) if autocast else {}
+                torch.testing.assert_close(padded, grouped, **tol)
+                assert ((padded == 0) == (grouped == 0)).all()  # the same padded positions are zero
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU on this machine")
+def test_cuda_padded_pass_equals_the_cpu_grouped_passes(world):
+    """On the GPU (one padded pass, its attention kernels) the states equal the CPU's grouped passes, in
+    float32 (TF32 off) and under bfloat16 autocast."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(0)  # (no tokenizer: the GPU machine lacks the offline vocabulary package; [PAD] is 0)
+    model = Captioner(CaptionerConfig(region_dim=32, levels=get_levels("caption"), dropout=0.0, **TINY)).eval()
+    regions = RegionCache(FeatureStore(world[1]))
+    pad, mask = 0, 103
+    feats, pos, rmask = regions.batch(["1", "2", "3", "4"])
+    ids = torch.full((4, 29), pad)
+    for row, length in enumerate((9, 29, 1, 19)):
+        ids[row, :length] = mask
+    levels = torch.tensor([1, 3, 1, 2])
+    cpu = model.encode(feats, pos, rmask, ids, levels)
+    gpu = model.cuda()
+    inputs = [t.cuda() for t in (feats, pos, rmask, ids, levels)]
+    torch.testing.assert_close(gpu.encode(*inputs).cpu(), cpu, atol=1e-4, rtol=1e-4)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        torch.testing.assert_close(gpu.encode(*inputs).float().cpu(), cpu, atol=5e-2, rtol=5e-2)
+
+
 def test_collate_masks_a_uniform_count_and_pads_to_the_level(world):
     model = tiny_model()
     tok = model.tokenizer
     items = [("a", "1", "a red dog"), ("b", "2", "a blue ball on the grass next to a small green tree in a park")]
     examples, skipped = make_examples(items, tok, model.levels, "trusted")
-    assert not skipped and examples.levels == [1, 2]
+    assert not skipped and examples.levels.tolist() == [1, 2]
     counts = []
     for step in range(200):
         input_ids, targets, masked, levels = collate(examples, [0, 1], model, seed=3, step=step)
@@ -284,19 +330,75 @@ def read_weights(folder):
 
 
 def test_resume_after_kill_gives_the_same_weights(tmp_path, world):
+    """Killed and resumed with two loader workers, the run ends with the weights of one straight run made
+    without workers: the workers make the same batches, and a resumed run the rest of them."""
     steps = ["--max-steps", "16", "--save-every", "4"]
-    run_script(*train_cmd(world, tmp_path / "straight", *steps))
+    run_script(*train_cmd(world, tmp_path / "straight", *steps, "--workers", "0"))
     # start the same run, kill it hard once a mid-run checkpoint exists, start it again
     state = tmp_path / "killed" / "train_state.json"
-    kill_after_checkpoint(train_cmd(world, tmp_path / "killed", *steps), state, min_step=4)
+    kill_after_checkpoint(train_cmd(world, tmp_path / "killed", *steps, "--workers", "2"), state, min_step=4)
     assert json.loads(state.read_text())["step"] < 16, "the run finished before it could be killed"
-    resumed = run_script(*train_cmd(world, tmp_path / "killed", *steps))
+    resumed = run_script(*train_cmd(world, tmp_path / "killed", *steps, "--workers", "2"))
     assert "resumed from" in resumed.stdout
     a, b = read_weights(tmp_path / "straight"), read_weights(tmp_path / "killed")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     # a finished run is not trained again
     again = run_script(*train_cmd(world, tmp_path / "killed", *steps))
     assert "nothing to do" in again.stdout
+
+
+def toy_trainer(world, out, settings, defer_checks=None, seed=0):
+    from clid.model.inputs import training_examples, training_items
+    from clid.model.train import Trainer
+
+    captions, features_path = world
+    model = tiny_model(seed=seed, dropout=0.1)
+    features = FeatureStore(features_path)
+    trusted, _, _ = training_examples(training_items(captions), model.tokenizer, model.levels, features)
+    return Trainer(model, trusted, RegionCache.for_model(features, model.config), settings, out, {},
+                   torch.device("cpu"), defer_checks=defer_checks)
+
+
+def test_loader_workers_make_the_same_batches(world, tmp_path):
+    """The batches of steps 3 to 8 made by two loader processes (each its own HDF5 handle) equal those made
+    in this process, in the same order; a second rank of two makes the other half of each global batch."""
+    from clid.model.train import StepBatches, TrainSettings
+
+    trainer = toy_trainer(world, tmp_path, TrainSettings(workers=0))
+    batch_for = lambda step: epoch_batches(len(trainer.examples), 8, step, seed=3)  # noqa: E731
+    here = list(trainer.batches(batch_for, range(3, 9)))
+    trainer.workers = 2
+    loaded = list(trainer.batches(batch_for, range(3, 9)))
+    assert len(here) == len(loaded) == 6
+    for a, b in zip(here, loaded):
+        (inputs_a, places_a, classes_a), (inputs_b, places_b, classes_b) = a, b
+        assert all(torch.equal(x, y) for x, y in zip([*inputs_a, places_a, classes_a], [*inputs_b, places_b, classes_b]))
+    halves = [StepBatches(trainer.examples, trainer.model, trainer.regions, batch_for, range(3, 4), 0, rank, 2)[0]
+              for rank in (0, 1)]
+    assert sum(len(h[0][4]) for h in halves) == 8  # the levels of both ranks' rows: the global batch
+
+
+def test_deferred_checks_keep_a_non_finite_step_from_the_weights(world, tmp_path):
+    """The GPU's deferred checks, run on the CPU: at lr 1e30 the loss of step 2 is NaN. No update from step 2
+    on reaches the weights, and the check at the log step 4 stops the run naming step 2; the checkpoint kept
+    is step 1's, as the per-step checks leave it."""
+    from clid.model.train import TrainSettings
+
+    settings = TrainSettings(lr=1e30, warmup=1, max_steps=6, log_every=4, save_every=1, workers=0, eval_every=0)
+    checked = toy_trainer(world, tmp_path / "checked", settings, defer_checks=False)
+    batch_for = lambda step: epoch_batches(len(checked.examples), 8, step, seed=0)  # noqa: E731
+    with pytest.raises(SystemExit, match="the training loss is nan at step 2; stopped before its optimizer step"):
+        checked.run(6, batch_for)
+    deferred = toy_trainer(world, tmp_path / "deferred", dataclasses.replace(settings, save_every=100), defer_checks=True)
+    with pytest.raises(SystemExit, match=r"the training loss is nan at step 2; .* no checkpoint was written"):
+        deferred.run(6, batch_for)
+    assert deferred.step == 4 and not (tmp_path / "deferred" / "model.safetensors").exists()
+    after_step_1 = read_weights(tmp_path / "checked")
+    weights = deferred.model.state_dict()
+    assert all(torch.equal(weights[k], after_step_1[k]) for k in after_step_1)
+    saving = toy_trainer(world, tmp_path / "saving", settings, defer_checks=True)  # a save is a check too
+    with pytest.raises(SystemExit, match=r"at step 2; .* keeps its last checkpoint \(step 1\)"):
+        saving.run(6, batch_for)
 
 
 def test_continuing_a_checkpoint_equals_one_uninterrupted_run(tmp_path, world):

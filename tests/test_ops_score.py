@@ -115,16 +115,22 @@ def test_seq_logprob_matches_float64(dtype, V):
     assert_within(got, expected, tol, f"seq_logprob {dtype} V={V}")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_extreme_logits(dtype):
-    """+-1e4 logits, -inf entries, a -inf target, an all -inf row, the maximum in the row's tail."""
-    gen = torch.Generator().manual_seed(1)
-    V = 30522
+def extreme_logits(gen, V: int) -> torch.Tensor:
+    """[6, 4, V] logits: a 1% of +1e4 and of -1e4, 5% of -inf, the rest N(0, 9)."""
     logits = torch.randn(6, 4, V, generator=gen) * 3
     big = torch.rand(6, 4, V, generator=gen)
     logits[big < 0.01] = 1e4
     logits[big > 0.99] = -1e4
     logits[(big > 0.4) & (big < 0.45)] = -math.inf
+    return logits
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_extreme_logits(dtype):
+    """+-1e4 logits, -inf entries, a -inf target, an all -inf row, the maximum in the row's tail."""
+    gen = torch.Generator().manual_seed(1)
+    V = 30522
+    logits = extreme_logits(gen, V)
     logits[1, 0, :] = -1e4
     logits[1, 0, V - 3] = 1e4                             # the maximum among the last, partial vector
     logits[1, 1, :] = -math.inf
@@ -457,3 +463,120 @@ def test_opcheck_on_cuda():
     hidden, weight = torch.randn(13, 8, generator=gen).cuda(), torch.randn(301, 8, generator=gen).cuda()
     torch.library.opcheck(torch.ops.clid.token_logprob_hidden.default,
                           (hidden, weight, torch.randn(301, generator=gen).cuda(), targets.flatten()[:13].contiguous()))
+
+
+# The CUDA seq_logprob and token_logprob_hidden run without host synchronisation: their target check
+# is a device-side assertion, and token_logprob_hidden's product is cuBLAS's, a tile at a time.
+
+@CUDA
+@pytest.mark.parametrize("V", [1, 15, 17, 30522])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_seq_logprob_unaligned_rows_and_target_types(dtype, V):
+    """Rows that start off a 16-byte boundary (an odd V, a sliced tensor), int32 and int64 targets,
+    bool and float masks: all equal the float64 reference, with no host synchronisation."""
+    gen = torch.Generator().manual_seed(V + 31)
+    logits, targets, mask = random_captions(6, 9, V + 1, dtype, gen)
+    logits = logits[:, :, 1:]                             # every row starts one element past its storage
+    targets = targets.clamp(max=V - 1)
+    expected, tol = seq_expected(logits, targets.clamp(min=0), mask)
+    z, y = logits.cuda(), targets.clamp(min=0).cuda()
+    for yt, m in ((y, mask.cuda()), (y.int(), mask.float().cuda())):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            got = ops.seq_logprob(z, yt, m)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert_within(got, expected, tol, f"cuda seq_logprob {dtype} V={V} {yt.dtype} {m.dtype}")
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_extreme_logits(dtype):
+    """The CPU test's extremes through the CUDA seq_logprob and token_logprob_hidden."""
+    gen = torch.Generator().manual_seed(1)
+    V = 30522
+    logits = extreme_logits(gen, V)
+    logits[1, 0, V - 3] = 3e4
+    logits[2, 0, :] = -math.inf                           # all -inf -> NaN
+    targets = torch.randint(0, V, (6, 4), generator=gen)
+    targets[1, 0] = V - 3
+    logits = logits.to(dtype)
+    mask = torch.ones(6, 4, dtype=torch.bool)
+    mask[4, 1:] = False                                   # a length-1 caption
+    mask[5] = False                                       # a fully padded one: NaN
+    expected, tol = seq_expected(logits, targets, mask)
+    assert_within(ops.seq_logprob(logits.cuda(), targets.cuda(), mask.cuda()), expected, tol, f"cuda extremes {dtype}")
+    P, H = 40, 16
+    hidden = torch.randn(P, H, generator=gen).to(dtype)
+    weight = torch.randn(V, H, generator=gen).to(dtype)
+    bias = torch.zeros(V)
+    bias[V - 1], bias[3] = 1e4, -1e4                      # in the last, partial vocabulary tile
+    targets = torch.randint(0, V, (P,), generator=gen)
+    targets[:3] = torch.tensor([V - 1, 3, 0])
+    exact, bound = hidden_expected(hidden, weight, bias, targets)
+    got = ops.token_logprob_hidden(hidden.cuda(), weight.cuda(), bias.cuda(), targets.cuda())
+    assert_within(got, exact, bound, f"cuda hidden extremes {dtype}")
+
+
+@CUDA
+@pytest.mark.parametrize("hdtype,wdtype", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16),
+                                           (torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32)])
+def test_cuda_hidden_tiles_and_row_blocks(hdtype, wdtype):
+    """More rows than one row block (8,192 at this vocabulary) and a vocabulary of three tiles, the last
+    partial; mixed input types; a length-1 input; no host synchronisation; bitwise repeatable."""
+    gen = torch.Generator().manual_seed(13)
+    P, H, V = 8192 + 37, 24, 2 * 1024 + 77
+    hidden = torch.randn(P, H, generator=gen).to(hdtype)
+    weight = (torch.randn(V, H, generator=gen) * 0.3).to(wdtype)
+    bias = torch.randn(V, generator=gen)
+    targets = torch.randint(0, V, (P,), generator=gen)
+    targets[:4] = torch.tensor([0, V - 1, 1023, 1024])  # both sides of a tile edge
+    h, w, b, y = hidden.cuda(), weight.cuda(), bias.cuda(), targets.cuda()
+    exact, bound = hidden_expected(h, w, b, y)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = ops.token_logprob_hidden(h, w, b, y)
+        again = ops.token_logprob_hidden(h, w, b, y)
+        one = ops.token_logprob_hidden(h[5:6], w, b, y[5:6])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert_within(got, exact.cpu(), bound.cpu(), f"cuda hidden {hdtype} x {wdtype}")
+    assert_within(one, exact[5:6].cpu(), bound[5:6].cpu(), "cuda hidden, one row")
+    assert bitwise_equal(got, again)
+
+
+@CUDA
+def test_cuda_hidden_memory_is_bounded():
+    """BERT-base's head over 16,384 positions: the op's extra GPU memory stays under 5% of the logits."""
+    gen = torch.Generator(device="cuda").manual_seed(14)
+    P, H, V = 16384, 768, 30522
+    hidden = torch.randn(P, H, generator=gen, device="cuda").bfloat16()
+    weight = (torch.randn(V, H, generator=gen, device="cuda") / math.sqrt(H)).bfloat16()
+    targets = torch.randint(0, V, (P,), generator=gen, device="cuda")
+    ops.token_logprob_hidden(hidden, weight, None, targets)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    ops.token_logprob_hidden(hidden, weight, None, targets)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before
+    logits = P * V * 2
+    assert extra <= 0.05 * logits, f"{extra / 2**20:.1f} MiB extra, {100 * extra / logits:.1f}% of the logits"
+
+
+@CUDA
+@pytest.mark.parametrize("call,message", [
+    ("ops.seq_logprob(torch.randn(2, 3, 50, device='cuda'), torch.tensor([[1, 2, 50], [3, 4, 5]], device='cuda'), "
+     "torch.ones(2, 3, dtype=torch.bool, device='cuda'))",
+     "seq_logprob: target 50 at position [0, 2] is outside the vocabulary [0, 50)"),
+    ("ops.token_logprob_hidden(torch.randn(4, 8, device='cuda'), torch.randn(10, 8, device='cuda'), None, "
+     "torch.tensor([0, 1, -1, 2], device='cuda'))",
+     "token_logprob_hidden: target -1 at position [2] is outside the vocabulary [0, 10)"),
+])
+def test_cuda_bad_target_is_a_device_assertion(call, message):
+    """A target outside the vocabulary stops the process with a device-side assertion that names it
+    (run in a subprocess: the assertion ends the CUDA context)."""
+    code = f"import torch\nimport clid.ops as ops\nout = {call}\ntorch.cuda.synchronize()\nprint('no error')\n"
+    proc = run_script("-c", code, check=False)
+    assert proc.returncode != 0 and "no error" not in proc.stdout
+    assert message in proc.stdout + proc.stderr

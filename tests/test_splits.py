@@ -50,7 +50,7 @@ def test_converter_on_the_real_coco_files_gives_karpathy_splits(converted):
     assert sum(len(r.captions) for r in records) == 414113 + 202654
     # and it trains: the guard accepts it, the test images stay out
     items = training_items(out)
-    assert len({i for _, i, _ in items.trusted}) == 113287 and len(items.val_ids) == 5000
+    assert len(set(items.trusted.image_ids)) == 113287 and len(items.val_ids) == 5000
 
 
 def test_converter_takes_val_and_restval_from_a_karpathy_file(fixtures, tmp_path):
@@ -110,11 +110,11 @@ def test_04_refuses_the_official_val2014_file(coco_annotations, tmp_path):
 
 def test_test_ids_hold_the_karpathy_test_images_out(coco_annotations):
     items = training_items(coco_annotations / "captions_val2014.json", test_ids="karpathy")
-    trained = {i for _, i, _ in items.trusted}
+    trained = set(items.trusted.image_ids)
     assert len(trained) == 40504 - 5000 and not trained & set(karpathy_test_ids())
     assert items.notes == ["held out of training and validation: 5000 images of --test-ids karpathy"]
     everything = training_items(coco_annotations / "captions_val2014.json", split_check=False)
-    assert len({i for _, i, _ in everything.trusted}) == 40504
+    assert len(set(everything.trusted.image_ids)) == 40504
 
 
 def leaky_karpathy(fixtures, tmp_path, **extra):
@@ -135,15 +135,15 @@ def test_coco_training_images_must_not_be_karpathy_test_images(fixtures, tmp_pat
                                         r"convert it with"):
         training_items(path)
     items = training_items(path, test_ids=fixtures / "test_ids.txt")  # 391895 held out
-    assert "391895" not in {i for _, i, _ in items.trusted}
-    assert "391895" in {i for _, i, _ in training_items(path, split_check=False).trusted}
+    assert "391895" not in items.trusted.image_ids
+    assert "391895" in training_items(path, split_check=False).trusted.image_ids
     # the same ids in a non-COCO dataset (no "dataset": "coco", no COCO file names) are not COCO ids
     sample = json.loads(path.read_text())
     for image in sample["images"]:
         image["filename"] = f"{image['cocoid']}.jpg"
     other = tmp_path / "other.json"
     other.write_text(json.dumps(dict(sample, dataset="mine")))
-    assert "391895" in {i for _, i, _ in training_items(other).trusted}
+    assert "391895" in training_items(other).trusted.image_ids
 
 
 def test_jsonl_captions_have_no_splits(tmp_path):

@@ -69,7 +69,7 @@ def test_convert_ssa_writes_self_generated_captions_for_05_and_06(tmp_path):
     # the stages' loader takes them as self-generated captions of the training images
     captions, _ = make_toy_world(tmp_path, n_train=3, n_val=1, n_test=1)
     items = training_items(captions, out)
-    assert [c for c, _, _ in items.selfgen] == ["1_ssa0", "1_ssa1", "2_ssa0"]
+    assert items.selfgen.caption_ids == ["1_ssa0", "1_ssa1", "2_ssa0"]
     import shutil
 
     copy = shutil.copytree(SSA, tmp_path / "ssa")

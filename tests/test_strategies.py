@@ -16,7 +16,7 @@ SCRIPT = import_script("06_train_selection.py", "selection_stage")
 def args_for(**kw):
     base = dict(strategy="loss-remove", c=2.0, s=1.0, eta=3, full_epochs=False, schedule="smooth", max_steps=12,
                 batch_size=4, seed=0, curate_every=3, curate_ratio=0.1, curate_std=None, buckets=3, patience=2,
-                difficulty=None, loss_mode="onepass", min_improvement=0.0)
+                difficulty=None, loss_mode="onepass", min_improvement=0.0, captions=None, selfgen=None)
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -169,7 +169,7 @@ def toy(tmp_path_factory):
     from clid.features.store import FeatureStore, RegionCache
     from clid.model.captioner import CaptionerConfig, build_model
     from clid.model.checkpoints import save_model
-    from clid.model.inputs import make_examples, training_items
+    from clid.model.inputs import training_items, usable
     from clid.text import get_levels
 
     folder = tmp_path_factory.mktemp("strategies")
@@ -180,7 +180,7 @@ def toy(tmp_path_factory):
     save_model(model, folder / "boot")
     store = FeatureStore(features)
     items = training_items(captions)
-    examples, _ = make_examples(items.trusted, model.tokenizer, model.levels, "trusted", store)
+    examples, _ = usable(items.trusted, model.levels, "trusted", store)
     return folder, captions, model, examples, RegionCache(store), items
 
 

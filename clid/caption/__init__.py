@@ -23,6 +23,9 @@ __all__ = ["CaptionWriter", "MemoryRegions", "Regions", "add_decoding_args", "ca
            "decode_steps", "default_device"]
 
 
+BATCH_SIZE = 64  # images decoded together (--batch-size auto on the CPU)
+
+
 def default_device() -> str:
     """``cuda`` when a GPU is there, else ``cpu``."""
     import torch
@@ -31,13 +34,16 @@ def default_device() -> str:
 
 
 def add_decoding_args(parser) -> None:
-    """The decoding flags of the caption command and ``07_eval.py``: ``--batch-size``, ``--decode-steps``,
-    ``--eos-decay``, ``--labert-average``, ``--length-count`` (the defaults are the authors')."""
+    """The decoding flags of the caption command and ``07_eval.py``: ``--batch-size``, ``--precision``,
+    ``--decode-steps``, ``--eos-decay``, ``--labert-average``, ``--length-count`` (the defaults are the
+    authors')."""
     import argparse
 
+    from clid import runtime
     from clid.cli import number, positive_int
 
-    parser.add_argument("--batch-size", type=positive_int, default=64, help="images decoded together")
+    runtime.add_batch_size_arg(parser, BATCH_SIZE, "images decoded together")
+    runtime.add_precision_arg(parser)
     parser.add_argument("--decode-steps", type=positive_int, nargs="+", default=None, metavar="N",
                         help="mask-predict iterations, one number per level of the checkpoint or one for every level "
                              "(default: the paper's 10, 15, ..., 40)")
@@ -100,13 +106,19 @@ class CaptionWriter:
     ``features``: the region-feature file (a path or a :class:`FeatureStore`) the image ids refer to.
     Decoding options (the defaults are the authors'): ``steps`` (mask-predict iterations per level;
     None: 10, 15, ..., 40), ``eos_decay`` and ``labert_average`` (see :mod:`clid.model.decode`).
+    ``batch_size``: images decoded together, or "auto" (:mod:`clid.runtime`: 64 on the CPU, on a GPU as
+    many as half its free memory holds); ``precision``: "auto" (bfloat16 autocast on a GPU, float32 on
+    the CPU), "fp32" or "bf16".
     """
 
-    def __init__(self, model, features=None, device: str | None = None, batch_size: int = 64,
+    def __init__(self, model, features=None, device: str | None = None, batch_size="auto",
                  steps: tuple[int, ...] | None = None, eos_decay: float = 1.0, labert_average: bool = True,
-                 checkpoint=None):
+                 checkpoint=None, precision: str = "auto"):
+        from clid import runtime
+
         self.model, self.checkpoint = model, checkpoint
         self.device = device or default_device()
+        self.precision = runtime.resolve(precision, self.device)
         self.batch_size, self.steps, self.eos_decay, self.labert_average = batch_size, steps, eos_decay, labert_average
         self.features = None
         if features is not None:
@@ -155,10 +167,23 @@ class CaptionWriter:
         source = self.features if features is None else features
         if source is None:
             raise ValueError("no region features: give features= to from_checkpoint, or call use_features(path)")
-        return decode.generate_captions(self.model, source, [str(i) for i in image_ids], self.select_levels(levels),
-                                        batch_size=self.batch_size, device=self.device, steps=self.steps,
-                                        eos_decay=self.eos_decay, labert_average=self.labert_average,
-                                        progress=progress, return_filled=True)
+        image_ids, levels = [str(i) for i in image_ids], self.select_levels(levels)
+        return decode.generate_captions(self.model, source, image_ids, levels,
+                                        batch_size=self.decode_batch_size(source, image_ids, levels), device=self.device,
+                                        steps=self.steps, eos_decay=self.eos_decay, labert_average=self.labert_average,
+                                        progress=progress, return_filled=True, precision=self.precision)
+
+    def decode_batch_size(self, source, image_ids, levels) -> int:
+        """``batch_size``, or what "auto" picks: one image's activations at the longest level asked for
+        (its first image's regions, all positions re-predicted: float32 logits and probabilities)."""
+        from clid import runtime
+
+        if self.batch_size != "auto" or runtime.device_type(self.device) != "cuda" or not image_ids:
+            return runtime.batch_size(self.batch_size, self.device, 1.0, BATCH_SIZE)
+        config, high = self.model.config, max(self.levels[level - 1][1] for level in levels)
+        positions = len(source.get(image_ids[0]).features) + high
+        per_image = runtime.encoder_bytes(config, positions, self.precision) + 3 * 4 * high * config.output_size
+        return runtime.batch_size("auto", self.device, per_image, BATCH_SIZE)
 
     def caption(self, images, levels=None):
         """Captions, by level, of one image (an image id or its :class:`Regions`): ``{level: text}``;

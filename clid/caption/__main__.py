@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clid import runs, shard
+from clid import runs, runtime, shard
 from clid.caption import CaptionWriter, add_decoding_args, caption_records, decode_steps, default_device, describe_levels
 from clid.caption.gallery import THUMBNAIL_SIDE, image_files, is_gallery, thumbnail, write_gallery
 from clid.cli import HelpFormatter, device, positive_int, run_main
@@ -148,8 +148,10 @@ def main(argv=None) -> None:
     store = FeatureStore(args.features, bad=args.bad_features)
     ids, names = read_ids(args, store)
     device = args.device or default_device()
+    args.precision = runtime.use_precision(args.precision, device)  # what auto means here: recorded
     writer = CaptionWriter.from_checkpoint(args.checkpoint, device, batch_size=args.batch_size,
-                                           eos_decay=args.eos_decay, labert_average=args.labert_average)
+                                           eos_decay=args.eos_decay, labert_average=args.labert_average,
+                                           precision=args.precision)
     writer.steps = decode_steps(args.decode_steps, len(writer.levels))
     writer.use_features(store)
     try:
@@ -164,7 +166,8 @@ def main(argv=None) -> None:
 
     # 2. decode this shard's images in resumable chunks; the last shard to finish merges
     record = runs.run_record(args, inputs=("checkpoint", "features", "ids"), settings=(
-        "levels", "split", "limit", "decode_steps", "eos_decay", "labert_average", "length_count", "bad_features"))
+        "levels", "split", "limit", "decode_steps", "eos_decay", "labert_average", "length_count", "bad_features",
+        "precision"))
     job = shard.Job(out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     if not job.done:
         print(f"captioning {len(job.spec.select(ids))} of {len(ids)} images at levels "

@@ -135,15 +135,16 @@ def add_split_args(parser) -> None:
                              "Karpathy test images")
 
 
-def training_records(path, test_ids=None, split_check: bool = True):
+def training_records(path, test_ids=None, split_check: bool = True, info=None):
     """(train records (Karpathy "restval" included), val records, lines to print) of a captions file.
 
     Never hands a test image to training: raises :class:`DataError` (naming what to do) when the
     file has no train/val/test split (the official COCO JSON, JSONL, paragraphs without their split
     files) and no ``test_ids`` were given, or when COCO training images include Karpathy test ids.
     ``test_ids`` (a file, or "karpathy") are held out of train and val. ``split_check=False`` skips both checks.
+    ``info``: :func:`split_info` of the file, if the caller has read it.
     """
-    records, kind, coco = split_info(path)
+    records, kind, coco = info or split_info(path)
     held = set()
     if test_ids:
         held = set(karpathy_test_ids() if test_ids == "karpathy" else read_id_list(test_ids))

@@ -51,12 +51,14 @@ def load_regions(features: FeatureStore, image_id, num_classes: int = 0,
 
 class RegionCache:
     """Region inputs (features, 6-d boxes plus ``num_classes`` class probabilities) per image id, read
-    from the HDF5 once and kept in memory. ``for_model`` takes both settings from a model's config."""
+    from the HDF5 once and kept in memory (``cache=False``: read every time). ``for_model`` takes both
+    settings from a model's config."""
 
-    def __init__(self, features: FeatureStore, num_classes: int = 0, box_input: str = "authors"):
+    def __init__(self, features: FeatureStore, num_classes: int = 0, box_input: str = "authors", cache: bool = True):
         self.features = features
         self.num_classes = num_classes
         self.box_input = box_input
+        self.cache = cache
         self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @classmethod
@@ -67,7 +69,9 @@ class RegionCache:
     def get(self, image_id: str):
         item = self._cache.get(image_id)
         if item is None:
-            item = self._cache[image_id] = load_regions(self.features, image_id, self.num_classes, self.box_input)
+            item = load_regions(self.features, image_id, self.num_classes, self.box_input)
+            if self.cache:
+                self._cache[image_id] = item
         return item
 
     def batch(self, image_ids: list[str]):

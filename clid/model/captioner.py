@@ -175,7 +175,8 @@ class SelfAttention(nn.Module):
         self.dropout = c.dropout
 
     def forward(self, x, key_padding, queries=None):
-        """x [B, S, H]; key_padding [B, 1, 1, S] additive; queries [B, Q, H] (None: every position)."""
+        """x [B, S, H]; key_padding [B, 1, 1, S], additive or boolean (True: attend); queries [B, Q, H]
+        (None: every position)."""
         B, S, H = x.shape
         heads = lambda t: t.view(B, t.shape[1], self.num_heads, H // self.num_heads).transpose(1, 2)
         q = heads(self.query(x if queries is None else queries))
@@ -435,7 +436,7 @@ class Captioner(nn.Module):
         """Classes of the head -> token ids."""
         return classes if self.output_ids is None else self.output_ids[classes]
 
-    def encode(self, regions, region_pos, region_mask, input_ids, levels, text_positions=None):
+    def encode(self, regions, region_pos, region_mask, input_ids, levels, text_positions=None, grouped=None):
         """Final hidden states of the text positions, [B, T, H].
 
         regions [B, R, D], region_pos [B, R, 6+C], region_mask [B, R] (True = a real region),
@@ -443,18 +444,24 @@ class Captioner(nn.Module):
         ``text_positions`` [B, Q] (long): return only the states there, [B, Q, H], and skip the last
         layer's work at every other position (05 reads one position per pass).
 
-        Rows are run through the encoder in groups of equal text length, each cut to its own length,
-        so no compute goes to padded text (a batch of mixed levels costs what its captions cost).
-        Padded keys are masked either way, so the result equals one padded pass; padded positions
-        of the output are zero.
+        ``grouped`` (default: on the CPU, not on a GPU): rows run through the encoder in groups of
+        equal text length, each cut to its own length, so no compute goes to padded text (a batch of
+        mixed levels costs what its captions cost). That pays on a CPU; on a GPU the groups' small
+        passes and the synchronisations that form them cost more than the padding, so there the batch
+        is one padded pass with a boolean key-padding mask. Padded keys are masked either way, so both
+        give the same states (to rounding); padded positions of the output are zero.
         """
         text_mask = input_ids != self.pad_id
         key_mask = torch.cat([region_mask, text_mask], dim=1)
+        x = self.embeddings(regions, region_pos, input_ids, levels)  # one embedding lookup for the batch
+        R, T = regions.shape[1], input_ids.shape[1]
+        if not (regions.device.type == "cpu" if grouped is None else grouped):
+            states = self.encoder(x, key_mask[:, None, None, :], keep=None if text_positions is None else R + text_positions)
+            return states[:, R:] * text_mask[..., None] if text_positions is None else \
+                states * text_mask.gather(1, text_positions)[..., None]
         # additive attention bias that hides padded regions and padded text from every query
         key_padding = torch.zeros(key_mask.shape, dtype=regions.dtype, device=regions.device)
         key_padding = key_padding.masked_fill(~key_mask, torch.finfo(regions.dtype).min)[:, None, None, :]
-        x = self.embeddings(regions, region_pos, input_ids, levels)  # one embedding lookup for the batch
-        R, T = regions.shape[1], input_ids.shape[1]
         lengths = text_mask.sum(1)
 
         def text_states(xs, padding, positions):
@@ -479,16 +486,22 @@ class Captioner(nn.Module):
     def hidden(self, text_states, positions=None):
         """The LM head's hidden states (before the vocabulary projection) at chosen positions.
 
-        ``positions`` is a boolean mask [B, T] (returns [P, H] in row-major order) or None (all).
+        ``positions`` is a boolean mask [B, T] or the flat places (long [P], into B * T) of its True
+        entries (returns [P, H] in row-major order; places need no look at the mask on a GPU), or None (all).
         """
-        h = text_states if positions is None else text_states[positions]
+        if positions is None:
+            h = text_states
+        elif positions.dtype == torch.bool:
+            h = text_states[positions]
+        else:
+            h = text_states.flatten(0, 1).index_select(0, positions)
         return self.head.transform(h)
 
     def logits_from_hidden(self, h):
         return F.linear(h, self.output_weight, self.head.bias)
 
     def forward(self, regions, region_pos, region_mask, input_ids, levels, positions):
-        """Logits [P, V] at the positions (bool [B, T]) that need a prediction."""
+        """Logits [P, V] at the positions (bool [B, T], or their flat places) that need a prediction."""
         states = self.encode(regions, region_pos, region_mask, input_ids, levels)
         return self.logits_from_hidden(self.hidden(states, positions))
 

@@ -87,13 +87,16 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
 def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[str], levels: list[int],
                       batch_size: int = 64, device="cpu", steps: tuple[int, ...] | None = None,
                       eos_decay: float = 1.0, labert_average: bool = True, dedupe: bool = True,
-                      progress: bool = False, return_filled: bool = False):
+                      progress: bool = False, return_filled: bool = False, precision: str = "fp32"):
     """Captions at each requested level for each image: ``{level: {image_id: caption}}``.
 
     ``features``: a :class:`FeatureStore`, or any object with its ``path`` and ``get(image_id)``.
     ``progress``: True for a bar, or a function called with the number of images of each decoded
     batch. ``return_filled``: also return ``{level: {image ids whose decoded sequence holds no "."}}``.
+    ``precision`` (clid.runtime): bf16 decodes under bfloat16 autocast. Towards a GPU the next batch's
+    regions are read in a second thread and copied from pinned memory while the GPU decodes.
     """
+    from clid import runtime
     from clid.progress import Progress
 
     model.eval()
@@ -105,11 +108,16 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
     batches = [image_ids[i:i + batch_size] for i in range(0, len(image_ids), batch_size)]
     report = progress if callable(progress) else None
     bar = Progress(len(batches) * len(levels), "decode", "batch", disable=not progress or report is not None)
-    for batch in batches:
+
+    def batch_regions(batch):
         regions = [load_regions(features, i, model.config.num_classes, model.config.box_input) for i in batch]
-        feats, pos, mask = (t.to(device) for t in pad_regions(regions))
+        return runtime.pin(pad_regions(regions), device)
+
+    for batch, regions in zip(batches, runtime.prefetch(batches, batch_regions, device)):
+        feats, pos, mask = runtime.to_device(regions, device)
         for level in levels:
-            ids = mask_predict(model, feats, pos, mask, level, steps[level - 1], eos_decay, labert_average)
+            with runtime.autocast(precision, device):
+                ids = mask_predict(model, feats, pos, mask, level, steps[level - 1], eos_decay, labert_average)
             for image_id, row in zip(batch, ids.tolist()):
                 text = decode(row, model.tokenizer, keep_sentences=paragraphs)
                 out[level][str(image_id)] = remove_doubled_words(text) if dedupe else text

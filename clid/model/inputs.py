@@ -1,8 +1,11 @@
 """Captions and region features as the models read them, shared by training (04, 06), scoring (05)
 and evaluation (07).
 
+- :class:`Examples`: tokenised captions as flat arrays (one int32 array of token ids, offsets, levels, ids);
+- :class:`CaptionFiles`: the caption files of a run, each read, preprocessed and tokenised once (with
+  ``cache``, the tokens of a JSONL file are kept beside it for the next run: clid/model/token_cache.py);
 - :func:`training_items`: the trusted captions of the train split and the self-generated ones;
-- :func:`make_examples`: captions -> token ids and length levels (too-long captions counted, not hidden);
+- :func:`usable` / :func:`make_examples`: the captions that can train (too-long captions counted, not hidden);
 - :func:`training_examples` / :func:`report_skipped`: the examples of :func:`training_items`, every caption
   left out counted by reason, and the lines that report them;
 - :func:`load_regions` / :func:`pad_regions`: one image's region inputs, a padded batch of them;
@@ -10,37 +13,141 @@ and evaluation (07).
 """
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
 
 from clid.features.store import FeatureStore
-from clid.text import encode, get_levels, length_to_level
+from clid.files import DataError, id_problem
+from clid.model.token_cache import tokenizer_digest
+from clid.text import FlatEncoder, caption_words, get_levels, keeps_sentences, length_levels
+
+
+class TokenRows:
+    """``rows[i]``: the token ids of caption i as a list (its final "." included)."""
+
+    def __init__(self, token_ids: np.ndarray, offsets: np.ndarray):
+        self.token_ids, self.offsets = token_ids, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i) -> list[int]:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.token_ids[self.offsets[i]:self.offsets[i + 1]].tolist()
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def _empty(dtype):
+    return field(default_factory=lambda: np.zeros(0, dtype))
 
 
 @dataclass
 class Examples:
-    """Tokenised training captions. ``tokens[i]`` ends with "."; ``levels[i]`` is 1-based."""
+    """Tokenised captions: caption i's token ids, its final "." included, are
+    ``token_ids[offsets[i]:offsets[i + 1]]`` (``tokens[i]`` as a list); ``levels[i]`` is 1-based (0: outside
+    the levels, in a file's table); ``digests[i]`` is a digest of the caption's text (:func:`text_digests`)."""
 
     image_ids: list[str] = field(default_factory=list)
-    tokens: list[list[int]] = field(default_factory=list)
-    levels: list[int] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)  # "trusted" / "selfgen"
     caption_ids: list[str] = field(default_factory=list)
+    token_ids: np.ndarray = _empty(np.int32)
+    offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    levels: np.ndarray = _empty(np.int64)
+    sources: list[str] = field(default_factory=list)  # "trusted" / "selfgen"
+    digests: np.ndarray = _empty(np.uint64)
 
     def __len__(self) -> int:
-        return len(self.tokens)
+        return len(self.caption_ids)
 
-    def extend(self, other: "Examples") -> "Examples":
-        for name in ("image_ids", "tokens", "levels", "sources", "caption_ids"):
-            getattr(self, name).extend(getattr(other, name))
-        return self
+    @property
+    def tokens(self) -> TokenRows:
+        return TokenRows(self.token_ids, self.offsets)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens of each caption, its final "." included."""
+        return np.diff(self.offsets)
+
+    def __add__(self, other: "Examples") -> "Examples":
+        """These examples, then ``other``'s (new arrays and lists: neither is changed)."""
+        return Examples(self.image_ids + other.image_ids, self.caption_ids + other.caption_ids,
+                        np.concatenate([self.token_ids, other.token_ids]),
+                        np.concatenate([self.offsets, other.offsets[1:] + self.offsets[-1]]),
+                        np.concatenate([self.levels, other.levels]), self.sources + other.sources,
+                        np.concatenate([self.digests, other.digests]))
+
+    def select(self, keep: np.ndarray) -> "Examples":
+        """The examples where the boolean mask ``keep`` is true (these very examples when it is true everywhere)."""
+        return self if keep.all() else self.subset(np.flatnonzero(keep))
 
     def subset(self, indices) -> "Examples":
-        out = Examples()
-        for name in ("image_ids", "tokens", "levels", "sources", "caption_ids"):
-            values = getattr(self, name)
-            setattr(out, name, [values[i] for i in indices])
-        return out
+        """The examples at ``indices`` (in that order; repeats allowed)."""
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        lengths = self.lengths[indices]
+        offsets = np.zeros(len(indices) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        # token k of output row r is token (k - offsets[r]) of input row indices[r]
+        at = np.repeat(self.offsets[indices] - offsets[:-1], lengths) + np.arange(offsets[-1])
+        pick = indices.tolist()
+        return Examples([self.image_ids[i] for i in pick], [self.caption_ids[i] for i in pick], self.token_ids[at],
+                        offsets, self.levels[indices], [self.sources[i] for i in pick], self.digests[indices])
+
+
+def text_digest(text: str) -> int:
+    """A 64-bit digest of a caption's text (BLAKE2b of its UTF-8): what 05 records of each caption it scored."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def text_digests(texts) -> np.ndarray:
+    return np.fromiter(map(text_digest, texts), dtype=np.uint64)
+
+
+def tokenize_table(caption_ids: list[str], image_ids: list[str], texts, tokenizer, keep_sentences: bool,
+                   source: str, preprocessed: bool = False) -> Examples:
+    """Every caption of a file as :class:`Examples` (levels 0: see :func:`usable`). ``preprocessed``: the texts
+    are the loaders' preprocessed captions (words and "." only), so they are split, not preprocessed again."""
+    texts = list(texts)
+    encoder = FlatEncoder(tokenizer)
+    for text in texts:
+        if preprocessed:
+            words = text.split()
+            encoder.add(words if keep_sentences else [w for w in words if w != "."])
+        else:
+            encoder.add(caption_words(text, keep_sentences))
+    token_ids, offsets = encoder.finish()
+    return Examples(image_ids, caption_ids, token_ids, offsets, np.zeros(len(texts), np.int64), [source] * len(texts),
+                    text_digests(texts))
+
+
+def usable(table: Examples, levels, source: str, features: FeatureStore | None = None) -> tuple[Examples, Counter]:
+    """The captions of ``table`` that can be trained on or scored, with their levels, and the skip counts by
+    reason: no word left after preprocessing, a length outside the levels, no region features for the image
+    (checked in that order)."""
+    lengths = table.lengths
+    found = length_levels(lengths, levels)
+    wordless = lengths == 1  # only the final ".": no word was left after preprocessing
+    outside = ~wordless & (found == 0)
+    keep = ~wordless & ~outside
+    if features is not None:
+        candidates = np.flatnonzero(keep).tolist()
+        image_ids = table.image_ids
+        with_features = {i: i in features for i in dict.fromkeys(image_ids[k] for k in candidates)}
+        keep[candidates] = [with_features[image_ids[k]] for k in candidates]
+    skipped = Counter()
+    if wordless.any():
+        skipped[f"{source}: no word left after preprocessing"] = int(wordless.sum())
+    values, first, counts = np.unique(lengths[outside], return_index=True, return_counts=True)
+    for k in np.argsort(first):  # (in the order the lengths first appear)
+        skipped[f"{source}: length {values[k]} outside the levels"] = int(counts[k])
+    if n_missing := int((~wordless & ~outside & ~keep).sum()):
+        skipped[f"{source}: no region features for the image"] = n_missing
+    return replace(table.select(keep), levels=found[keep]), skipped
 
 
 def make_examples(items: list[tuple[str, str, str]], tokenizer, levels, source: str,
@@ -49,27 +156,9 @@ def make_examples(items: list[tuple[str, str, str]], tokenizer, levels, source: 
 
     With the paragraph levels, sentence breaks stay in the text as "." tokens (they count).
     """
-    skipped = Counter()
-    keep_sentences = get_levels(levels) == get_levels("paragraph")
-    ids = encode([text for _, _, text in items], tokenizer, keep_sentences)
-    out = Examples()
-    for (caption_id, image_id, _), row in zip(items, ids):
-        if len(row) == 1:  # only the final ".": no word was left after preprocessing
-            skipped[f"{source}: no word left after preprocessing"] += 1
-            continue
-        level = length_to_level(len(row), levels)
-        if level is None:
-            skipped[f"{source}: length {len(row)} outside the levels"] += 1
-            continue
-        if features is not None and str(image_id) not in features:
-            skipped[f"{source}: no region features for the image"] += 1
-            continue
-        out.image_ids.append(str(image_id))
-        out.tokens.append(row)
-        out.levels.append(level)
-        out.sources.append(source)
-        out.caption_ids.append(str(caption_id))
-    return out, skipped
+    table = tokenize_table([str(c) for c, _, _ in items], [str(i) for _, i, _ in items], [t for _, _, t in items],
+                           tokenizer, keeps_sentences(levels), source)
+    return usable(table, levels, source, features)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,6 +177,13 @@ def add_left_out_arg(parser) -> None:
                              "split, are left out by design and not counted); 1: never stop")
 
 
+def add_token_cache_arg(parser) -> None:
+    parser.add_argument("--token-cache", action="store_true",
+                        help="keep the tokens of the self-generated captions beside their file (FILE.tokens-LEVELS.npz) "
+                             "and read them from there in the next run of 04, 05 or 06, rebuilt when the file, the "
+                             "tokenizer or the levels change; without it, every run tokenises the file")
+
+
 def counts_as_lost(reason: str) -> bool:
     """Whether a skip reason of :func:`make_examples` / :func:`training_items` is data lost (counted against
     --max-left-out), not a caption left out by design."""
@@ -95,12 +191,12 @@ def counts_as_lost(reason: str) -> bool:
     return not (why == "image not in the training split" or (source == "selfgen" and why.endswith("outside the levels")))
 
 
-def check_left_out(source: str, offered: int, skipped: Counter, max_share: float, path, items=None,
+def check_left_out(source: str, offered: int, skipped: Counter, max_share: float, path, image_ids=None,
                    features: FeatureStore | None = None, levels=None) -> None:
     """Stop (one line: how many, why, and a likely cause) when more than ``max_share`` of the ``offered``
     captions of ``source`` were left out for reasons that count (:func:`counts_as_lost`).
 
-    ``items`` (caption id, image id, text) and ``features`` show a few caption image ids beside a few
+    ``image_ids`` (the captions' images) and ``features`` show a few caption image ids beside a few
     feature ids when most are missing features (an id-scheme mismatch); ``levels`` names
     ``--levels paragraph`` when most are longer than the last level.
     """
@@ -116,9 +212,9 @@ def check_left_out(source: str, offered: int, skipped: Counter, max_share: float
     why = ", ".join(f"{n} {reason}" for reason, n in grouped.most_common())
     main = grouped.most_common(1)[0][0]
     hint = ""
-    if main.startswith("no region features") and items is not None and features is not None:
+    if main.startswith("no region features") and image_ids is not None and features is not None:
         missing = []
-        for _, image_id, _ in items:
+        for image_id in image_ids:
             if not features.holds(image_id) and str(image_id) not in missing:
                 missing.append(str(image_id))
                 if len(missing) == 3:
@@ -143,16 +239,121 @@ def check_left_out(source: str, offered: int, skipped: Counter, max_share: float
                      f"{hint}")
 
 
+class CaptionFiles:
+    """The caption files of one run, each read, preprocessed and tokenised once (per tokenizer; the sentence
+    breaks kept as ``levels`` say): :meth:`table` holds every caption of a file, :meth:`records` a caption
+    JSON's records. With ``cache``, a JSONL file's table is kept beside it (clid/model/token_cache.py)."""
+
+    def __init__(self, levels="caption", cache: bool = False):
+        self.levels, self.cache = get_levels(levels), cache
+        self._records: dict[Path, tuple] = {}
+        self._tables: dict[tuple, tuple[Examples, tuple | None]] = {}
+
+    def records(self, path) -> tuple:
+        """(records, format, whether the images are COCO images) of a caption file (:func:`split_info`)."""
+        from clid.data.splits import split_info
+
+        key = Path(path).resolve()
+        if key not in self._records:
+            self._records[key] = split_info(path)
+        return self._records[key]
+
+    def table(self, path, tokenizer) -> Examples:
+        """Every caption of the file, tokenised: :meth:`selfgen_table` for our JSONL, else :meth:`trusted_table`."""
+        jsonl = str(path).endswith(".jsonl") or self.records(path)[1] == "jsonl"
+        return self.selfgen_table(path, tokenizer) if jsonl else self.trusted_table(path, tokenizer)
+
+    def trusted_table(self, path, tokenizer) -> Examples:
+        """Every caption of every image of a caption file (:meth:`records`), tokenised; caption j of image i is
+        ``i#j``."""
+        key = ("trusted", Path(path).resolve(), tokenizer_digest(tokenizer))
+        if key not in self._tables:
+            records = self.records(path)[0]
+            self._tables[key] = (tokenize_table(
+                [f"{r.image_id}#{j}" for r in records for j in range(len(r.captions))],
+                [r.image_id for r in records for _ in r.captions], (text for r in records for text in r.captions),
+                tokenizer, keeps_sentences(self.levels), "trusted", preprocessed=True), None)
+        return self._tables[key][0]
+
+    def selfgen_table(self, path, tokenizer) -> Examples:
+        """Every record of our JSONL captions, tokenised; its records need not have an ``id`` here (see
+        :meth:`check_ids`)."""
+        return self._selfgen(path, tokenizer)[0]
+
+    def check_ids(self, path, tokenizer) -> None:
+        """Refuse a JSONL file with a record whose ``id`` is missing or not a string or an integer."""
+        if fault := self._selfgen(path, tokenizer)[1]:
+            record, problem = fault
+            with open(path, "rb") as f:  # the line of the record-th record (blank lines hold none)
+                line = next(n for n, text in enumerate(f, 1) if text.strip() and (record := record - 1) == 0)
+            raise DataError(path, f"line {line}", problem)
+
+    def _selfgen(self, path, tokenizer) -> tuple[Examples, tuple | None]:
+        key = ("selfgen", Path(path).resolve(), tokenizer_digest(tokenizer))
+        if key not in self._tables:
+            self._tables[key] = self._jsonl_table(path, tokenizer)
+        return self._tables[key]
+
+    def _jsonl_table(self, path, tokenizer) -> tuple[Examples, tuple | None]:
+        """(table, (record number, problem) of the first record without a valid id, or None), from the cache if
+        asked."""
+        from clid.model import token_cache
+        from clid.runs import file_state
+
+        if not self.cache:
+            return read_jsonl_table(path, tokenizer, keeps_sentences(self.levels))
+        before, key = file_state(path), token_cache.cache_key(path, tokenizer, self.levels)
+        if (found := token_cache.load(path, key, len(tokenizer))) is not None:
+            return found
+        found = read_jsonl_table(path, tokenizer, keeps_sentences(self.levels))
+        if file_state(path) == before:  # (a file rewritten while it was read is not cached)
+            token_cache.save(path, key, *found)
+        return found
+
+
+PROGRESS_FROM = 100_000  # lines of a JSONL file read with a progress bar
+
+
+def read_jsonl_table(path, tokenizer, keep_sentences: bool) -> tuple[Examples, tuple | None]:
+    """Every record of our JSONL captions (``id``, ``image_id``, ``caption``), tokenised, and (record number,
+    problem) of the first record without a valid ``id`` (None when every record has one)."""
+    from clid.files import read_jsonl
+    from clid.progress import Progress
+
+    caption_ids, image_ids, digests, names = [], [], [], {}
+    encoder, id_fault = FlatEncoder(tokenizer), None
+    with open(path, "rb") as f:  # (the bar's total: lines, counted fast)
+        lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
+    with Progress(lines, f"reading {Path(path).name}", "line", disable=lines < PROGRESS_FROM) as bar:
+        for record in read_jsonl(path, required=("image_id", "caption"), unique_id=True):
+            caption_id = record.get("id")
+            if id_fault is None and (problem := "missing key(s) ['id']" if caption_id is None and "id" not in record
+                                     else id_problem(caption_id)):
+                id_fault = (len(caption_ids) + 1, problem if problem.startswith("missing") else f"'id' {problem}")
+            image_id = str(record["image_id"])
+            caption_ids.append(str(caption_id))
+            image_ids.append(names.setdefault(image_id, image_id))  # (one string per image)
+            encoder.add(caption_words(record["caption"], keep_sentences))
+            digests.append(text_digest(record["caption"]))
+            if len(digests) % 10_000 == 0:
+                bar.update(10_000)
+    token_ids, offsets = encoder.finish()
+    n = len(caption_ids)
+    table = Examples(image_ids, caption_ids, token_ids, offsets, np.zeros(n, np.int64), ["selfgen"] * n,
+                     np.array(digests, dtype=np.uint64))
+    return table, id_fault
+
+
 @dataclass
 class CaptionItems:
-    """Training captions as ``(caption id, image id, text)``: trusted (train split) and self-generated."""
+    """Training captions, tokenised: trusted (train split), self-generated (of train-split images), validation."""
 
-    trusted: list[tuple[str, str, str]]
-    selfgen: list[tuple[str, str, str]]
+    trusted: Examples
+    selfgen: Examples
     val_ids: list[str]  # validation images (for the quick control-precision check)
     skipped: Counter
     notes: list[str] = field(default_factory=list)  # what the split guard held out
-    val: list[tuple[str, str, str]] = field(default_factory=list)  # the validation images' trusted captions
+    val: Examples = field(default_factory=Examples)  # the validation images' trusted captions
     filenames: dict[str, str] = field(default_factory=dict)  # image id -> image file name (train and val images)
 
     def offered(self, source: str) -> int:
@@ -161,46 +362,67 @@ class CaptionItems:
 
     def check_left_out(self, skipped: Counter, max_share: float, captions_path, selfgen_path, features, levels) -> None:
         """:func:`check_left_out` for the trusted and the self-generated captions (``skipped``: every skip count)."""
-        check_left_out("trusted", self.offered("trusted"), skipped, max_share, captions_path, self.trusted, features, levels)
-        check_left_out("selfgen", self.offered("selfgen"), skipped, max_share, selfgen_path, self.selfgen, features, levels)
+        check_left_out("trusted", self.offered("trusted"), skipped, max_share, captions_path, self.trusted.image_ids,
+                       features, levels)
+        check_left_out("selfgen", self.offered("selfgen"), skipped, max_share, selfgen_path, self.selfgen.image_ids,
+                       features, levels)
 
 
-def training_items(captions_path, selfgen_path=None, test_ids=None, split_check: bool = True) -> CaptionItems:
+def training_items(captions_path, selfgen_path=None, test_ids=None, split_check: bool = True,
+                   files: CaptionFiles | None = None, tokenizer=None) -> CaptionItems:
     """Trusted captions of the train split (Karpathy "restval" included) and the self-generated
     captions of train-split images; self-generated captions of other images are counted, not used.
-    The split guard (:func:`clid.data.splits.training_records`) refuses files that would train on test images."""
+    The split guard (:func:`clid.data.splits.training_records`) refuses files that would train on test images.
+    ``files``: the run's :class:`CaptionFiles` (default: caption levels); ``tokenizer``: the model's (default:
+    the offline one)."""
     from clid.data.records import report_wordless
     from clid.data.splits import training_records
-    from clid.files import read_jsonl
-    from clid.text import preprocess
+    from clid.text import load_tokenizer
 
-    train, val, notes = training_records(captions_path, test_ids, split_check)
-    trusted = [(f"{r.image_id}#{j}", r.image_id, text) for r in train for j, text in enumerate(r.captions)]
-    skipped, selfgen, wordless = Counter(), [], []
+    files, tokenizer = files or CaptionFiles(), tokenizer or load_tokenizer()
+    train, val, notes = training_records(captions_path, test_ids, split_check, files.records(captions_path))
+    table = files.trusted_table(captions_path, tokenizer)
+    train_ids, val_ids = {r.image_id for r in train}, {r.image_id for r in val}
+    skipped = Counter()
     if n := sum(r.wordless for r in train):  # (the loader warned, naming them)
         skipped["trusted: no word left after preprocessing"] = n
+    selfgen = Examples()
     if selfgen_path:
-        train_ids = {r.image_id for r in train}
-        for rec in read_jsonl(selfgen_path, required=("id", "image_id", "caption")):
-            if not preprocess(rec["caption"]):
-                skipped["selfgen: no word left after preprocessing"] += 1
-                wordless.append(f"caption {rec['id']}")
-            elif str(rec["image_id"]) in train_ids:
-                selfgen.append((str(rec["id"]), str(rec["image_id"]), rec["caption"]))
-            else:
-                skipped["selfgen: image not in the training split"] += 1
-        report_wordless(selfgen_path, wordless)
-    val_items = [(f"{r.image_id}#{j}", r.image_id, text) for r in val for j, text in enumerate(r.captions)]
+        files.check_ids(selfgen_path, tokenizer)
+        pool = files.selfgen_table(selfgen_path, tokenizer)
+        wordless = pool.lengths == 1
+        in_train = np.fromiter((i in train_ids for i in pool.image_ids), dtype=bool, count=len(pool))
+        if wordless.any():
+            skipped["selfgen: no word left after preprocessing"] = int(wordless.sum())
+            report_wordless(selfgen_path, [f"caption {pool.caption_ids[k]}" for k in np.flatnonzero(wordless)])
+        if n_other := int((~wordless & ~in_train).sum()):
+            skipped["selfgen: image not in the training split"] = n_other
+        selfgen = pool.select(~wordless & in_train)
+    def captions_of(ids: set) -> Examples:
+        return table.select(np.fromiter((i in ids for i in table.image_ids), dtype=bool, count=len(table)))
+
     filenames = {r.image_id: r.filename for r in (*train, *val)}
-    return CaptionItems(trusted, selfgen, [r.image_id for r in val], skipped, notes, val_items, filenames)
+    return CaptionItems(captions_of(train_ids), selfgen, [r.image_id for r in val], skipped, notes, captions_of(val_ids),
+                        filenames)
 
 
-def training_examples(items: CaptionItems, tokenizer, levels,
-                      features: FeatureStore) -> tuple[Examples, Examples, Counter]:
+def caption_texts(caption_ids: list[str], records, selfgen_path) -> list[str]:
+    """The text of each caption id: a trusted caption's (``i#j``, of ``records``) as preprocessed, a
+    self-generated one's as written in ``selfgen_path`` (read again: the tables keep tokens, not text)."""
+    from clid.files import read_jsonl
+
+    texts = {f"{r.image_id}#{j}": text for r in records for j, text in enumerate(r.captions)}
+    wanted = set(caption_ids) - texts.keys()
+    texts.update((str(r["id"]), r["caption"]) for r in read_jsonl(selfgen_path, required=("id", "image_id", "caption"))
+                 if str(r["id"]) in wanted)
+    return [texts[c] for c in caption_ids]
+
+
+def training_examples(items: CaptionItems, levels, features: FeatureStore) -> tuple[Examples, Examples, Counter]:
     """(trusted examples, self-generated examples, skip counts by reason) of ``items``; the counts include
     those of ``items`` itself."""
-    trusted, skipped = make_examples(items.trusted, tokenizer, levels, "trusted", features)
-    selfgen, selfgen_skipped = make_examples(items.selfgen, tokenizer, levels, "selfgen", features)
+    trusted, skipped = usable(items.trusted, levels, "trusted", features)
+    selfgen, selfgen_skipped = usable(items.selfgen, levels, "selfgen", features)
     skipped.update(items.skipped + selfgen_skipped)
     return trusted, selfgen, skipped
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from clid import ops
+from clid import ops, runtime
 from clid.features.store import RegionCache
 from clid.model.captioner import Captioner
 from clid.model.inputs import Examples
@@ -45,49 +45,79 @@ def _batches(examples: Examples, model: Captioner, batch_size: int, count_paddin
             yield chunk, lengths[chunk]
 
 
+def _head_logprob(head: str, model: Captioner, weight):
+    """log P(target) from the head's hidden states: the fused op (no [P, V] logits) or the plain way."""
+    if head == "fused":
+        return lambda h, classes: ops.token_logprob_hidden(h.to(weight.dtype), weight, model.head.bias, classes)
+    if head == "eager":
+        return lambda h, classes: model.logits_from_hidden(h).float().log_softmax(-1).gather(1, classes[:, None])[:, 0]
+    raise ValueError(f"head must be one of {HEADS}")
+
+
+HEADS = ("fused", "eager")
+
+
 @torch.no_grad()
 def caption_logprobs(model: Captioner, examples: Examples, regions: RegionCache, mode: str = "prefix",
-                     batch_size: int = 64, device="cpu", count_padding: bool = True, progress=None) -> np.ndarray:
-    """Eq. 2 for every example, as float64 [N] in the order of ``examples``."""
+                     batch_size: int = 64, device="cpu", count_padding: bool = True, progress=None,
+                     precision: str = "fp32", head: str = "fused") -> np.ndarray:
+    """Eq. 2 for every example, as float64 [N] in the order of ``examples``.
+
+    ``precision`` (clid.runtime): under bf16 the encoder runs in bfloat16 autocast and the head's
+    projection in bfloat16 (float32 results). ``head``: "fused" (``clid.ops.token_logprob_hidden``) or
+    "eager" (linear, log_softmax, gather: the benchmark's peer). On a GPU nothing waits for the device
+    until the end: each batch's regions are read and padded in a second thread while the GPU works on
+    the batch before, and copied from pinned memory.
+    """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
     model.eval()
     tok = model.tokenizer
     end, mask_id = eos_id(tok), tok.mask_token_id
-    weight, bias = model.output_weight, model.head.bias
+    bf16 = runtime.resolve(precision, device) == "bf16"
+    logprob = _head_logprob(head, model, model.output_weight.to(torch.bfloat16) if bf16 else model.output_weight)
+
+    def batch_inputs(batch):  # (CPU, pinned on a GPU) targets and regions of a batch
+        chunk, _ = batch
+        high = model.levels[examples.levels[chunk[0]] - 1][1]
+        targets = torch.tensor([examples.tokens[i] + [end] * (high - len(examples.tokens[i])) for i in chunk])
+        return runtime.pin([targets, *regions.batch([examples.image_ids[i] for i in chunk])], device)
+
     out = np.full(len(examples), np.nan)
-    for chunk, lengths in _batches(examples, model, batch_size, count_padding):
+    batches = list(_batches(examples, model, batch_size, count_padding))
+    totals = []
+    for (chunk, lengths), inputs in zip(batches, runtime.prefetch(batches, batch_inputs, device)):
+        targets, feats, pos, rmask = runtime.to_device(inputs, device)
         level = examples.levels[chunk[0]]
         high = model.levels[level - 1][1]
-        targets = torch.tensor([examples.tokens[i] + [end] * (high - len(examples.tokens[i])) for i in chunk])
-        feats, pos, rmask = (t.to(device) for t in regions.batch([examples.image_ids[i] for i in chunk]))
-        targets = targets.to(device)
         classes = model.to_output(targets)
         levels = torch.full((len(chunk),), level, dtype=torch.long, device=device)
         total = torch.zeros(len(chunk), dtype=torch.float64, device=device)
         n_max = int(lengths.max())
-        if mode == "onepass":
-            ids = torch.full_like(targets, mask_id)
-            states = model.encode(feats, pos, rmask, ids, levels)[:, :n_max]
-            scored = torch.arange(n_max, device=device)[None, :] < torch.as_tensor(lengths, device=device)[:, None]
-            logp = ops.token_logprob_hidden(model.hidden(states, scored), weight, bias, classes[:, :n_max][scored])
-            total.index_add_(0, scored.nonzero()[:, 0], logp.double())
-        else:
-            for t in range(n_max):
-                n = int((lengths > t).sum())  # captions are longest first: the first n are unfinished
-                if mode == "prefix":
-                    ids = torch.full((n, high), mask_id, dtype=torch.long, device=device)
-                    ids[:, :t] = targets[:n, :t]
-                else:
-                    ids = targets[:n].clone()
-                    ids[:, t] = mask_id
-                at_t = torch.full((n, 1), t, dtype=torch.long, device=device)
-                states = model.encode(feats[:n], pos[:n], rmask[:n], ids, levels[:n], text_positions=at_t)
-                logp = ops.token_logprob_hidden(model.hidden(states[:, 0]), weight, bias, classes[:n, t])
-                total[:n] += logp.double()
-        out[chunk] = (total.cpu() / torch.as_tensor(lengths, dtype=torch.float64)).numpy()
+        with runtime.autocast(precision, device):
+            if mode == "onepass":
+                ids = torch.full_like(targets, mask_id)
+                states = model.encode(feats, pos, rmask, ids, levels)[:, :n_max]
+                scored = torch.arange(n_max, device=device)[None, :] < torch.as_tensor(lengths, device=device)[:, None]
+                logp = logprob(model.hidden(states, scored), classes[:, :n_max][scored])
+                total.index_add_(0, scored.nonzero()[:, 0], logp.double())
+            else:
+                for t in range(n_max):
+                    n = int((lengths > t).sum())  # captions are longest first: the first n are unfinished
+                    if mode == "prefix":
+                        ids = torch.full((n, high), mask_id, dtype=torch.long, device=device)
+                        ids[:, :t] = targets[:n, :t]
+                    else:
+                        ids = targets[:n].clone()
+                        ids[:, t] = mask_id
+                    at_t = torch.full((n, 1), t, dtype=torch.long, device=device)
+                    states = model.encode(feats[:n], pos[:n], rmask[:n], ids, levels[:n], text_positions=at_t)
+                    total[:n] += logprob(model.hidden(states[:, 0]), classes[:n, t]).double()
+        totals.append(total)
         if progress is not None:
             progress(len(chunk))
+    for (chunk, lengths), total in zip(batches, totals):  # (the one wait for the device)
+        out[chunk] = (total.cpu() / torch.as_tensor(lengths, dtype=torch.float64)).numpy()
     return out
 
 

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -27,25 +28,28 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from clid import runtime
 from clid.cli import add_download_arg, non_negative_float, non_negative_int, positive_float, positive_int, probability
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
+from clid.files import DataError
 from clid.model.captioner import BOX_INPUTS, REGION_NORMS, Captioner, count_parameters
 from clid.model.checkpoints import checkpoint_exists, feature_record, restore, save_checkpoint
-from clid.model.inputs import Examples, add_left_out_arg
+from clid.model.inputs import Examples, add_left_out_arg, add_token_cache_arg
 from clid.rng import item_rng, item_seed
 from clid.runs import already_trained, check_resume, hold_out_folder, training_record
-from clid.text import encode, eos_id
+from clid.text import eos_id
 
 
-def corpus_vocab(paths, tokenizer) -> list[int]:
-    """Sorted token ids used by the captions of these files, plus "." and [UNK] (an output shortlist)."""
-    from clid.data.captions import load_captions
+def corpus_vocab(paths, tokenizer, files=None) -> list[int]:
+    """Sorted token ids used by the captions of these files, plus "." and [UNK] (an output shortlist).
+    ``files``: the run's :class:`CaptionFiles` (its tables are shared with the rest of the run)."""
+    from clid.model.inputs import CaptionFiles
 
+    files = files or CaptionFiles()
     ids = {eos_id(tokenizer), tokenizer.unk_token_id}
     for path in paths:
-        texts = [c for r in load_captions(path) for c in r.captions]
-        ids.update(i for row in encode(texts, tokenizer, keep_sentences=True) for i in row)
+        ids.update(np.flatnonzero(np.bincount(files.table(path, tokenizer).token_ids)).tolist())
     return sorted(ids)
 
 
@@ -92,13 +96,84 @@ def masked_lm_loss(logits, targets, eos: int, eos_weight: float = 0.5, smoothing
     return (loss * weight).sum(), weight.sum()
 
 
-def quick_control_precision(model: Captioner, features: FeatureStore, image_ids: list[str], device) -> dict:
+class StepBatches(torch.utils.data.Dataset):
+    """A training run's batches by step: item i is this rank's share of the global batch ``batch_for(step)``
+    at ``steps[i]``, collated (:func:`collate`), with its padded regions and the flat places and head classes
+    of its masked positions, all on the CPU. A batch depends only on (seed, step), so loader workers in any
+    number give the same batches, and a resumed run the rest of them.
+
+    A worker reads regions through its own HDF5 handle (:meth:`open_in_worker`), uncached. Bad input met in
+    a worker (an image's features, a token outside the head's vocabulary) comes back as a :class:`BadBatch`,
+    raised in the training process as the one line it would have been there.
+    """
+
+    def __init__(self, examples: Examples, model: Captioner, regions: RegionCache, batch_for: Callable[[int], np.ndarray],
+                 steps: range, seed: int, rank: int = 0, world: int = 1):
+        self.examples, self.model, self.regions, self.batch_for = examples, model, regions, batch_for
+        self.steps, self.seed, self.rank, self.world = steps, seed, rank, world
+        index = model.output_index  # token id -> head class (-1: not predictable), read on the CPU
+        self.output_index = None if index is None else index.cpu()
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, i: int):
+        step = self.steps[i]
+        global_indices = self.batch_for(step)
+        places = np.arange(len(global_indices))[self.rank::self.world]
+        indices = global_indices[places]
+        try:
+            input_ids, targets, masked, levels = collate(self.examples, indices, self.model, self.seed, step, places)
+            regions = self.regions.batch([self.examples.image_ids[i] for i in indices])
+        except DataError as err:
+            return BadBatch(err.path, err.record, err.problem)
+        wanted = targets[masked]
+        classes = wanted if self.output_index is None else self.output_index[wanted]
+        if bool((classes < 0).any()):
+            token = self.model.tokenizer.convert_ids_to_tokens(int(wanted[classes < 0][0]))
+            return BadBatch(None, None, f"token {token!r} is not in the model's output vocabulary")
+        return (*regions, input_ids, levels), masked.flatten().nonzero()[:, 0], classes
+
+    def open_in_worker(self, worker_id: int) -> None:
+        """A loader worker's own handle on the feature file (an HDF5 handle must not cross a fork)."""
+        features = self.regions.features
+        self.regions = RegionCache(FeatureStore(features.path, bad=features.bad), self.regions.num_classes,
+                                   self.regions.box_input, cache=False)
+
+
+@dataclass
+class BadBatch:
+    """Bad input met while making a batch: a :class:`DataError` (path given) or a plain error line."""
+    path: str | None
+    record: str | None
+    problem: str
+
+    def raise_it(self):
+        if self.path is not None:
+            raise DataError(self.path, self.record, self.problem)
+        raise SystemExit(f"error: {self.problem}")
+
+
+def loader_workers(requested, device) -> int:
+    """--workers: a number, or "auto": none on the CPU (they would take its cores from the training), four on
+    a GPU (fewer on a machine with fewer cores to spare)."""
+    if requested != "auto":
+        return int(requested)
+    if runtime.device_type(device) != "cuda":
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(0, min(4, cores // max(1, torch.cuda.device_count()) - 1))
+
+
+def quick_control_precision(model: Captioner, features: FeatureStore, image_ids: list[str], device,
+                            precision: str = "fp32") -> dict:
     """Share of ``image_ids`` whose caption decoded at each level has a length inside that level."""
     from clid.eval.metrics import control_precision
     from clid.model.decode import generate_captions
 
     levels = list(range(1, model.config.num_levels + 1))
-    captions = generate_captions(model, features, image_ids, levels, device=device)
+    captions = generate_captions(model, features, image_ids, levels, device=device,
+                                 precision=runtime.resolve(precision, device))
     shares = control_precision(captions, image_ids, model.levels, model.tokenizer)
     return {f"cp{level}": round(share, 3) for level, share in shares.items()}
 
@@ -122,9 +197,19 @@ def epoch_batches(n: int, batch_size: int, step: int, seed: int, tag="data") -> 
     while filled < batch_size:
         epoch, offset = divmod(start + filled, n)
         take = min(batch_size - filled, n - offset)
-        out[filled:filled + take] = item_rng(seed, tag, epoch).permutation(n)[offset:offset + take]
+        out[filled:filled + take] = epoch_order(n, seed, tag, epoch)[offset:offset + take]
         filled += take
     return out
+
+
+@functools.lru_cache(maxsize=3)
+def epoch_order(n: int, seed: int, tag, epoch: int) -> np.ndarray:
+    """The shuffled order of ``n`` examples in ``epoch``, computed once: the latest three are kept (a batch
+    spans at most two epochs, and 06 shuffles the next round's ahead), so a step costs a slice, not a
+    permutation of the whole set."""
+    order = item_rng(seed, tag, epoch).permutation(n)
+    order.flags.writeable = False
+    return order
 
 
 def balanced_batches(levels, batch_size: int, seed: int) -> Callable[[int], np.ndarray]:
@@ -217,7 +302,8 @@ class TrainSettings:
     eval_every: int = 1000  # 0: off
     log_every: int = 20
     seed: int = 0
-    amp: bool = False  # bfloat16 autocast of the forward pass
+    precision: str = "auto"  # clid.runtime: bfloat16 autocast of the forward pass on a GPU, float32 on the CPU
+    workers: int | str = "auto"  # batch-making processes (loader_workers)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,6 +380,7 @@ def add_train_args(groups: dict) -> None:
                            "paragraph (13 levels up to 129 tokens), labert (LaBERT's 4 levels)")
     add_split_args(data)
     add_left_out_arg(data)
+    add_token_cache_arg(data)
     model.add_argument("--recipe", choices=["paper", "demo"], default="paper",
                        help="paper: every default below (LaBERT's recipe, as the paper); demo: the demo's settings, "
                             "a small model trained from scratch in minutes on a CPU (--preset tiny, --lr 2e-3, "
@@ -343,8 +430,8 @@ def add_train_args(groups: dict) -> None:
     optimisation.add_argument("--label-smoothing", type=probability, default=d.label_smoothing,
                               help="label smoothing of the masked-token loss (LaBERT's)")
     optimisation.add_argument("--eos-weight", type=positive_float, default=d.eos_weight, help='loss weight of "." targets')
-    optimisation.add_argument("--amp", action="store_true", help="bfloat16 autocast of the forward pass (fast on CPUs "
-                                                                  "with AMX/AVX512-BF16 and on GPUs; off: float32)")
+    runtime.add_precision_arg(optimisation)
+    optimisation.add_argument("--amp", action="store_true", help="the same as --precision bf16 (its older name)")
     schedule.add_argument("--warmup", type=non_negative_int, default=d.warmup, help="linear warm-up steps")
     schedule.add_argument("--max-steps", type=positive_int, default=d.max_steps, help="the last training step")
     schedule.add_argument("--lr-horizon", type=non_negative_int, default=d.lr_horizon,
@@ -358,6 +445,9 @@ def add_train_args(groups: dict) -> None:
     run.add_argument("--log-every", type=positive_int, default=d.log_every, help="a train_log.jsonl line every N steps")
     run.add_argument("--seed", type=non_negative_int, default=d.seed,
                      help="seeds the initial weights, the batches, the masks and the dropout")
+    run.add_argument("--workers", type=workers_arg, default=d.workers,
+                     help="processes that make the batches (collate, read and pad the regions) while the model trains; "
+                          "auto: none on the CPU, up to 4 with a GPU. The batches are the same for any number")
     run.add_argument("--restart", action="store_true",
                      help="remove a checkpoint in --out and start over (a re-run resumes only the same flags and inputs)")
     run.add_argument("--force", action="store_true",
@@ -365,9 +455,20 @@ def add_train_args(groups: dict) -> None:
                           "never deleted or replaced; without it such an --out is refused)")
 
 
+def workers_arg(text: str):
+    """argparse type of --workers: a whole number >= 0 or "auto"."""
+    if text == "auto":
+        return text
+    return non_negative_int(text)
+
+
 def check_train_args(p, args) -> None:
     """The checks between flags of 04 and 06 (each flag's own bound is checked by its type); a warm-up
     as long as the run is one warning line."""
+    if args.amp:
+        if args.precision == "fp32":
+            p.error("--amp is --precision bf16: it cannot go with --precision fp32")
+        args.precision = "bf16"
     if args.lr_horizon and args.lr_horizon < args.max_steps:
         p.error(f"--lr-horizon {args.lr_horizon} is below --max-steps {args.max_steps}: the learning rate would be 0 "
                 "for the last steps (0: the horizon is --max-steps)")
@@ -375,7 +476,6 @@ def check_train_args(p, args) -> None:
         print(f"warning: --warmup {args.warmup} is not below --max-steps {args.max_steps}: the learning rate rises for "
               f"the whole run and never reaches --lr {args.lr:g}; give a shorter --warmup (--recipe demo: 100)",
               file=sys.stderr)
-
 
 
 def settings_from_args(args) -> TrainSettings:
@@ -400,10 +500,11 @@ def start_run(args):
     return rank, world, device, features
 
 
-def new_model(args, features: FeatureStore, device, pretrained: bool = True) -> Captioner:
+def new_model(args, features: FeatureStore, device, pretrained: bool = True, files=None) -> Captioner:
     """The captioner of ``--preset``, the same initial weights in every run and process.
 
-    ``pretrained=False`` leaves out the preset's BERT weights (a random initialisation).
+    ``pretrained=False`` leaves out the preset's BERT weights (a random initialisation); ``files``: the run's
+    :class:`CaptionFiles`, which ``--output-vocab`` reads its files from.
     """
     from clid.model.captioner import build_model, preset_config
     from clid.text import load_tokenizer
@@ -411,7 +512,7 @@ def new_model(args, features: FeatureStore, device, pretrained: bool = True) -> 
     output_vocab = input_vocab = None
     if args.output_vocab:  # a shortlist: the head predicts its tokens, the table holds them and [PAD], [MASK]
         tokenizer = load_tokenizer()
-        output_vocab = corpus_vocab(args.output_vocab, tokenizer)
+        output_vocab = corpus_vocab(args.output_vocab, tokenizer, files)
         input_vocab = sorted({*output_vocab, tokenizer.pad_token_id, tokenizer.mask_token_id})
     num_classes = features.num_classes() if args.cls_prob == "use" else 0
     config = preset_config(args.preset, features.feature_dim(), args.levels, args.bert, num_classes=num_classes,
@@ -436,7 +537,7 @@ def validation_check(args, features: FeatureStore, val_ids: list[str], device):
     eval_ids = [i for i in val_ids if i in features][: args.eval_images]
     if not eval_ids:
         return None
-    return lambda model, step: quick_control_precision(model, features, eval_ids, device)
+    return lambda model, step: quick_control_precision(model, features, eval_ids, device, args.precision)
 
 
 class StopRequest:
@@ -468,20 +569,36 @@ class StopRequest:
 
 
 class Trainer:
-    """Runs optimizer steps on batches chosen by a caller's function ``batch_for(step) -> indices``."""
+    """Runs optimizer steps on batches chosen by a caller's function ``batch_for(step) -> indices``.
+
+    On a GPU nothing inside a step waits for the device: the batches come from loader processes
+    (:class:`StepBatches`, pinned memory, non-blocking copies), and the checks that need the host (a NaN or
+    infinite loss or gradient norm) run every ``log_every`` steps and before every checkpoint and evaluation.
+    They still guarantee what the per-step checks of the CPU do: from a non-finite step on, the optimizer
+    skips every update on the device (fused AdamW's ``found_inf``), so no such step reaches the weights, and
+    the check stops the run naming that step before anything is saved.
+    """
 
     def __init__(self, model: Captioner, examples: Examples, regions: RegionCache, settings: TrainSettings,
                  out_dir, config_extra: dict, device, rank: int = 0, world: int = 1,
-                 evaluate: Callable[[Captioner, int], dict] | None = None):
+                 evaluate: Callable[[Captioner, int], dict] | None = None, defer_checks: bool | None = None):
         self.model, self.examples, self.regions, self.settings = model, examples, regions, settings
+        runtime.use_precision(settings.precision, device)
         self.out_dir, self.config_extra, self.device = Path(out_dir), config_extra, device
         self.rank, self.world, self.evaluate = rank, world, evaluate
+        self.workers = loader_workers(settings.workers, device)
         # the fused AdamW kernel: the same update rule as the default loop, several times faster on CPU
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.999),
                                            eps=settings.adam_eps, weight_decay=settings.weight_decay, fused=True)
         self.ddp = None
         if world > 1:  # DDP also starts every rank from rank 0's weights
             self.ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+        eos = eos_id(model.tokenizer)
+        self.eos_class = eos if model.output_index is None else int(model.output_index[eos])
+        # checks deferred to the log steps (default: on a GPU; on the CPU a check costs nothing)
+        self.defer_checks = device.type == "cuda" if defer_checks is None else defer_checks
+        self.nonfinite = torch.zeros((), device=device)  # 1 from the first non-finite step on (deferred checks)
+        self.unchecked: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (step, loss, gradient norm)
         self.step = 0
         self.state: dict = {}
         self.pending_log: list[str] = []
@@ -496,34 +613,31 @@ class Trainer:
         return True
 
     # -- one step -------------------------------------------------------------------------------
-    def train_step(self, global_indices: np.ndarray) -> float:
-        """One optimizer step on this rank's share of the global batch; returns the batch's loss.
+    def train_step(self, batch) -> torch.Tensor:
+        """One optimizer step on a :class:`StepBatches` item (this rank's share of the global batch); returns
+        the global batch's loss, a 0-dim tensor on the device.
 
         The loss is normalised by the weight of the *global* batch, so that DDP's gradient averaging
         over N processes gives the step one process takes on the same global batch.
         """
+        if isinstance(batch, BadBatch):
+            batch.raise_it()
         settings, model = self.settings, self.model
         model.train()
         torch.manual_seed(item_seed(settings.seed, "dropout", self.step, self.rank))  # dropout keyed by step
-        places = np.arange(len(global_indices))[self.rank::self.world]
-        indices = global_indices[places]
-        input_ids, targets, masked, levels = collate(self.examples, indices, model, settings.seed, self.step, places)
-        feats, pos, rmask = self.regions.batch([self.examples.image_ids[i] for i in indices])
-        batch = [t.to(self.device) for t in (feats, pos, rmask, input_ids, levels)]
-        masked, targets = masked.to(self.device), targets.to(self.device)
-        classes = model.to_output(targets[masked])
-        if (classes < 0).any():
-            bad = targets[masked][classes < 0][0].item()
-            raise SystemExit(f"error: token {model.tokenizer.convert_ids_to_tokens(bad)!r} is not in the model's output vocabulary")
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=settings.amp):
-            logits = (self.ddp or model)(*batch, masked)
-        eos_class = int(model.to_output(torch.tensor(eos_id(model.tokenizer))))
-        loss_sum, weight_sum = masked_lm_loss(logits, classes, eos_class, settings.eos_weight, settings.label_smoothing)
+        inputs, places, classes = batch
+        *inputs, places, classes = runtime.to_device([*inputs, places, classes], self.device)
+        with runtime.autocast(settings.precision, self.device):
+            logits = (self.ddp or model)(*inputs, places)
+        loss_sum, weight_sum = masked_lm_loss(logits, classes, self.eos_class, settings.eos_weight,
+                                              settings.label_smoothing)
         total_weight, reported = weight_sum.detach().clone(), loss_sum.detach().clone()
         if self.world > 1:
             dist.all_reduce(total_weight)
             dist.all_reduce(reported)  # the global loss: every rank sees the same value and stops together
-        self.stop_if_not_finite(reported / total_weight, "the training loss")
+        batch_loss = reported / total_weight
+        if not self.defer_checks:
+            self.stop_if_not_finite(self.step + 1, batch_loss, "the training loss")
         loss = loss_sum * self.world / total_weight  # DDP averages the gradients over the ranks
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.step, settings.lr, settings.warmup,
@@ -533,15 +647,32 @@ class Trainer:
         # the norm of the (DDP-averaged) gradient; with --grad-clip 0 it is only measured (clip at inf)
         clip = settings.grad_clip if settings.grad_clip > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        self.stop_if_not_finite(norm, "the gradient norm")
+        if self.defer_checks:  # no wait: this step and every later one skip their update if a value is not finite
+            self.nonfinite = torch.maximum(self.nonfinite, (~(torch.isfinite(batch_loss) & torch.isfinite(norm))).float())
+            self.optimizer.found_inf = self.nonfinite
+            self.unchecked.append((self.step + 1, batch_loss, norm))
+        else:
+            self.stop_if_not_finite(self.step + 1, norm, "the gradient norm")
         self.optimizer.step()
         self.step += 1
-        return float(reported / total_weight)
+        return batch_loss
 
-    def stop_if_not_finite(self, value: torch.Tensor, what: str) -> None:
-        """Stop the run, before the optimizer step, when ``value`` is NaN or infinite."""
+    def check_finite(self) -> None:
+        """Deferred checks: stop, naming the first step, if a loss or gradient norm since the last check was
+        NaN or infinite (no such step, nor any after it, has reached the weights)."""
+        if not self.unchecked:
+            return
+        values = torch.stack([torch.stack([loss.float(), norm.float()]) for _, loss, norm in self.unchecked]).tolist()
+        steps = [step for step, _, _ in self.unchecked]
+        self.unchecked = []
+        for step, (loss, norm) in zip(steps, values):
+            self.stop_if_not_finite(step, torch.tensor(loss), "the training loss")
+            self.stop_if_not_finite(step, torch.tensor(norm), "the gradient norm")
+
+    def stop_if_not_finite(self, step: int, value: torch.Tensor, what: str) -> None:
+        """Stop the run, before the optimizer step of ``step``, when ``value`` is NaN or infinite."""
         if not bool(torch.isfinite(value)):
-            raise SystemExit(f"error: {what} is {float(value)} at step {self.step + 1}; stopped before its optimizer "
+            raise SystemExit(f"error: {what} is {float(value)} at step {step}; stopped before its optimizer "
                              f"step, {self.kept()}. A diverging run: try a lower --lr or a longer --warmup")
 
     def kept(self) -> str:
@@ -556,6 +687,7 @@ class Trainer:
 
     def save(self, extra_state: dict | None = None) -> None:
         """Checkpoint the current step; refuses (stops the run) if any weight is NaN or infinite."""
+        self.check_finite()
         for name, tensor in self.model.state_dict().items():  # the same weights on every DDP rank
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise SystemExit(f"error: the weights hold NaN or inf after step {self.step} ({name}); not saved, "
@@ -566,6 +698,18 @@ class Trainer:
             self.pending_log = []
         if self.world > 1:
             dist.barrier()
+
+    def batches(self, batch_for: Callable[[int], np.ndarray], steps: range):
+        """The batches of ``steps`` in order: made in this process, or by ``workers`` loader processes."""
+        data = StepBatches(self.examples, self.model, self.regions, batch_for, steps, self.settings.seed,
+                           self.rank, self.world)
+        if not self.workers:
+            return (data[i] for i in range(len(data)))
+        # (the tokenizer's own threads must not cross the fork either: said before it, the workers stay quiet)
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        return torch.utils.data.DataLoader(data, batch_size=None, num_workers=self.workers,
+                                           pin_memory=self.device.type == "cuda", worker_init_fn=data.open_in_worker,
+                                           multiprocessing_context="fork", prefetch_factor=4)
 
     def run(self, end_step: int, batch_for: Callable[[int], np.ndarray], desc: str = "train",
             state_for: Callable[[int], dict] | None = None) -> None:
@@ -580,27 +724,39 @@ class Trainer:
         started, losses = time.time(), []
         terminated = StopRequest()
         try:  # the bar closes before an error stops the run, so the error is the last line
-            while self.step < end_step:
-                if terminated.agreed(self.world, self.device):  # (every DDP rank stops at the same step)
+            for batch in self.batches(batch_for, range(self.step, end_step)):
+                # (every DDP rank stops at the same step; under deferred checks they agree at the log steps only,
+                # as agreeing waits for them all)
+                agree = not self.defer_checks or self.world == 1 or self.step % settings.log_every == 0
+                if agree and terminated.agreed(self.world, self.device):
                     self.save(state_for(self.step) if state_for else None)
                     bar.close()
                     if self.rank == 0:
                         print(f"stopped by {terminated.name} at step {self.step} of {end_step}; the checkpoint in "
                               f"{self.out_dir} is saved: the same command resumes from it", flush=True)
                     raise SystemExit(128 + terminated.signal)
-                loss = self.train_step(batch_for(self.step))
-                losses.append(loss)
+                losses.append(self.train_step(batch))
                 lr = self.optimizer.param_groups[0]["lr"]
-                bar.update(1, loss=loss, lr=lr)
-                if self.step % settings.log_every == 0 or self.step == end_step:
-                    self.log({"step": self.step, "loss": float(np.mean(losses)), "lr": lr,
-                              "seconds": round(time.time() - started, 2)})
+                log_now = self.step % settings.log_every == 0 or self.step == end_step
+                evaluate_now = self.evaluate and settings.eval_every and self.step % settings.eval_every == 0
+                save_now = self.step % settings.save_every == 0 or self.step == end_step
+                if self.defer_checks:
+                    if log_now or evaluate_now or save_now:
+                        self.check_finite()
+                    bar.update(1, lr=lr)
+                else:
+                    bar.update(1, loss=float(losses[-1]), lr=lr)
+                if log_now:
+                    mean = float(np.mean(torch.stack(losses).tolist()))
+                    self.log({"step": self.step, "loss": mean, "lr": lr, "seconds": round(time.time() - started, 2)})
+                    if self.defer_checks:
+                        bar.update(0, loss=mean)
                     losses = []
-                if self.evaluate and settings.eval_every and self.step % settings.eval_every == 0 and self.rank == 0:
+                if evaluate_now and self.rank == 0:
                     result = self.evaluate(self.model, self.step)
                     self.log({"step": self.step, "eval": result})
                     bar.write(f"step {self.step}: " + " ".join(f"{k}={v}" for k, v in result.items()))
-                if self.step % settings.save_every == 0 or self.step == end_step:
+                if save_now:
                     self.save(state_for(self.step) if state_for else None)
         finally:
             bar.close()

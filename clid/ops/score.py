@@ -88,7 +88,10 @@ def seq_logprob(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor)
 
     logits [N, T, V] float32/float16/bfloat16 (contiguous along V), targets [N, T] integer, mask [N, T]
     (nonzero = scored). One read of the logits, online log-sum-exp, no log-softmax tensor. Targets are
-    checked only where mask is set. m_n = 0 gives NaN. float64 logits use the reference."""
+    checked only where mask is set. m_n = 0 gives NaN. float64 logits use the reference.
+
+    On the GPU the op never waits for the device: an out-of-range target stops the kernel with a
+    device-side assertion naming it (as torch's own index checks there), not a RuntimeError."""
     if logits.dtype == torch.float64:
         return seq_logprob_reference(logits, targets, mask)
     check_device("seq_logprob", logits)
@@ -110,7 +113,11 @@ def token_logprob_hidden(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
     hidden [P, H], weight [V, H] (the output projection, e.g. the tied word embeddings), bias [V] or
     None, targets [P]. No [P, V] logits buffer: fixed-size row blocks x vocabulary tiles, each one
     GEMM into a small buffer and an online log-sum-exp. Half-precision hidden states are upcast
-    once on the CPU ([P, H] float32). float64 inputs use the reference."""
+    once on the CPU ([P, H] float32). float64 inputs use the reference.
+
+    On the GPU each tile's product is cuBLAS's (tensor cores for half inputs of one type, float32
+    results) into a buffer of at most 32 MiB; the op never waits for the device, and an out-of-range
+    target is a device-side assertion, as in :func:`seq_logprob`."""
     if torch.float64 in (hidden.dtype, weight.dtype):
         return token_logprob_hidden_reference(hidden, weight, bias, targets)
     check_device("token_logprob_hidden", hidden, weight)

@@ -34,17 +34,26 @@ constexpr int64_t kHiddenSlabRows = 32 * kHiddenRowBlock;  // 4096 rows
 #ifdef CLID_WITH_CUDA
 namespace cuda {
 
-// Same contracts as the CPU functions; pointers are device pointers, `stream` a cudaStream_t.
-// `scratch` must hold rows_logprob: nothing; hidden_logprob: hidden_scratch_floats(P, V) floats.
+// Pointers are device pointers, `stream` a cudaStream_t; nothing here synchronises with the host.
+// rows_logprob and segment_mean: the CPU functions' contracts.
 void rows_logprob(const void* logits, DType dtype, int64_t V, int64_t n_rows,
                   const int64_t* row_offsets, const int64_t* targets, float* out, void* stream);
 void segment_mean(const float* values, const int64_t* offsets, int64_t n_segments, float* out,
                   void* stream);
-int64_t hidden_scratch_floats(int64_t P, int64_t V);
-void hidden_logprob(const void* hidden, DType hdtype, int64_t P, int64_t H, int64_t ldh,
-                    const void* weight, DType wdtype, int64_t V, int64_t ldw,
-                    const float* bias, const int64_t* targets, float* out, float* scratch,
-                    void* stream);
+// seq_logprob of logits [N, T, V] (strides stride_n, stride_t, 1), targets [N, T] contiguous int32 or
+// int64, mask [N, T] contiguous bool; `values` holds N * T floats of scratch. A target outside
+// [0, V) at a scored position stops the kernel with a device-side assertion naming it.
+void seq_logprob(const void* logits, DType dtype, int64_t N, int64_t T, int64_t V, int64_t stride_n,
+                 int64_t stride_t, const void* targets, bool targets_int32, const bool* mask, float* values,
+                 float* out, void* stream);
+// token_logprob_hidden's reduction over the logits tile [rows, width] (row-major, float32, no bias) of
+// hidden rows p0 .. p0 + rows - 1 and vocabulary entries v0 .. v0 + width - 1. `state` (2 floats per
+// row) and `target_logit` (1 per row) carry each row's progress from tile to tile, in vocabulary
+// order: `first` for the tile at v0 = 0 (it also checks the targets, as seq_logprob does), `last` for
+// the tile that ends at V, which writes out[p].
+void hidden_tile(const float* tile, int64_t rows, int64_t width, int64_t p0, int64_t v0, int64_t V,
+                 const float* bias, const int64_t* targets, float* state, float* target_logit, float* out,
+                 bool first, bool last, void* stream);
 
 }  // namespace cuda
 #endif

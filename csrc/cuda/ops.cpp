@@ -1,10 +1,13 @@
 // The CUDA implementations of clid._C's ops: the tensor-level ops of csrc/ops.h over the CUDA
-// kernels (csrc/cuda/score.cu, csrc/cuda/sampler.cu). Compiled only where PyTorch has CUDA and a
+// kernels (csrc/cuda/score.cu, csrc/cuda/sampler.cu), except seq_logprob and token_logprob_hidden,
+// written here without the host synchronisations of the shared versions. Compiled only where PyTorch has CUDA and a
 // toolkit is found (setup.py); csrc/check_cuda.sh compile-checks it everywhere nvcc is installed.
 #include <c10/cuda/CUDAException.h>  // C10_CUDA_KERNEL_LAUNCH_CHECK
 #include <c10/cuda/CUDAGuard.h>      // kernels run on the inputs' device
 #include <c10/cuda/CUDAStream.h>     // the current stream, passed to the launchers as void*
 #include <torch/library.h>
+
+#include <algorithm>
 
 #include "ops.h"
 
@@ -32,17 +35,6 @@ struct Cuda {
         cuda::segment_mean(values, offsets, N, out, stream());
         C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
-    static void hidden_logprob(const at::Tensor& hidden, DType hdt, const at::Tensor& w, DType wdt, const at::Tensor& b,
-                               const at::Tensor& y, at::Tensor& out) {
-        const int64_t P = hidden.size(0), H = hidden.size(1), V = w.size(0);
-        auto h = hidden.stride(1) == 1 && hidden.stride(0) >= H ? hidden : hidden.contiguous();
-        auto scratch = at::empty({cuda::hidden_scratch_floats(P, V)}, out.options());
-        cuda::hidden_logprob(h.data_ptr(), hdt, P, H, h.stride(0), w.data_ptr(), wdt, V, w.stride(0),
-                             b.defined() ? b.data_ptr<float>() : nullptr, y.data_ptr<int64_t>(), out.data_ptr<float>(),
-                             scratch.data_ptr<float>(), stream());
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
-
     static int64_t first_nan(const at::Tensor& u) {
         at::Tensor ws = workspace(u);
         return clid_sampler::first_nan_cuda(u.data_ptr(), u.scalar_type() == at::kDouble, u.numel(), ws.data_ptr(),
@@ -82,10 +74,71 @@ struct Cuda {
 };
 
 // Each op runs under a guard for the device of its first tensor.
+
+// seq_logprob without host synchronisation: two launches straight from the mask (the CPU op's list of
+// scored rows and its target check would each wait for the GPU). Targets are checked on the device.
 at::Tensor seq_logprob(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& mask) {
     const c10::cuda::CUDAGuard guard(logits.device());
-    return ops::seq_logprob<Cuda>(logits, targets, mask);
+    ops::check_seq_args(logits, targets, mask);
+    const int64_t N = logits.size(0), T = logits.size(1), V = logits.size(2);
+    const DType dtype = ops::float_dtype(logits, "seq_logprob", "logits");
+    TORCH_CHECK(V > 0 || N * T == 0, "seq_logprob: empty vocabulary");
+    const bool int32 = targets.scalar_type() == at::kInt;
+    auto y = (int32 || targets.scalar_type() == at::kLong ? targets : targets.to(at::kLong)).contiguous();
+    auto scored = (mask.scalar_type() == at::kBool ? mask : mask != 0).contiguous();
+    auto values = at::empty({N * T}, logits.options().dtype(at::kFloat));
+    auto out = at::empty({N}, logits.options().dtype(at::kFloat));
+    cuda::seq_logprob(logits.data_ptr(), dtype, N, T, V, logits.stride(0), logits.stride(1), y.data_ptr(), int32,
+                      scored.data_ptr<bool>(), values.data_ptr<float>(), out.data_ptr<float>(), stream());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
 }
+
+// token_logprob_hidden: cuBLAS computes the logits of a block of rows and a tile of the vocabulary at a
+// time (on the tensor cores for half inputs, accumulating and writing float32) into one buffer of at most
+// kTileFloats floats (32 MiB), and a kernel folds each tile into the rows' log-sum-exp and picks up the
+// target's logit. Nothing but the buffer and 3 floats per row is allocated; no host synchronisation.
+constexpr int64_t kTileFloats = int64_t(1) << 23;
+constexpr int64_t kMinTileWidth = 1024;  // a narrower product would not keep the tensor cores busy
+
+at::Tensor token_logprob_hidden(const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                const at::Tensor& targets) {
+    const c10::cuda::CUDAGuard guard(hidden.device());
+    ops::check_hidden_args(hidden, weight, bias, targets);
+    const int64_t P = hidden.size(0), V = weight.size(0);
+    auto out = at::empty({P}, hidden.options().dtype(at::kFloat));
+    if (P == 0) return out;
+    // The product's operands share one type: the inputs' own when they agree, else float32 (the weight
+    // converted a tile at a time). float32 products follow torch's matmul precision setting.
+    const bool same = hidden.scalar_type() == weight.scalar_type();
+    const at::Tensor h = same ? hidden : hidden.to(at::kFloat);
+    const bool half = h.scalar_type() != at::kFloat;
+    auto y = targets.to(at::kLong).contiguous();
+    at::Tensor b = bias ? bias->to(at::kFloat).contiguous() : at::Tensor();
+    const int64_t width = std::min(V, std::max(kMinTileWidth, kTileFloats / P / 128 * 128));
+    const int64_t block = std::min(P, std::max<int64_t>(1, kTileFloats / width));
+    auto buffer = at::empty({block * width}, out.options());
+    auto state = at::empty({2 * P}, out.options());
+    auto target_logit = at::empty({P}, out.options());
+    for (int64_t p0 = 0; p0 < P; p0 += block) {
+        const int64_t rows = std::min(block, P - p0);
+        const at::Tensor h_rows = h.narrow(0, p0, rows);
+        for (int64_t v0 = 0; v0 < V; v0 += width) {
+            const int64_t cols = std::min(width, V - v0);
+            at::Tensor w_tile = weight.narrow(0, v0, cols);
+            if (!same) w_tile = w_tile.to(at::kFloat);
+            at::Tensor tile = buffer.narrow(0, 0, rows * cols).view({rows, cols});
+            if (half) at::mm_out(tile, h_rows, w_tile.t(), at::kFloat);
+            else at::mm_out(tile, h_rows, w_tile.t());
+            cuda::hidden_tile(tile.data_ptr<float>(), rows, cols, p0, v0, V, b.defined() ? b.data_ptr<float>() : nullptr,
+                              y.data_ptr<int64_t>(), state.data_ptr<float>(), target_logit.data_ptr<float>(),
+                              out.data_ptr<float>(), v0 == 0, v0 + cols == V, stream());
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+        }
+    }
+    return out;
+}
+
 at::Tensor token_logprob(const at::Tensor& logits, const at::Tensor& targets) {
     const c10::cuda::CUDAGuard guard(logits.device());
     return ops::token_logprob<Cuda>(logits, targets);
@@ -93,11 +146,6 @@ at::Tensor token_logprob(const at::Tensor& logits, const at::Tensor& targets) {
 at::Tensor segment_mean(const at::Tensor& values, const at::Tensor& lengths) {
     const c10::cuda::CUDAGuard guard(values.device());
     return ops::segment_mean<Cuda>(values, lengths);
-}
-at::Tensor token_logprob_hidden(const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                                const at::Tensor& targets) {
-    const c10::cuda::CUDAGuard guard(hidden.device());
-    return ops::token_logprob_hidden<Cuda>(hidden, weight, bias, targets);
 }
 at::Tensor kth_value(const at::Tensor& u, int64_t k, bool force_radix) {
     const c10::cuda::CUDAGuard guard(u.device());

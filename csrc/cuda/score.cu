@@ -1,18 +1,22 @@
 // CUDA kernels of the fused Eq. 2 scoring (contracts in csrc/common/score_ops.h).
 // Raw pointers only (no torch headers): nvcc compile-checks this file on CPU-only machines.
 //
-// rows_logprob:   one block per row; each thread runs an online log-sum-exp over a strided
-//                 slice of the row, then the block merges the states in a fixed tree.
-// hidden_logprob: a block computes 64 rows x 64 vocabulary entries of h.W^T + b at a time (fp32
-//                 accumulation in registers, 4 x 4 per thread), keeps each row's running state
-//                 over a chunk of kChunkTiles tiles, and writes one partial state per (chunk,
-//                 row); a second kernel merges the chunks of each row in order. No [P, V] buffer.
+// rows_logprob: one block per row; each thread runs an online log-sum-exp over a strided slice of
+//               the row, then the block merges the states in a fixed tree.
+// seq_logprob:  the same per scored row of [N, T, V] logits, read with 16-byte loads, straight from
+//               the mask (no list of scored rows, no host synchronisation), then a mean per caption.
+// hidden_tile:  token_logprob_hidden's reduction over one tile of logits that cuBLAS computed into a
+//               bounded buffer (csrc/cuda/ops.cpp): the bias, the running log-sum-exp of each row
+//               across the tiles, the target's logit, and on the last tile the result.
 // All reductions have a fixed order, so results are bitwise reproducible run to run.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <assert.h>  // __assert_fail: a device-side assertion even under NDEBUG
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "common/score.h"
 #include "common/score_ops.h"
@@ -22,11 +26,6 @@ namespace cuda {
 namespace {
 
 constexpr int kRowThreads = 256;   // threads per row in rows_logprob
-constexpr int kBM = 64;            // rows of hidden per block
-constexpr int kBN = 64;            // vocabulary entries per tile
-constexpr int kBK = 16;            // hidden features per shared-memory stage
-constexpr int kChunkTiles = 16;    // tiles per block (a vocabulary chunk of 1024 entries)
-constexpr int kHiddenThreads = 256;
 constexpr int64_t kMaxGrid = 1 << 30;
 
 __device__ __forceinline__ float to_float(float x) { return x; }
@@ -78,133 +77,113 @@ __global__ void segment_mean_kernel(const float* __restrict__ values, const int6
     }
 }
 
-// Grid: (row blocks, vocabulary chunks). Thread t computes rows (t / 16) + 16 i and columns
-// (t % 16) + 16 j of each 64 x 64 tile (i, j < 4): strided so shared-memory reads do not conflict.
-// (No __launch_bounds__: with it nvcc 13 caps the kernel at 64 registers for sm_90 and spills;
-// without it the kernel takes about 72 registers, so three 256-thread blocks fit on an SM.)
-template <typename TH, typename TW>
-__global__ void hidden_tiles_kernel(const TH* __restrict__ hidden, int64_t P, int64_t H, int64_t ldh,
-                    const TW* __restrict__ weight, int64_t V, int64_t ldw,
-                    const float* __restrict__ bias, const int64_t* __restrict__ targets,
-                    float* __restrict__ chunk_m, float* __restrict__ chunk_s,
-                    float* __restrict__ target_logit) {
-    __shared__ float As[kBK][kBM + 4];      // hidden stage, transposed: As[k][row] (+4: fewer bank conflicts)
-    __shared__ float Ws[kBK][kBN + 4];      // weight stage, transposed: Ws[k][vocab]
-    __shared__ float Cs[kBM][kBN + 1];      // the finished logits tile (+1 avoids bank conflicts)
+// Stops the kernel, naming the bad target and its position ([n, t], or [n] when t < 0), when `y` is
+// outside [0, V): a device-side assertion, as torch's own index checks on the GPU make (the launch
+// fails; the message goes to stderr). The check needs no host synchronisation, at the price of an
+// error that ends the CUDA context.
+__device__ __forceinline__ void check_target(int64_t y, int64_t V, const char* op, int64_t n, int64_t t) {
+    if (y >= 0 && y < V) return;
+    if (t >= 0)
+        printf("%s: target %lld at position [%lld, %lld] is outside the vocabulary [0, %lld)\n", op, (long long)y,
+               (long long)n, (long long)t, (long long)V);
+    else
+        printf("%s: target %lld at position [%lld] is outside the vocabulary [0, %lld)\n", op, (long long)y,
+               (long long)n, (long long)V);
+    __assert_fail("target inside the vocabulary", __FILE__, __LINE__, __func__);
+}
 
-    const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
-    const int64_t p0 = (int64_t)blockIdx.x * kBM;
-    const int64_t chunk = blockIdx.y;
-    // Row statistics: 4 threads per row, thread q scans columns q*16 .. q*16+15.
-    const int stat_row = tid / 4, stat_q = tid % 4;
-    const int64_t stat_p = p0 + stat_row;
-    const int64_t stat_y = stat_p < P ? targets[stat_p] : -1;
-    LseState running = lse_empty();
+// The online log-sum-exp state of a row of V logits, read with 16-byte loads (the elements before the
+// first 16-byte boundary and after the last one one by one). The result is valid in thread 0.
+template <typename T>
+__device__ LseState row_state(const T* __restrict__ z, int64_t V) {
+    constexpr int kVec = 16 / sizeof(T);
+    LseState st = lse_empty();
+    int64_t head = (int64_t)((16 - reinterpret_cast<uintptr_t>(z) % 16) % 16) / (int64_t)sizeof(T);
+    if (head > V) head = V;
+    for (int64_t j = threadIdx.x; j < head; j += blockDim.x) st = lse_add(st, to_float(z[j]));
+    const int64_t n_vec = (V - head) / kVec;
+    const uint4* zv = reinterpret_cast<const uint4*>(z + head);
+    for (int64_t i = threadIdx.x; i < n_vec; i += blockDim.x) {
+        const uint4 raw = __ldg(zv + i);
+        T e[kVec];
+        memcpy(e, &raw, sizeof(raw));
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) st = lse_add(st, to_float(e[k]));
+    }
+    for (int64_t j = head + n_vec * kVec + threadIdx.x; j < V; j += blockDim.x) st = lse_add(st, to_float(z[j]));
+    return block_merge(st);
+}
 
-    for (int tile = 0; tile < kChunkTiles; ++tile) {
-        const int64_t v0 = (chunk * kChunkTiles + tile) * kBN;
-        if (v0 >= V) break;
-        float acc[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+// seq_logprob, step 1: log_softmax(logits[n, t])[targets[n, t]] into values[n * T + t] for every scored
+// (n, t); a block per row, unscored rows skipped.
+template <typename T, typename TY>
+__global__ void __launch_bounds__(kRowThreads)
+seq_rows_kernel(const T* __restrict__ logits, int64_t T_, int64_t V, int64_t stride_n, int64_t stride_t,
+                int64_t n_rows, const TY* __restrict__ targets, const bool* __restrict__ mask,
+                float* __restrict__ values) {
+    for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+        if (!mask[r]) continue;
+        const int64_t n = r / T_, t = r % T_;
+        const int64_t y = (int64_t)targets[r];
+        if (threadIdx.x == 0) check_target(y, V, "seq_logprob", n, t);
+        const T* z = logits + n * stride_n + t * stride_t;
+        const LseState st = row_state(z, V);
+        if (threadIdx.x == 0) values[r] = lse_logprob(st, to_float(z[y]));
+    }
+}
 
-        for (int64_t k0 = 0; k0 < H; k0 += kBK) {
-            // Stage 64 x 16 of hidden and 64 x 16 of weight: each thread loads 4 of each.
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int idx = tid + e * kHiddenThreads;   // 0 .. 1023
-                const int row = idx / kBK, k = idx % kBK;
-                const int64_t p = p0 + row, v = v0 + row, kk = k0 + k;
-                As[k][row] = (p < P && kk < H) ? to_float(hidden[p * ldh + kk]) : 0.0f;
-                Ws[k][row] = (v < V && kk < H) ? to_float(weight[v * ldw + kk]) : 0.0f;
-            }
-            __syncthreads();
-#pragma unroll
-            for (int k = 0; k < kBK; ++k) {
-                float a[4], b[4];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) a[i] = As[k][ty + 16 * i];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) b[j] = Ws[k][tx + 16 * j];
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-            }
-            __syncthreads();
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int64_t v = v0 + tx + 16 * j;
-                Cs[ty + 16 * i][tx + 16 * j] = acc[i][j] + ((bias != nullptr && v < V) ? bias[v] : 0.0f);
-            }
-        __syncthreads();
+// seq_logprob, step 2: each caption's mean over its scored rows, in row order, in float64 (NaN if none).
+__global__ void seq_mean_kernel(const float* __restrict__ values, const bool* __restrict__ mask, int64_t N,
+                                int64_t T_, float* __restrict__ out) {
+    for (int64_t n = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; n < N; n += (int64_t)gridDim.x * blockDim.x) {
+        double sum = 0.0;
+        int64_t m = 0;
+        for (int64_t t = 0; t < T_; ++t)
+            if (mask[n * T_ + t]) { sum += values[n * T_ + t]; ++m; }
+        out[n] = m ? (float)(sum / (double)m) : __int_as_float(0x7fc00000);
+    }
+}
 
-        // This tile's state of each row, merged into the running state in column order.
+// token_logprob_hidden over one tile of logits without bias, tile[r, j] = h[p0 + r] . W[v0 + j] (rows x
+// width, row-major): a block per row adds the bias, merges the tile's state into the row's state (tiles
+// in vocabulary order), keeps the target's logit when the tile holds it; the last tile writes the result.
+__global__ void __launch_bounds__(kRowThreads)
+hidden_tile_kernel(const float* __restrict__ tile, int64_t rows, int64_t width, int64_t p0, int64_t v0, int64_t V,
+                   const float* __restrict__ bias, const int64_t* __restrict__ targets, float* __restrict__ state,
+                   float* __restrict__ target_logit, float* __restrict__ out, bool first, bool last) {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float* z = tile + r * width;
         LseState st = lse_empty();
-        for (int c = stat_q * 16; c < stat_q * 16 + 16; ++c)
-            if (v0 + c < V) st = lse_add(st, Cs[stat_row][c]);
-        // The 4 threads of a row are consecutive lanes of one warp: merge q = 0..3 as ((0,1),(2,3)).
-        st = lse_merge(st, LseState{__shfl_down_sync(0xffffffffu, st.m, 1), __shfl_down_sync(0xffffffffu, st.s, 1)});
-        st = lse_merge(st, LseState{__shfl_down_sync(0xffffffffu, st.m, 2), __shfl_down_sync(0xffffffffu, st.s, 2)});
-        if (stat_q == 0 && stat_p < P) {
-            running = lse_merge(running, st);
-            if (stat_y >= v0 && stat_y < v0 + kBN) target_logit[stat_p] = Cs[stat_row][stat_y - v0];
+        for (int64_t j = threadIdx.x; j < width; j += blockDim.x)
+            st = lse_add(st, z[j] + (bias != nullptr ? bias[v0 + j] : 0.0f));
+        st = block_merge(st);
+        if (threadIdx.x != 0) continue;
+        const int64_t p = p0 + r, y = targets[p];
+        if (first) check_target(y, V, "token_logprob_hidden", p, -1);
+        if (!first) st = lse_merge(LseState{state[2 * p], state[2 * p + 1]}, st);
+        if (y >= v0 && y < v0 + width) target_logit[p] = z[y - v0] + (bias != nullptr ? bias[y] : 0.0f);
+        if (last) {
+            out[p] = lse_logprob(st, target_logit[p]);
+        } else {
+            state[2 * p] = st.m;
+            state[2 * p + 1] = st.s;
         }
-        __syncthreads();  // Cs is rewritten by the next tile
-    }
-    if (stat_q == 0 && stat_p < P) {
-        chunk_m[chunk * P + stat_p] = running.m;
-        chunk_s[chunk * P + stat_p] = running.s;
     }
 }
 
-__global__ void hidden_merge_kernel(int64_t P, int64_t n_chunks, const float* __restrict__ chunk_m,
-                                    const float* __restrict__ chunk_s, const float* __restrict__ target_logit,
-                                    float* __restrict__ out) {
-    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) {
-        LseState st = lse_empty();
-        for (int64_t c = 0; c < n_chunks; ++c) st = lse_merge(st, LseState{chunk_m[c * P + p], chunk_s[c * P + p]});
-        out[p] = lse_logprob(st, target_logit[p]);
-    }
-}
+unsigned row_grid(int64_t rows) { return (unsigned)(rows < kMaxGrid ? rows : kMaxGrid); }
 
-int64_t n_chunks_of(int64_t V) {
-    const int64_t chunk = (int64_t)kBN * kChunkTiles;
-    return (V + chunk - 1) / chunk;
-}
-
-template <typename TH, typename TW>
-void launch_hidden(const void* hidden, int64_t P, int64_t H, int64_t ldh, const void* weight, int64_t V,
-                   int64_t ldw, const float* bias, const int64_t* targets, float* out, float* scratch,
-                   cudaStream_t stream) {
-    const int64_t n_chunks = n_chunks_of(V);
-    float* chunk_m = scratch;
-    float* chunk_s = scratch + n_chunks * P;
-    float* target_logit = scratch + 2 * n_chunks * P;
-    dim3 grid((unsigned)((P + kBM - 1) / kBM), (unsigned)n_chunks);
-    hidden_tiles_kernel<TH, TW><<<grid, kHiddenThreads, 0, stream>>>(
-        static_cast<const TH*>(hidden), P, H, ldh, static_cast<const TW*>(weight), V, ldw, bias, targets,
-        chunk_m, chunk_s, target_logit);
-    const int threads = 256;
-    const int64_t blocks = (P + threads - 1) / threads;
-    hidden_merge_kernel<<<(unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid), threads, 0, stream>>>(
-        P, n_chunks, chunk_m, chunk_s, target_logit, out);
-}
-
-template <typename TH>
-void launch_hidden_w(DType wdtype, const void* hidden, int64_t P, int64_t H, int64_t ldh, const void* weight,
-                     int64_t V, int64_t ldw, const float* bias, const int64_t* targets, float* out,
-                     float* scratch, cudaStream_t stream) {
-    switch (wdtype) {
-        case DType::f32: return launch_hidden<TH, float>(hidden, P, H, ldh, weight, V, ldw, bias, targets, out, scratch, stream);
-        case DType::f16: return launch_hidden<TH, __half>(hidden, P, H, ldh, weight, V, ldw, bias, targets, out, scratch, stream);
-        case DType::bf16: return launch_hidden<TH, __nv_bfloat16>(hidden, P, H, ldh, weight, V, ldw, bias, targets, out, scratch, stream);
-    }
+template <typename T>
+void launch_seq(const void* logits, int64_t N, int64_t T_, int64_t V, int64_t stride_n, int64_t stride_t,
+                const void* targets, bool targets_int32, const bool* mask, float* values, cudaStream_t s) {
+    const T* z = static_cast<const T*>(logits);
+    const int64_t rows = N * T_;
+    if (targets_int32)
+        seq_rows_kernel<<<row_grid(rows), kRowThreads, 0, s>>>(z, T_, V, stride_n, stride_t, rows,
+                                                                static_cast<const int32_t*>(targets), mask, values);
+    else
+        seq_rows_kernel<<<row_grid(rows), kRowThreads, 0, s>>>(z, T_, V, stride_n, stride_t, rows,
+                                                                static_cast<const int64_t*>(targets), mask, values);
 }
 
 }  // namespace
@@ -235,18 +214,28 @@ void segment_mean(const float* values, const int64_t* offsets, int64_t n_segment
                           static_cast<cudaStream_t>(stream)>>>(values, offsets, n_segments, out);
 }
 
-int64_t hidden_scratch_floats(int64_t P, int64_t V) { return 2 * n_chunks_of(V) * P + P; }
-
-void hidden_logprob(const void* hidden, DType hdtype, int64_t P, int64_t H, int64_t ldh,
-                    const void* weight, DType wdtype, int64_t V, int64_t ldw,
-                    const float* bias, const int64_t* targets, float* out, float* scratch, void* stream) {
-    if (P == 0) return;
+void seq_logprob(const void* logits, DType dtype, int64_t N, int64_t T, int64_t V, int64_t stride_n, int64_t stride_t,
+                 const void* targets, bool targets_int32, const bool* mask, float* values, float* out, void* stream) {
+    if (N == 0) return;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    switch (hdtype) {
-        case DType::f32: return launch_hidden_w<float>(wdtype, hidden, P, H, ldh, weight, V, ldw, bias, targets, out, scratch, s);
-        case DType::f16: return launch_hidden_w<__half>(wdtype, hidden, P, H, ldh, weight, V, ldw, bias, targets, out, scratch, s);
-        case DType::bf16: return launch_hidden_w<__nv_bfloat16>(wdtype, hidden, P, H, ldh, weight, V, ldw, bias, targets, out, scratch, s);
+    if (T > 0) {
+        switch (dtype) {
+            case DType::f32: launch_seq<float>(logits, N, T, V, stride_n, stride_t, targets, targets_int32, mask, values, s); break;
+            case DType::f16: launch_seq<__half>(logits, N, T, V, stride_n, stride_t, targets, targets_int32, mask, values, s); break;
+            case DType::bf16: launch_seq<__nv_bfloat16>(logits, N, T, V, stride_n, stride_t, targets, targets_int32, mask, values, s); break;
+        }
     }
+    const int threads = 128;
+    const int64_t blocks = (N + threads - 1) / threads;
+    seq_mean_kernel<<<(unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid), threads, 0, s>>>(values, mask, N, T, out);
+}
+
+void hidden_tile(const float* tile, int64_t rows, int64_t width, int64_t p0, int64_t v0, int64_t V, const float* bias,
+                 const int64_t* targets, float* state, float* target_logit, float* out, bool first, bool last,
+                 void* stream) {
+    if (rows == 0) return;
+    hidden_tile_kernel<<<row_grid(rows), kRowThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        tile, rows, width, p0, v0, V, bias, targets, state, target_logit, out, first, last);
 }
 
 }  // namespace cuda

@@ -1,0 +1,132 @@
+"""bfloat16 against float32 where it matters to the method: the two measurements that let ``--precision
+auto`` (bf16 autocast on a GPU) be the default (docs/gpu.md has the results).
+
+1. ``scores``: 05's log p of every self-generated caption under both models, in float32 and under bf16
+   autocast, and u = log p(trusted) - log p(extended) of each. CLID's schedule (06, c = 2, s = 1) draws at
+   80% of its iterations (iteration 40) a fifth of the pool; the share of the float32 draw that the bf16
+   draw keeps must be at least 99%. Also the largest |log p| difference and the rank correlation of u.
+2. ``train``: short runs of 04 (the flags given after ``--``) in float32 at several seeds and in bf16 at
+   some of them: the mean loss of a bf16 run's last logged steps must differ from the float32 run's at its
+   seed by less than the float32 seeds' standard deviation (the range of the float32 seeds is shown too).
+
+    python bench/bench_precision.py scores --trusted runs/demo/trusted_ft --extended runs/demo/extended \\
+        --selfgen runs/demo/paraphrased.jsonl --features data/demo/features.h5 [--device cuda] [--limit N]
+    python bench/bench_precision.py train --seeds 0 1 2 -- --captions data/demo/captions.json \\
+        --features data/demo/features.h5 --preset tiny --max-steps 200 ...
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from clid.cli import HelpFormatter  # noqa: E402
+
+DRAW_ITERATION = 40  # 80% of the schedule at c = 2
+
+
+def scores(args) -> dict:
+    from clid.features.store import FeatureStore, RegionCache
+    from clid.files import read_jsonl
+    from clid.model.checkpoints import load_checkpoint
+    from clid.model.inputs import make_examples
+    from clid.model.scoring import caption_logprobs
+    from clid.selection import draw
+
+    features = FeatureStore(args.features)
+    models = [load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)]
+    items = [(str(r["id"]), str(r["image_id"]), r["caption"]) for r in read_jsonl(args.selfgen)]
+    if args.limit:
+        items = [items[i] for i in np.random.default_rng(0).choice(len(items), args.limit, replace=False)]
+    examples, _ = make_examples(items, models[0].tokenizer, models[0].levels, "selfgen", features)
+    regions = RegionCache.for_model(features, models[0].config)
+    logp, seconds = {}, {}
+    for precision in ("fp32", "bf16"):
+        start = time.time()
+        logp[precision] = [caption_logprobs(m, examples, regions, device=args.device, precision=precision) for m in models]
+        seconds[precision] = round(time.time() - start, 1)
+        print(f"{precision}: {len(examples)} captions, both models, {seconds[precision]} s", flush=True)
+    u = {p: torch.from_numpy((a - b).astype(np.float32)) for p, (a, b) in logp.items()}
+    schedule = SimpleNamespace(c=2.0, s=1.0, schedule="smooth", seed=args.seed)
+    drawn = {p: set(draw(u[p], DRAW_ITERATION, schedule)[0].tolist()) for p in u}
+    overlap = len(drawn["fp32"] & drawn["bf16"]) / max(1, len(drawn["fp32"]))
+    diff = max(float(np.max(np.abs(logp["bf16"][k] - logp["fp32"][k]))) for k in range(2))
+    ranks = [np.argsort(np.argsort(u[p].numpy())) for p in ("fp32", "bf16")]
+    result = {"captions": len(examples), "drawn_at_80": len(drawn["fp32"]), "overlap_at_80": round(overlap, 5),
+              "max_logp_difference": diff, "u_rank_correlation": float(np.corrcoef(*ranks)[0, 1]),
+              "seconds": seconds, "device": str(args.device), "target": "overlap >= 0.99",
+              "met": overlap >= 0.99}
+    print(json.dumps(result, indent=1))
+    return result
+
+
+def final_loss(out: Path, last: int) -> float:
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    return float(np.mean([r["loss"] for r in log if "loss" in r][-last:]))
+
+
+def train(args) -> dict:
+    flags = [a for a in args.flags if a != "--"]
+    if not set(args.bf16_seeds or []) <= set(args.seeds) or len(args.seeds) < 2:
+        raise SystemExit("error: --bf16-seeds must be some of --seeds, which needs two seeds at least")
+    losses: dict[str, dict[int, float]] = {"fp32": {}, "bf16": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for precision, seeds in (("fp32", args.seeds), ("bf16", args.bf16_seeds or args.seeds[:1])):
+            for seed in seeds:
+                out = Path(tmp) / f"{precision}-{seed}"
+                command = [sys.executable, str(ROOT / "04_train_base.py"), *flags, "--seed", str(seed),
+                           "--precision", precision, "--out", str(out)]
+                start = time.time()
+                subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+                losses[precision][seed] = final_loss(out, args.last)
+                print(f"{precision} seed {seed}: loss {losses[precision][seed]:.4f} ({time.time() - start:.0f} s)",
+                      flush=True)
+    fp32 = list(losses["fp32"].values())
+    spread = float(np.std(fp32, ddof=1))
+    gaps = {seed: abs(v - losses["fp32"][seed]) for seed, v in losses["bf16"].items()}
+    result = {"fp32": losses["fp32"], "bf16": losses["bf16"], "fp32_range": [min(fp32), max(fp32)],
+              "fp32_seed_std": spread, "bf16_minus_fp32_same_seed": gaps,
+              "target": "bf16's loss differs from fp32's at the same seed by less than the fp32 seeds' standard "
+                        "deviation", "met": all(gap < spread for gap in gaps.values())}
+    print(json.dumps(result, indent=1))
+    return result
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    sub = p.add_subparsers(dest="what", required=True)
+    s = sub.add_parser("scores", help="05's scores and CLID's draw at 80%% of its schedule, fp32 against bf16",
+                       formatter_class=HelpFormatter)
+    s.add_argument("--trusted", required=True, help="05's --trusted: the checkpoint of the trusted-only model")
+    s.add_argument("--extended", required=True, help="05's --extended: the checkpoint of M_theta~")
+    s.add_argument("--selfgen", required=True, help="the self-generated captions scored (JSONL)")
+    s.add_argument("--features", required=True, help="the region features both models read (HDF5)")
+    s.add_argument("--device", default="cpu", help="where both precisions score: cpu, cuda, cuda:1, ...")
+    s.add_argument("--limit", type=int, default=0, help="score a random subset of this many captions (0: all)")
+    s.add_argument("--seed", type=int, default=0, help="the draw's seed (06's --seed)")
+    t = sub.add_parser("train", help="short 04 runs: bf16's final loss against the fp32 seeds' range",
+                       formatter_class=HelpFormatter)
+    t.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fp32 seeds")
+    t.add_argument("--bf16-seeds", type=int, nargs="+", default=None, help="bf16 seeds, some of --seeds (default: the first)")
+    t.add_argument("--last", type=int, default=3, help="logged steps averaged for a run's final loss")
+    t.add_argument("flags", nargs=argparse.REMAINDER, help="-- then 04's flags (without --seed, --precision, --out)")
+    p.add_argument("--json", default=None, help="also write the result to this file")
+    args = p.parse_args(argv)
+    result = scores(args) if args.what == "scores" else train(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
