@@ -57,7 +57,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from bench_score import gpu_copy_bandwidth, gpu_peak_extra  # noqa: E402
 
 from clid import ops, runtime  # noqa: E402
-from clid.cli import HelpFormatter  # noqa: E402
+from clid.cli import HelpFormatter, run_main  # noqa: E402
 
 SECTIONS = ("kernels", "train", "train04", "score", "caption", "paraphrase")
 BERT_BASE = dict(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072, region_hidden=2048)
@@ -582,4 +582,4 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     with contextlib.suppress(BrokenPipeError):
-        main()
+        run_main(main)

@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clid.cli import HelpFormatter  # noqa: E402
+from clid.cli import HelpFormatter, run_main  # noqa: E402
 
 DRAW_ITERATION = 40  # 80% of the schedule at c = 2
 
@@ -129,4 +129,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
