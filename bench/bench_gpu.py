@@ -23,7 +23,8 @@ Rows (a "target" is issue 42's for one H200, with the H100's in brackets; the CP
 - train04: 04_train_base.py itself from an HDF5 file, and under torchrun --nproc_per_node 1, its step time
   from train_log.jsonl.
 - score: 05's prefix scoring (levels 1-7) in float32 at batch 64 (before), under --precision auto and
-  --batch-size auto with the fused head and with linear + log_softmax + gather, and the authors' eager loop;
+  --batch-size auto with the default head (clid.model.scoring.default_head) and with the other one, and the
+  authors' eager loop;
   bf16's largest log p difference from fp32 and the rank correlation of the two.
 - caption: clid.caption's decoding, 36 regions per image, levels 1, 4, 7 in float32 at batch 64 (before) and
   with --precision auto --batch-size auto.
@@ -381,7 +382,7 @@ def train04(table: Table, size: dict, device: str, data: Data, folder: Path, bou
 def score(table: Table, size: dict, device: str, data: Data) -> tuple[float, float]:
     """05's rows; returns (captions/s before, captions/s with today's defaults), one model each."""
     from clid.features.store import RegionCache
-    from clid.model.scoring import caption_logprobs, caption_logprobs_eager
+    from clid.model.scoring import caption_logprobs, caption_logprobs_eager, default_head
 
     trusted = captioner(size, data.tokenizer, device, size["classes"], seed=1).eval()
     regions = RegionCache.for_model(data.features, trusted.config)
@@ -409,9 +410,12 @@ def score(table: Table, size: dict, device: str, data: Data) -> tuple[float, flo
     table.add(f"05 prefix scoring, --precision auto, --batch-size auto ({auto_batch})", now, "captions/s", "fp32",
               before, now / before, goal_text, now >= goal if goal else None, max_logp_difference=diff,
               rank_correlation=rank_correlation(auto, fp32))
-    eager_head, _ = rate(examples, batch_size=auto_batch, precision="auto", head="eager")
-    table.add("05 with linear + log_softmax + gather for the head", eager_head, "captions/s", "fused head", now,
-              now / eager_head)
+    names = {"fused": "the fused op token_logprob_hidden", "eager": "linear + log_softmax + gather"}
+    default = default_head(device)
+    other = "fused" if default == "eager" else "eager"
+    other_rate, _ = rate(examples, batch_size=auto_batch, precision="auto", head=other)
+    table.add(f"05 with {names[other]} for the head", other_rate, "captions/s", f"{names[default]} (the default)",
+              now, now / other_rate)
     subset = examples.subset(range(0, n, max(1, n // size["eager_captions"])))
     caption_logprobs_eager(trusted, subset.subset(range(2)), regions, device=device)
     sync(device)

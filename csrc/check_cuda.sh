@@ -16,7 +16,7 @@ if [ ${#sources[@]} -eq 0 ]; then echo "cuda-check: no CUDA sources yet"; exit 0
 status=0
 for src in "${sources[@]}"; do
     for arch in 80 90; do
-        if ! log=$(nvcc -c -o /dev/null -std=c++17 -O3 -arch=sm_$arch -Xptxas -v -DCLID_WITH_CUDA -Icsrc "$src" 2>&1); then
+        if ! log=$(nvcc -c -o /dev/null -std=c++17 -O3 -DNDEBUG -arch=sm_$arch -Xptxas -v -DCLID_WITH_CUDA -Icsrc "$src" 2>&1); then
             echo "$log"; echo "cuda-check: FAILED to compile $src for sm_$arch"; status=1; continue
         fi
         spills=$(echo "$log" | grep -E "[1-9][0-9]* bytes spill (stores|loads)" || true)

@@ -8,7 +8,8 @@ Modes (``prefix`` is the default and the authors' definition):
   per position. Made fast without changing the numbers: captions are grouped by level (the text
   length of a pass) and sorted by caption length, so no pass is spent on padding; finished captions
   drop out of the batch; the last encoder layer and the LM head run only at the scored position,
-  the head through the fused ``clid.ops.token_logprob_hidden`` (no [P, V] logits).
+  the head through the fused ``clid.ops.token_logprob_hidden`` on the CPU (no [P, V] logits) and
+  the plain linear + log_softmax + gather on a GPU (:func:`default_head`).
 - ``pseudo``: reveal every other token and mask only position t (a pseudo-log-likelihood; the
   authors' ``past_only=False`` branch). An approximation.
 - ``onepass``: mask everything, one pass, read every position. The cheapest approximation.
@@ -57,15 +58,22 @@ def _head_logprob(head: str, model: Captioner, weight):
 HEADS = ("fused", "eager")
 
 
+def default_head(device) -> str:
+    """The head that is faster end to end where it runs: the fused op on the CPU, where it saves the [P, V]
+    logits' memory traffic; linear + log_softmax + gather on a GPU, where cuBLAS and torch's kernels beat it
+    (measured by bench/bench_gpu.py: docs/gpu.md)."""
+    return "eager" if runtime.device_type(device) == "cuda" else "fused"
+
+
 @torch.no_grad()
 def caption_logprobs(model: Captioner, examples: Examples, regions: RegionCache, mode: str = "prefix",
                      batch_size: int = 64, device="cpu", count_padding: bool = True, progress=None,
-                     precision: str = "fp32", head: str = "fused") -> np.ndarray:
+                     precision: str = "fp32", head: str | None = None) -> np.ndarray:
     """Eq. 2 for every example, as float64 [N] in the order of ``examples``.
 
     ``precision`` (clid.runtime): under bf16 the encoder runs in bfloat16 autocast and the head's
-    projection in bfloat16 (float32 results). ``head``: "fused" (``clid.ops.token_logprob_hidden``) or
-    "eager" (linear, log_softmax, gather: the benchmark's peer). On a GPU nothing waits for the device
+    projection in bfloat16 (float32 results). ``head``: "fused" (``clid.ops.token_logprob_hidden``),
+    "eager" (linear, log_softmax, gather) or None (:func:`default_head`). On a GPU nothing waits for the device
     until the end: each batch's regions are read and padded in a second thread while the GPU works on
     the batch before, and copied from pinned memory.
     """
@@ -75,7 +83,7 @@ def caption_logprobs(model: Captioner, examples: Examples, regions: RegionCache,
     tok = model.tokenizer
     end, mask_id = eos_id(tok), tok.mask_token_id
     bf16 = runtime.resolve(precision, device) == "bf16"
-    logprob = _head_logprob(head, model, model.output_weight.to(torch.bfloat16) if bf16 else model.output_weight)
+    logprob = _head_logprob(head or default_head(device), model, model.output_weight.to(torch.bfloat16) if bf16 else model.output_weight)
 
     def batch_inputs(batch):  # (CPU, pinned on a GPU) targets and regions of a batch
         chunk, _ = batch

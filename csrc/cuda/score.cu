@@ -13,7 +13,15 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <assert.h>  // __assert_fail: a device-side assertion even under NDEBUG
+// __assert_fail: a device-side assertion even under NDEBUG (the extension's builds define it, and
+// <assert.h> declares __assert_fail only without it)
+#ifdef NDEBUG
+#undef NDEBUG
+#include <assert.h>
+#define NDEBUG
+#else
+#include <assert.h>
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
