@@ -183,8 +183,9 @@ def demo_like_world(coco_annotations, tmp_path):
 
 def install_fake_captioner(monkeypatch, pool, calls):
     def generate_captions(model, features, image_ids, levels, batch_size=64, device="cpu", steps=None,
-                          eos_decay=1.0, labert_average=True, progress=False, return_filled=False):
+                          eos_decay=1.0, labert_average=True, progress=False, return_filled=False, precision="fp32"):
         assert isinstance(features, FeatureStore) and progress and return_filled
+        assert precision == "fp32"  # (--precision auto on the CPU)
         calls.append((model.name, list(image_ids), list(levels), batch_size, device, steps, eos_decay, labert_average))
         captions = {level: {i: model.caption(i, level) for i in image_ids if features.get(i) is not None}
                     for level in levels}
