@@ -392,7 +392,10 @@ def score(table: Table, size: dict, device: str, data: Data) -> tuple[float, flo
     auto_batch = runtime.batch_size("auto", device, runtime.encoder_bytes(trusted.config, positions, "bf16"), 64)
 
     def rate(captions, **options) -> tuple[float, np.ndarray]:
-        caption_logprobs(trusted, captions.subset(range(min(len(captions), 8))), regions, device=device, **options)  # warm-up
+        # warm-up on a whole batch of the longest level: the allocator and the attention kernels see the sizes
+        # they will run (a warm-up of a few captions left the first row measured slower than the next)
+        warm = [k for k in range(len(captions)) if captions.levels[k] == captions.levels.max()][:options["batch_size"]]
+        caption_logprobs(trusted, captions.subset(warm), regions, device=device, **options)
         sync(device)
         start = time.perf_counter()
         logp = caption_logprobs(trusted, captions, regions, device=device, **options)

@@ -1,5 +1,5 @@
 """Where the time of the two GPU rows that miss their targets goes: torch.profiler over 04's training steps
-(as 04 runs them: loader workers, the next batch copied ahead, no host check inside a step) and over one
+(as 04 runs them: loader workers, pinned memory, no host check inside a step) and over one
 batch of 03's Pegasus beam search, on bench_gpu.py's models and data.
 
 Out: per section, the wall time per step (or per batch), the GPU's busy time in it (the sum of its kernels'
@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +33,8 @@ def report(prof, wall: float, count: int, what: str, device: str, rows: int) -> 
     """The wall time and GPU busy time per ``what``, then the top operators by GPU time and by host time."""
     events = prof.key_averages()
     cuda = runtime.device_type(device) == "cuda"
-    busy = sum(e.self_device_time_total for e in events) / 1e3 if cuda else 0.0  # (microseconds -> ms)
+    # the GPU's own events (kernels, copies), each once: an operator's row repeats its kernels' time
+    busy = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e3  # (ms)
     print(f"{wall / count * 1e3:.2f} ms a {what} (wall), the GPU busy {busy / count:.2f} ms of it "
           f"({busy / (wall * 1e3) * 100:.0f}%)" if cuda else f"{wall / count * 1e3:.2f} ms a {what} (wall)")
     if cuda:

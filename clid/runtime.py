@@ -109,51 +109,10 @@ def pin(tensors, device):
 
 
 def to_device(tensors, device):
-    """Copies of CPU tensors on ``device`` (those already there as they are); to a GPU from pinned memory
-    without waiting for it."""
+    """Copies of CPU tensors on ``device``; to a GPU from pinned memory without waiting for it."""
     if device_type(device) != "cuda":
         return [t.to(device) for t in tensors]
-    return [t if t.is_cuda else (t if t.is_pinned() else t.pin_memory()).to(device, non_blocking=True)
-            for t in tensors]
-
-
-def copied_ahead(items, move, device):
-    """``move(item)`` (its tensors copied to ``device``) for each item, in order. Towards a GPU the next
-    item's copy runs on a second CUDA stream while the current one's work runs, and the work waits only
-    for its own item's copy; on the CPU, each item as it comes."""
-    if device_type(device) != "cuda":
-        yield from (move(item) for item in items)
-        return
-    copy_stream = torch.cuda.Stream(device)
-
-    def start(item):
-        with torch.cuda.stream(copy_stream):
-            moved = move(item)
-            return moved, copy_stream.record_event()
-
-    def ready(started):
-        moved, copied = started
-        work = torch.cuda.current_stream(device)
-        work.wait_event(copied)
-        for t in _tensors(moved):  # (their memory, allocated on the copy stream, is in use on the work stream)
-            t.record_stream(work)
-        return moved
-
-    pending = None
-    for item in items:
-        current, pending = pending, start(item)
-        if current is not None:
-            yield ready(current)
-    if pending is not None:
-        yield ready(pending)
-
-
-def _tensors(value):
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors(v)
+    return [(t if t.is_pinned() else t.pin_memory()).to(device, non_blocking=True) for t in tensors]
 
 
 def prefetch(items, make, device):

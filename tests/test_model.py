@@ -157,32 +157,6 @@ def test_cuda_padded_pass_equals_the_cpu_grouped_passes(world):
         torch.testing.assert_close(gpu.encode(*inputs).float().cpu(), cpu, atol=5e-2, rtol=5e-2)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU on this machine")
-def test_cuda_copied_ahead_gives_each_batch_on_the_gpu():
-    """Each batch copied on the second stream arrives whole, in order, while the work stream runs."""
-    from clid import runtime
-
-    batches = [([torch.full((1 << 20,), float(i)).pin_memory()], torch.arange(i + 1)) for i in range(6)]
-
-    def move(batch):
-        inputs, extra = batch
-        return runtime.to_device(inputs, "cuda"), *runtime.to_device([extra], "cuda")
-
-    for (inputs, extra), (got_inputs, got_extra) in zip(batches, runtime.copied_ahead(iter(batches), move, "cuda")):
-        busy = torch.randn(2048, 2048, device="cuda") @ torch.randn(2048, 2048, device="cuda")  # (work meanwhile)
-        assert got_inputs[0].is_cuda and torch.equal((got_inputs[0] * 1).cpu(), inputs[0])
-        assert torch.equal(got_extra.cpu(), extra) and busy.isfinite().all()
-
-
-def test_copied_ahead_on_the_cpu_gives_each_item_as_it_comes():
-    from clid import runtime
-
-    seen = []
-    items = runtime.copied_ahead(iter(range(4)), lambda i: seen.append(i) or i * 10, "cpu")
-    assert next(items) == 0 and seen == [0]  # (nothing made ahead on the CPU)
-    assert list(items) == [10, 20, 30]
-
-
 def test_collate_masks_a_uniform_count_and_pads_to_the_level(world):
     model = tiny_model()
     tok = model.tokenizer

@@ -463,7 +463,7 @@ def test_opcheck_on_cuda():
                           (torch.randn(9, generator=gen).cuda(), torch.tensor([4, 2, 3]).cuda()))
     hidden, weight = torch.randn(13, 8, generator=gen).cuda(), torch.randn(301, 8, generator=gen).cuda()
     torch.library.opcheck(torch.ops.clid.token_logprob_hidden.default,
-                          (hidden, weight, torch.randn(301, generator=gen).cuda(), targets.flatten()[:13].contiguous()))
+                          (hidden, weight, torch.randn(301, generator=gen).cuda(), targets.clamp(min=0).flatten()[:13].contiguous()))
 
 
 # The CUDA seq_logprob and token_logprob_hidden run without host synchronisation: their target check

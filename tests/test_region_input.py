@@ -210,3 +210,25 @@ def test_a_checkpoint_from_before_these_settings_loads_as_the_model_it_was(tmp_p
     loaded = load_checkpoint(tmp_path / "ck")
     assert loaded.config == old.config and loaded.head.decoder is None
     assert len(loaded.embeddings.region_embed) == 3  # no dropout module
+
+
+def test_region_cache_keeps_the_latest_images_within_its_bytes(tmp_path, monkeypatch):
+    """The cache gives each image's inputs as a fresh read does, holds no more than max_bytes (the least
+    recently used image given up first), and reads an image again only when it was given up."""
+    import clid.features.store as store_module
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "features.h5"
+    write_features(path, ((str(i), Regions(rng.normal(size=(10, 8)), rng.uniform(0, 50, (10, 4)) + [0, 0, 50, 50],
+                                           100.0, 100.0)) for i in range(6)), "test")
+    store = FeatureStore(path)
+    fresh = {str(i): store_module.load_regions(store, str(i)) for i in range(6)}
+    one_image = sum(t.element_size() * t.nelement() for t in fresh["0"])
+    reads = []
+    monkeypatch.setattr(store_module, "load_regions", lambda features, i, *a: reads.append(i) or fresh[i])
+    cache = RegionCache(store, max_bytes=3 * one_image)
+    for image_id in ["0", "1", "2", "0", "3", "0", "1"]:
+        assert cache.get(image_id) is fresh[image_id]
+    # "0" was used again before "3" came, so "1", the least recently used, was given up: read again
+    assert reads == ["0", "1", "2", "3", "1"]
+    assert list(cache._cache) == ["3", "0", "1"] and cache._bytes == 3 * one_image

@@ -186,3 +186,78 @@ def test_epoch_batches_equal_a_fresh_permutation_at_every_step():
         for step in list(range(40)) + [37, 3, 0]:  # forward, then back (a resumed run starts anywhere)
             assert epoch_batches(n, batch_size, step, 5, tag).tolist() == today(n, batch_size, step, 5, tag)
     assert not epoch_order(10, 5, "data", 0).flags.writeable
+
+
+def odd_jsonl(path, n: int = 400) -> None:
+    """Captions as people write them: accents, apostrophes, paragraphs, blank lines, CRLF line ends and a
+    BOM, integer and string ids."""
+    rng = random.Random(5)
+    words = ["a", "dog", "café", "man's", "naïve", "on", "the", "grass", "Ünter", "sitting", "red", "ball"]
+    lines = []
+    for i in range(n):
+        caption = " ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) + rng.choice([".", "! A cat.", ""])
+        lines.append(json.dumps({"id": i if i % 3 else f"c{i}", "image_id": i % 17, "caption": caption},
+                                ensure_ascii=i % 2 == 0))
+        if i % 50 == 7:
+            lines.append("   ")
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")
+
+
+@pytest.mark.parametrize("keep_sentences", [False, True])
+def test_a_long_file_read_by_several_processes_gives_the_serial_table(tmp_path, monkeypatch, keep_sentences):
+    from clid.model import inputs, parallel_read
+
+    path = tmp_path / "selfgen.jsonl"
+    odd_jsonl(path)
+    tok = text.load_tokenizer()
+    serial, fault = read_jsonl_table(path, tok, keep_sentences)
+    monkeypatch.setattr(inputs, "PARALLEL_FROM", 10)
+    monkeypatch.setattr(parallel_read, "processes", lambda: 3)
+    ranges = parallel_read.line_ranges(path, 24)
+    assert len(ranges) == 24 and ranges[0][0] == 3 and ranges[-1][1] == path.stat().st_size  # (past the BOM)
+    together, fault_together = read_jsonl_table(path, tok, keep_sentences)
+    assert fault is fault_together is None and len(serial) == 400
+    for name in ("image_ids", "caption_ids", "sources"):
+        assert getattr(together, name) == getattr(serial, name)
+    for name in ("token_ids", "offsets", "levels", "digests"):
+        a, b = getattr(together, name), getattr(serial, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda lines: lines[:380] + ['{"id": 5, "image_id": 1, "caption": "a dog"'] + lines[381:], "not valid JSON"),
+    (lambda lines: lines[:390] + [json.dumps({"id": "c3", "image_id": 1, "caption": "a dog"})] + lines[391:],
+     "appears twice"),
+    (lambda lines: lines[:395] + [json.dumps({"id": 9, "image_id": 1, "caption": 7})] + lines[396:],
+     "'caption' must be a string"),
+])
+def test_a_fault_in_a_later_part_is_named_as_the_serial_reader_names_it(tmp_path, monkeypatch, change, fragment):
+    from clid.files import DataError
+    from clid.model import inputs, parallel_read
+
+    path = tmp_path / "selfgen.jsonl"
+    odd_jsonl(path)
+    path.write_text("\n".join(change(path.read_text(encoding="utf-8-sig").splitlines())) + "\n")
+    tok = text.load_tokenizer()
+    with pytest.raises(DataError) as serial:
+        read_jsonl_table(path, tok, False)
+    monkeypatch.setattr(inputs, "PARALLEL_FROM", 10)
+    monkeypatch.setattr(parallel_read, "processes", lambda: 3)
+    with pytest.raises(DataError) as together:
+        read_jsonl_table(path, tok, False)
+    assert str(together.value) == str(serial.value) and fragment in str(serial.value)
+
+
+def test_a_record_without_an_id_in_a_long_file_is_found_as_before(tmp_path, monkeypatch):
+    from clid.model import inputs, parallel_read
+
+    path = tmp_path / "selfgen.jsonl"
+    odd_jsonl(path)
+    lines = path.read_text(encoding="utf-8-sig").splitlines()
+    lines[350] = json.dumps({"image_id": 1, "caption": "a dog"})
+    path.write_text("\n".join(lines) + "\n")
+    serial = read_jsonl_table(path, text.load_tokenizer(), False)
+    monkeypatch.setattr(inputs, "PARALLEL_FROM", 10)
+    monkeypatch.setattr(parallel_read, "processes", lambda: 3)
+    together = read_jsonl_table(path, text.load_tokenizer(), False)
+    assert together[1] == serial[1] and serial[1][1].startswith("missing") and together[0].caption_ids == serial[0].caption_ids

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,15 +52,21 @@ def load_regions(features: FeatureStore, image_id, num_classes: int = 0,
 
 class RegionCache:
     """Region inputs (features, 6-d boxes plus ``num_classes`` class probabilities) per image id, read
-    from the HDF5 once and kept in memory (``cache=False``: read every time). ``for_model`` takes both
-    settings from a model's config."""
+    from the HDF5 and the latest ``max_bytes`` of them kept in memory, the least recently used given up
+    first (``cache=False``: read every time). ``for_model`` takes the first two settings from a model's
+    config."""
 
-    def __init__(self, features: FeatureStore, num_classes: int = 0, box_input: str = "authors", cache: bool = True):
+    MAX_BYTES = 4 << 30  # about 2,900 images of the VLP release (100 regions of 2,048 + 6 + 1,601 floats)
+
+    def __init__(self, features: FeatureStore, num_classes: int = 0, box_input: str = "authors", cache: bool = True,
+                 max_bytes: int = MAX_BYTES):
         self.features = features
         self.num_classes = num_classes
         self.box_input = box_input
         self.cache = cache
-        self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.max_bytes = max_bytes
+        self._cache: OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        self._bytes = 0
 
     @classmethod
     def for_model(cls, features: FeatureStore, config) -> "RegionCache":
@@ -68,14 +75,24 @@ class RegionCache:
 
     def get(self, image_id: str):
         item = self._cache.get(image_id)
-        if item is None:
-            item = load_regions(self.features, image_id, self.num_classes, self.box_input)
-            if self.cache:
-                self._cache[image_id] = item
+        if item is not None:
+            self._cache.move_to_end(image_id)
+            return item
+        item = load_regions(self.features, image_id, self.num_classes, self.box_input)
+        if self.cache:
+            self._cache[image_id] = item
+            self._bytes += _nbytes(item)
+            while self._bytes > self.max_bytes and len(self._cache) > 1:
+                _, dropped = self._cache.popitem(last=False)
+                self._bytes -= _nbytes(dropped)
         return item
 
     def batch(self, image_ids: list[str]):
         return pad_regions([self.get(i) for i in image_ids])
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.element_size() * t.nelement() for t in tensors)
 
 
 def write_features(path, items, kind: str) -> int:

@@ -312,18 +312,29 @@ class CaptionFiles:
 
 
 PROGRESS_FROM = 100_000  # lines of a JSONL file read with a progress bar
+PARALLEL_FROM = 200_000  # lines of a JSONL file read by several processes, where there are cores for them
 
 
 def read_jsonl_table(path, tokenizer, keep_sentences: bool) -> tuple[Examples, tuple | None]:
     """Every record of our JSONL captions (``id``, ``image_id``, ``caption``), tokenised, and (record number,
-    problem) of the first record without a valid ``id`` (None when every record has one)."""
+    problem) of the first record without a valid ``id`` (None when every record has one). A long file is
+    read by several processes (clid/model/parallel_read.py), a file with a fault by this one."""
     from clid.files import read_jsonl
+    from clid.model import parallel_read
     from clid.progress import Progress
 
     caption_ids, image_ids, digests, names = [], [], [], {}
     encoder, id_fault = FlatEncoder(tokenizer), None
     with open(path, "rb") as f:  # (the bar's total: lines, counted fast)
         lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
+    if lines >= PARALLEL_FROM and parallel_read.processes() > 1:
+        with Progress(lines, f"reading {Path(path).name} ({parallel_read.processes()} processes)", "line") as bar:
+            found = parallel_read.read_parts(path, tokenizer, keep_sentences, bar.update)
+        if found is not None:
+            caption_ids, image_ids, token_ids, offsets, digests = found
+            n = len(caption_ids)
+            return Examples(image_ids, caption_ids, token_ids, offsets, np.zeros(n, np.int64), ["selfgen"] * n,
+                            digests), None
     with Progress(lines, f"reading {Path(path).name}", "line", disable=lines < PROGRESS_FROM) as bar:
         for record in read_jsonl(path, required=("image_id", "caption"), unique_id=True):
             caption_id = record.get("id")

@@ -700,19 +700,9 @@ class Trainer:
             dist.barrier()
 
     def batches(self, batch_for: Callable[[int], np.ndarray], steps: range):
-        """The batches of ``steps`` in order, on the device: made in this process, or by ``workers`` loader
-        processes; towards a GPU the next batch is copied while the current step runs."""
+        """The batches of ``steps`` in order: made in this process, or by ``workers`` loader processes."""
         data = StepBatches(self.examples, self.model, self.regions, batch_for, steps, self.settings.seed,
                            self.rank, self.world)
-        return runtime.copied_ahead(self.made(data), self.on_device, self.device)
-
-    def on_device(self, batch):
-        if isinstance(batch, BadBatch):
-            return batch
-        inputs, places, classes = batch
-        return runtime.to_device(inputs, self.device), *runtime.to_device([places, classes], self.device)
-
-    def made(self, data: StepBatches):
         if not self.workers:
             return (data[i] for i in range(len(data)))
         # (the tokenizer's own threads must not cross the fork either: said before it, the workers stay quiet)
