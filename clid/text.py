@@ -33,11 +33,25 @@ def fold_accents(text: str) -> str:
     return "".join(c for c in decomposed if unicodedata.category(c) != "Mn")
 
 
+def _ascii_words_table() -> bytes:
+    """A byte table that lower-cases A-Z, keeps a-z and 0-9, and turns every other byte into a space."""
+    table = bytearray(b" " * 256)
+    for c in b"abcdefghijklmnopqrstuvwxyz0123456789":
+        table[c] = c
+    for c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZ":
+        table[c] = c + 32
+    return bytes(table)
+
+
+_ASCII_WORDS = _ascii_words_table()
+
+
 def karpathy_tokens(text: str) -> list[str]:
     """Karpathy preprocessing of a caption: lower-case, drop apostrophes, keep alphanumeric words.
     Accents are folded first, so "café" keeps its word; text with no such word gives []."""
-    if text.isascii():  # (ASCII has no accent and no \u2019: lower-casing alone folds it, exactly)
-        return _WORD.findall(text.lower().replace("'", ""))
+    if text.isascii():  # (ASCII has no accent and no \u2019: lower-casing alone folds it, exactly; the runs of
+        # a-z and 0-9 left once the apostrophes are dropped and every other byte is a space are _WORD's matches)
+        return text.encode().translate(_ASCII_WORDS, b"'").decode().split()
     return _WORD.findall(fold_accents(text).replace("'", "").replace("\u2019", ""))
 
 
