@@ -80,35 +80,38 @@ def caption_levels(text: str) -> list[int]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--out", default="data/demo", help="output folder")
-    p.add_argument("--seed", type=non_negative_int, default=0)
-    p.add_argument("--small", action="store_true", help="a tiny world for tests: 48 train, 12 val, 12 test images")
-    p.add_argument("--n-train", type=non_negative_int, default=3000)
-    p.add_argument("--n-val", type=non_negative_int, default=250)
-    p.add_argument("--n-test", type=non_negative_int, default=250)
-    p.add_argument("--size", type=number(int, low=64, what="an integer >= 64"), default=160, help="image width and height in pixels")
-    p.add_argument("--graph-noise", type=unit_interval, default=0.15,
-                   help="share of attributes/predicates a scene-graph generator gets wrong (0 = the true graphs)")
-    p.add_argument("--captions-per-image", type=positive_int, default=5)
-    p.add_argument("--refs-per-level", type=non_negative_int, default=3, help="long references per test image and level")
-    p.add_argument("--long-levels", type=caption_levels, default="3,4,5,6",
-                   help="caption levels of the long references, comma-separated")
-    p.add_argument("--crop", type=positive_int, default=64, help="object crops are resized to crop x crop for the encoder")
-    p.add_argument("--whole", type=positive_int, default=128, help="the whole image is resized to whole x whole")
-    p.add_argument("--colour-bins", type=non_negative_int, default=4,
-                   help="each region's features end with two joint RGB histograms, of its box and of what the box "
-                        "adds over its surroundings, this many bins per channel (2 * bins**3 values; "
-                        "0: EfficientNet features only)")
-    p.add_argument("--batch-size", type=positive_int, default=256, help="encoder batch size")
-    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
-                   help="processes drawing and encoding the scenes (one torch thread each)")
-    p.add_argument("--chunk", type=positive_int, default=16, help="images per work unit")
-    p.add_argument("--skip-features", action="store_true", help="write everything but features.h5 (quick looks)")
-    p.add_argument("--preview", type=non_negative_int, default=0, metavar="N", help="write preview.png with the first N images")
-    p.add_argument("--paragraphs", action="store_true",
-                   help="also write paragraphs/: one multi-sentence description per image in the Stanford "
-                        "paragraphs' layout (paragraphs_v1.json and its split files), for the paragraph task")
-    p.add_argument("--force", action="store_true", help="rebuild even if --out holds this exact world")
+    world = p.add_argument_group("world", "the demo world's images, captions and scene graphs")
+    features = p.add_argument_group("features", "the region features of every image (features.h5)")
+    run = p.add_argument_group("run", "the output folder, workers and previews")
+    run.add_argument("--out", default="data/demo", help="output folder")
+    world.add_argument("--seed", type=non_negative_int, default=0, help="seeds the world: scenes, captions, graph noise")
+    world.add_argument("--small", action="store_true", help="a tiny world for tests: 48 train, 12 val, 12 test images")
+    world.add_argument("--n-train", type=non_negative_int, default=3000, help="training images")
+    world.add_argument("--n-val", type=non_negative_int, default=250, help="validation images")
+    world.add_argument("--n-test", type=non_negative_int, default=250, help="test images")
+    world.add_argument("--size", type=number(int, low=64, what="an integer >= 64"), default=160, help="image width and height in pixels")
+    world.add_argument("--graph-noise", type=unit_interval, default=0.15,
+                       help="share of attributes/predicates a scene-graph generator gets wrong (0 = the true graphs)")
+    world.add_argument("--captions-per-image", type=positive_int, default=5, help="trusted captions per image (COCO has 5)")
+    world.add_argument("--refs-per-level", type=non_negative_int, default=3, help="long references per test image and level")
+    world.add_argument("--long-levels", type=caption_levels, default="3,4,5,6",
+                       help="caption levels of the long references, comma-separated")
+    features.add_argument("--crop", type=positive_int, default=64, help="object crops are resized to crop x crop for the encoder")
+    features.add_argument("--whole", type=positive_int, default=128, help="the whole image is resized to whole x whole")
+    features.add_argument("--colour-bins", type=non_negative_int, default=4,
+                          help="each region's features end with two joint RGB histograms, of its box and of what the box "
+                               "adds over its surroundings, this many bins per channel (2 * bins**3 values; "
+                               "0: EfficientNet features only)")
+    features.add_argument("--batch-size", type=positive_int, default=256, help="encoder batch size")
+    run.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                     help="processes drawing and encoding the scenes (one torch thread each)")
+    run.add_argument("--chunk", type=positive_int, default=16, help="images per work unit")
+    features.add_argument("--skip-features", action="store_true", help="write everything but features.h5 (quick looks)")
+    run.add_argument("--preview", type=non_negative_int, default=0, metavar="N", help="write preview.png with the first N images")
+    world.add_argument("--paragraphs", action="store_true",
+                       help="also write paragraphs/: one multi-sentence description per image in the Stanford "
+                            "paragraphs' layout (paragraphs_v1.json and its split files), for the paragraph task")
+    run.add_argument("--force", action="store_true", help="rebuild even if --out holds this exact world")
     args = p.parse_args(argv)
     if args.small:
         args.n_train, args.n_val, args.n_test = 48, 12, 12

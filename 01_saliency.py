@@ -147,29 +147,34 @@ def write_preview(path: Path, image_path: Path, smap: np.ndarray, boxes=None) ->
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter)
-    parser.add_argument("--images", required=True, help="image folder")
-    parser.add_argument("--list", default=None,
-                        help="captions JSON, VG image_data.json / scene_graphs.json, or a text list")
-    parser.add_argument("--out", required=True, help="output HDF5")
-    parser.add_argument("--method", default="spectral", choices=["spectral", "emlnet"])
-    parser.add_argument("--weights", nargs="+", default=None,
+    io = parser.add_argument_group("input and output", "the images, the saliency file and its previews")
+    method = parser.add_argument_group("saliency", "how saliency is computed")
+    run = parser.add_argument_group("run", "batches, devices, shards and resuming")
+    io.add_argument("--images", required=True, help="image folder")
+    io.add_argument("--list", default=None,
+                    help="captions JSON, VG image_data.json / scene_graphs.json, or a text list")
+    io.add_argument("--out", required=True, help="output HDF5")
+    method.add_argument("--method", default="spectral", choices=["spectral", "emlnet"],
+                        help="spectral: the spectral residual (offline, no weights); emlnet: EML-Net, as the paper "
+                             "(needs --weights)")
+    method.add_argument("--weights", nargs="+", default=None,
                         help="EML-Net checkpoints: IMAGENET PLACES DECODER, or a single encoder")
-    parser.add_argument("--emlnet-size", type=positive_int, nargs=2, default=list(EMLNET_SIZE), metavar=("H", "W"),
+    method.add_argument("--emlnet-size", type=positive_int, nargs=2, default=list(EMLNET_SIZE), metavar=("H", "W"),
                         help="EML-Net input size")
-    parser.add_argument("--sigma", type=non_negative_float, default=2.5, help="spectral residual: Gaussian blur, in 64-px cells")
-    parser.add_argument("--border", default="mirror", choices=["mirror", "wrap"],
+    method.add_argument("--sigma", type=non_negative_float, default=2.5, help="spectral residual: Gaussian blur, in 64-px cells")
+    method.add_argument("--border", default="mirror", choices=["mirror", "wrap"],
                         help="spectral residual: extend the image by its mirror image before the FFT, or not")
-    parser.add_argument("--map-side", type=positive_int, default=64, help="longer side of the stored map, in cells")
-    parser.add_argument("--batch-size", type=positive_int, default=32)
-    parser.add_argument("--workers", type=positive_int, default=2, help="image-decoding threads")
-    parser.add_argument("--chunk-size", type=positive_int, default=1000, help="images per resumable chunk")
-    parser.add_argument("--preview", type=non_negative_int, default=0, metavar="N", help="write PNG previews of the first N images")
-    parser.add_argument("--preview-dir", default=None, help="preview folder (default: OUT without suffix + _preview)")
-    parser.add_argument("--scene-graphs", default=None, help="scene_graphs.json whose boxes the previews draw")
-    parser.add_argument("--image-data", default=None, help="image_data.json for --scene-graphs (sizes, COCO ids)")
-    parser.add_argument("--device", type=device, default=None,
-                        help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
-    shard.add_shard_args(parser)
+    method.add_argument("--map-side", type=positive_int, default=64, help="longer side of the stored map, in cells")
+    run.add_argument("--batch-size", type=positive_int, default=32, help="images per EML-Net batch")
+    run.add_argument("--workers", type=positive_int, default=2, help="image-decoding threads")
+    run.add_argument("--chunk-size", type=positive_int, default=1000, help="images per resumable chunk")
+    io.add_argument("--preview", type=non_negative_int, default=0, metavar="N", help="write PNG previews of the first N images")
+    io.add_argument("--preview-dir", default=None, help="preview folder (default: OUT without suffix + _preview)")
+    io.add_argument("--scene-graphs", default=None, help="scene_graphs.json whose boxes the previews draw")
+    io.add_argument("--image-data", default=None, help="image_data.json for --scene-graphs (sizes, COCO ids)")
+    run.add_argument("--device", type=device, default=None,
+                     help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    shard.add_shard_args(run)
     args = parser.parse_args(argv)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.method == "emlnet" and not args.weights:

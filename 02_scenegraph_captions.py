@@ -172,41 +172,44 @@ def caption_image(g: Prepared, seed: int, args, true_graphs=None) -> list[dict]:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter)
-    parser.add_argument("--scene-graphs", required=True, nargs="+", metavar="FILE",
+    graphs = parser.add_argument_group("scene graphs", "the graphs the walks run on, and their images")
+    walks = parser.add_argument_group("walks", "the saliency-guided graph walks and the captions they make")
+    run = parser.add_argument_group("run", "the output, shards and resuming")
+    graphs.add_argument("--scene-graphs", required=True, nargs="+", metavar="FILE",
                         help="Visual Genome scene_graphs.json and/or Scene Graph Benchmark predictions TSVs")
-    parser.add_argument("--graph-format", choices=["auto", "vg", "sgg"], default="auto",
+    graphs.add_argument("--graph-format", choices=["auto", "vg", "sgg"], default="auto",
                         help="format of every --scene-graphs file (auto: detected per file)")
-    parser.add_argument("--image-data", default=None,
+    graphs.add_argument("--image-data", default=None,
                         help="VG image_data.json: image sizes, and COCO ids as the output image ids")
-    parser.add_argument("--labelmap", default=None, help="generated graphs: the benchmark's labelmap JSON, when "
-                                                         "classes are label indices")
-    parser.add_argument("--sizes", default=None, help="generated graphs: image sizes, the benchmark's hw TSV or "
-                                                      "VG image_data.json")
-    parser.add_argument("--images", default=None, help="generated graphs: image folder, for sizes not in --sizes")
-    parser.add_argument("--min-object-conf", type=unit_interval, default=0.2,
+    graphs.add_argument("--labelmap", default=None, help="generated graphs: the benchmark's labelmap JSON, when "
+                        "classes are label indices")
+    graphs.add_argument("--sizes", default=None, help="generated graphs: image sizes, the benchmark's hw TSV or "
+                        "VG image_data.json")
+    graphs.add_argument("--images", default=None, help="generated graphs: image folder, for sizes not in --sizes")
+    graphs.add_argument("--min-object-conf", type=unit_interval, default=0.2,
                         help="generated graphs: objects below this confidence are left out (the paper is silent; "
                              "0.2 is the benchmark's usual detection score threshold)")
-    parser.add_argument("--min-relation-conf", type=unit_interval, default=0.1,
+    graphs.add_argument("--min-relation-conf", type=unit_interval, default=0.1,
                         help="generated graphs: relations below this confidence are left out (the paper is silent)")
-    parser.add_argument("--saliency", required=True,
-                        help="saliency HDF5 of 01_saliency.py, or 'none' for the centre prior")
-    parser.add_argument("--out", required=True, help="output JSONL")
-    parser.add_argument("--k", type=positive_int, default=2, help="children visited per object")
-    parser.add_argument("--t-sal", type=unit_interval, default=0.8, help="saliency share to cover before the walk may stop")
-    parser.add_argument("--n-attr", type=non_negative_int, default=4, help="most attributes per object")
-    parser.add_argument("--per-image", type=positive_int, default=5, help="captions per image")
-    parser.add_argument("--paragraph", action="store_true",
-                        help="a jump starts a new sentence instead of 'and' (implied by --levels paragraph)")
-    parser.add_argument("--levels", default=None, choices=["caption", "paragraph", "labert"],
-                        help="length levels for 'level'; paragraph also makes jumps start new sentences "
-                             "(default: paragraph with --paragraph, else caption)")
-    parser.add_argument("--chunk-size", type=positive_int, default=2000, help="graphs per resumable chunk")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: offline bert-base-uncased)")
-    parser.add_argument("--clean-graphs", default=None, metavar="FILE",
+    walks.add_argument("--saliency", required=True,
+                       help="saliency HDF5 of 01_saliency.py, or 'none' for the centre prior")
+    run.add_argument("--out", required=True, help="output JSONL")
+    walks.add_argument("--k", type=positive_int, default=2, help="children visited per object")
+    walks.add_argument("--t-sal", type=unit_interval, default=0.8, help="saliency share to cover before the walk may stop")
+    walks.add_argument("--n-attr", type=non_negative_int, default=4, help="most attributes per object")
+    walks.add_argument("--per-image", type=positive_int, default=5, help="captions per image")
+    walks.add_argument("--paragraph", action="store_true",
+                       help="a jump starts a new sentence instead of 'and' (implied by --levels paragraph)")
+    walks.add_argument("--levels", default=None, choices=["caption", "paragraph", "labert"],
+                       help="length levels for 'level'; paragraph also makes jumps start new sentences "
+                            "(default: paragraph with --paragraph, else caption)")
+    run.add_argument("--chunk-size", type=positive_int, default=2000, help="graphs per resumable chunk")
+    walks.add_argument("--tokenizer", default=None, help="tokenizer folder (default: offline bert-base-uncased)")
+    graphs.add_argument("--clean-graphs", default=None, metavar="FILE",
                         help="the demo world's true graphs (00's scene_graphs_clean.json; diagnostics only): each "
                              "caption gets 'truth', its counts of hallucinated and mislabelled objects, wrong "
                              "attributes and wrong relations (clid/demo/truth.py)")
-    shard.add_shard_args(parser)
+    shard.add_shard_args(run)
     args = parser.parse_args(argv)
     args.levels = args.levels or ("paragraph" if args.paragraph else "caption")
     args.paragraph = args.paragraph or args.levels == "paragraph"  # one switch: the paragraph task

@@ -23,7 +23,6 @@ and the final punctuation.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import time
@@ -31,15 +30,13 @@ from collections import Counter
 from typing import Callable
 
 from clid import files, runs, runtime, shard
-from clid.cli import HelpFormatter, device, non_negative_float, positive_int, run_main
+from clid.cli import HelpFormatter, add_download_arg, device, non_negative_float, positive_int, run_main
 from clid.data.records import report_wordless
 from clid.files import DataError
 from clid.selfgen import english as en
 from clid.selfgen.paraphrase import head_nouns, lemma, rules_paraphrase, sentences_of
 from clid.stats import format_table, length_stats
 from clid.text import caption_lengths, karpathy_tokens, length_to_level, load_tokenizer
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded at run time
 
 DEFAULT_MODEL = "tuner007/pegasus_paraphrase"
 BATCH_SIZE = 32  # pieces per generate() call on the CPU (--batch-size auto)
@@ -120,9 +117,9 @@ class ModelParaphraser:
             if "protobuf" in str(err) or "tiktoken" in str(err):
                 detail = "its sentencepiece tokenizer needs the 'protobuf' package to load"
             raise SystemExit(
-                f"error: the paraphraser '{name}' is not available offline ({detail}). Use --model rules, or "
-                f"download it where there is internet (HF_HUB_OFFLINE=0 huggingface-cli download {name} "
-                f"--local-dir DIR) and pass --model DIR.") from None
+                f"error: the paraphraser '{name}' cannot be loaded ({detail}). Use --model rules, or "
+                f"download it once with --allow-download (or where there is internet: huggingface-cli download {name} "
+                f"--local-dir DIR, then --model DIR).") from None
         if precision == "bf16":
             self.model = self.model.to(torch.bfloat16)
         self.max_length = min(max_length, getattr(self.tokenizer, "model_max_length", max_length) or max_length)
@@ -187,24 +184,30 @@ def paraphrase_captions(captions: list[str], model: ModelParaphraser, tokenizer,
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter)
-    parser.add_argument("--in", dest="inp", required=True, help="self-generated captions (JSONL of 02)")
-    parser.add_argument("--out", required=True, help="output JSONL")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="'rules', or a seq2seq model folder or hub name")
-    parser.add_argument("--num-beams", type=positive_int, default=10, help="beam width")
-    runtime.add_batch_size_arg(parser, BATCH_SIZE, "pieces per generate() call")
-    runtime.add_precision_arg(parser)
-    parser.add_argument("--max-length", type=positive_int, default=60, help="model tokens read and written per piece")
-    parser.add_argument("--piece-tokens", type=positive_int, default=50,
-                        help="split captions into pieces of at most this many model tokens")
-    parser.add_argument("--min-ratio", type=non_negative_float, default=0.5,
-                        help="reject paraphrases shorter than this share of the original")
-    parser.add_argument("--levels", default="caption", choices=["caption", "paragraph", "labert"],
-                        help="length levels for 'level' (paragraph: sentence breaks count as tokens)")
-    parser.add_argument("--chunk-size", type=positive_int, default=2000, help="captions per resumable chunk")
-    parser.add_argument("--tokenizer", default=None, help="length tokenizer folder (default: offline bert-base-uncased)")
-    parser.add_argument("--device", type=device, default=None,
-                        help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
-    shard.add_shard_args(parser)
+    io = parser.add_argument_group("input and output", "the self-generated captions in and their paraphrases out")
+    model = parser.add_argument_group("paraphraser", "the model and how it rewrites each caption")
+    run = parser.add_argument_group("run", "batches, devices, precision, shards and resuming")
+    io.add_argument("--in", dest="inp", required=True, help="self-generated captions (JSONL of 02)")
+    io.add_argument("--out", required=True, help="output JSONL")
+    model.add_argument("--model", default=DEFAULT_MODEL,
+                       help="'rules' (offline: tidies the walks' text, no rewording), or a seq2seq model folder or hub "
+                            "name (the paper: Pegasus; a hub name needs --allow-download or a copy in the hub cache)")
+    add_download_arg(model)
+    model.add_argument("--num-beams", type=positive_int, default=10, help="beam width")
+    runtime.add_batch_size_arg(run, BATCH_SIZE, "pieces per generate() call")
+    runtime.add_precision_arg(run)
+    model.add_argument("--max-length", type=positive_int, default=60, help="model tokens read and written per piece")
+    model.add_argument("--piece-tokens", type=positive_int, default=50,
+                       help="split captions into pieces of at most this many model tokens")
+    model.add_argument("--min-ratio", type=non_negative_float, default=0.5,
+                       help="reject paraphrases shorter than this share of the original")
+    io.add_argument("--levels", default="caption", choices=["caption", "paragraph", "labert"],
+                    help="length levels for 'level' (paragraph: sentence breaks count as tokens)")
+    run.add_argument("--chunk-size", type=positive_int, default=2000, help="captions per resumable chunk")
+    io.add_argument("--tokenizer", default=None, help="length tokenizer folder (default: offline bert-base-uncased)")
+    run.add_argument("--device", type=device, default=None,
+                     help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    shard.add_shard_args(run)
     return parser.parse_args(argv)
 
 

@@ -58,6 +58,9 @@ from clid.model.train import (
     finish_distributed,
     make_trainer,
     new_model,
+    parse_train_args,
+    recipe_schedule,
+    recipe_vocab,
     standardize_regions,
     start_run,
     train_arg_groups,
@@ -68,19 +71,20 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     groups = train_arg_groups(p)
     groups["data"].add_argument("--captions", required=True, help="trusted captions (Karpathy JSON or COCO captions JSON)")
-    groups["data"].add_argument("--data", choices=["trusted", "extended"], default="trusted")
+    groups["data"].add_argument("--data", choices=["trusted", "extended"], default="trusted",
+                                help="trusted: the trusted captions alone (M_theta, the trusted-only baseline); extended: "
+                                     "with the self-generated captions of --selfgen (M_theta~)")
     groups["data"].add_argument("--selfgen", help="self-generated captions JSONL (required for --data extended)")
     groups["data"].add_argument("--balanced", action="store_true",
                                 help="every length level an equal share of the batches, as the authors' "
-                                     "balanced_training (the length-balanced baseline; default: shuffled epochs)")
+                                     "balanced_training (the length-balanced baseline; off: shuffled epochs)")
     groups["model"].add_argument("--continue-from", metavar="CKPT",
                                  help="continue this checkpoint: its weights, optimizer state, step and learning-rate "
                                       "schedule (the authors' code: M_theta continues M_theta~); --max-steps is then "
                                       "the last step")
     groups["model"].add_argument("--init-from", metavar="CKPT", help="start from this checkpoint's weights only")
     add_train_args(groups)
-    args = p.parse_args(argv)
-    check_train_args(p, args)
+    args = parse_train_args(p, argv)
     if args.data == "extended" and not args.selfgen:
         p.error("--data extended needs --selfgen FILE")
     if args.continue_from and args.init_from:
@@ -91,11 +95,16 @@ def parse_args(argv=None):
     check_not_input(args.out, {"--continue-from": args.continue_from, "--init-from": args.init_from})
     if args.continue_from:
         continued_schedule(args)
+    else:  # --recipe demo: M_theta~'s cosine spans 3x its steps (the authors' proportions), so a scoring model can continue it
+        recipe_schedule(args, horizon_factor=3 if args.data == "extended" else 1)
+        recipe_vocab(args, args.captions, args.selfgen if args.data == "extended" else None)
+    check_train_args(p, args)
     return args
 
 
 def continued_schedule(args) -> None:
-    """Take the learning rate, warm-up and horizon of the checkpoint that ``--continue-from`` continues."""
+    """Take the learning rate, warm-up and horizon of the checkpoint that ``--continue-from`` continues (with
+    ``--recipe demo`` also its output vocabulary, and ``--max-steps`` defaults to its step plus the recipe's)."""
     folder = Path(args.continue_from)
     if not checkpoint_exists(folder):
         raise SystemExit(f"error: --continue-from {folder}: no checkpoint with a training state there")
@@ -109,6 +118,8 @@ def continued_schedule(args) -> None:
     for name in ("lr", "warmup", "lr_horizon"):
         if name in train:
             setattr(args, name, train[name])
+    recipe_schedule(args, start_step=step)
+    recipe_vocab(args, *(train.get("output_vocab") or []))
     horizon = args.lr_horizon or train.get("max_steps", step)
     if step >= args.max_steps:
         raise SystemExit(f"error: --continue-from {folder} is at step {step}; --max-steps ({args.max_steps}) is the "

@@ -52,28 +52,34 @@ BATCH_SIZE = 64  # --batch-size auto on the CPU
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--trusted", required=True, help="checkpoint of the model trained on trusted captions")
-    p.add_argument("--extended", required=True, help="checkpoint of the model trained on the extended set")
-    p.add_argument("--selfgen", required=True, help="self-generated (paraphrased) captions JSONL")
-    p.add_argument("--features", required=True, help="region features HDF5 (the file 04 trained on)")
-    add_bad_features_arg(p)
-    p.add_argument("--out", required=True, help="quality HDF5")
-    p.add_argument("--mode", choices=MODES, default="prefix")
-    p.add_argument("--count", choices=COUNTS, default="level",
-                   help='Eq. 2\'s m: level: every position up to the level\'s highest length, the "." padding '
-                        'included, all scored (the authors\' measure_noise.py); caption: the caption\'s own tokens '
-                        'and its final "."')
-    p.add_argument("--captions", help="trusted caption file: score only captions of its train-split images")
-    p.add_argument("--include-trusted", action="store_true", help="also score the trusted captions (needs --captions)")
-    runtime.add_batch_size_arg(p, BATCH_SIZE, "captions scored together")
-    runtime.add_precision_arg(p)
-    p.add_argument("--chunk-size", type=positive_int, default=4096, help="captions per resumable chunk")
-    p.add_argument("--device", type=device, default=None,
-                   help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
-    add_split_args(p)
-    add_left_out_arg(p)
-    add_token_cache_arg(p)
-    shard.add_shard_args(p)
+    data = p.add_argument_group("data", "the two models, the captions they score and the features")
+    scoring = p.add_argument_group("scoring", "how Eq. 2's log p is computed")
+    run = p.add_argument_group("run", "the output, shards and resuming")
+    data.add_argument("--trusted", required=True, help="checkpoint of the model trained on trusted captions")
+    data.add_argument("--extended", required=True, help="checkpoint of the model trained on the extended set")
+    data.add_argument("--selfgen", required=True, help="self-generated (paraphrased) captions JSONL")
+    data.add_argument("--features", required=True, help="region features HDF5 (the file 04 trained on)")
+    add_bad_features_arg(data)
+    run.add_argument("--out", required=True, help="quality HDF5")
+    scoring.add_argument("--mode", choices=MODES, default="prefix",
+                         help="prefix: every text token masked, the true prefix revealed, one pass per position "
+                              "(the authors' definition); pseudo: only position t masked; onepass: one pass, every "
+                              "position (approximations)")
+    scoring.add_argument("--count", choices=COUNTS, default="level",
+                         help='Eq. 2\'s m: level: every position up to the level\'s highest length, the "." padding '
+                              'included, all scored (the authors\' measure_noise.py); caption: the caption\'s own tokens '
+                              'and its final "."')
+    data.add_argument("--captions", help="trusted caption file: score only captions of its train-split images")
+    data.add_argument("--include-trusted", action="store_true", help="also score the trusted captions (needs --captions)")
+    runtime.add_batch_size_arg(scoring, BATCH_SIZE, "captions scored together")
+    runtime.add_precision_arg(scoring)
+    run.add_argument("--chunk-size", type=positive_int, default=4096, help="captions per resumable chunk")
+    scoring.add_argument("--device", type=device, default=None,
+                         help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    add_split_args(data)
+    add_left_out_arg(data)
+    add_token_cache_arg(data)
+    shard.add_shard_args(run)
     args = p.parse_args(argv)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     args.precision = runtime.use_precision(args.precision, args.device)  # what auto means here: recorded

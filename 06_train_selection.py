@@ -59,6 +59,9 @@ from clid.model.train import (
     finish_distributed,
     make_trainer,
     new_model,
+    parse_train_args,
+    recipe_schedule,
+    recipe_vocab,
     standardize_regions,
     start_run,
     train_arg_groups,
@@ -81,21 +84,29 @@ def parse_args(argv=None):
                           help="percent of the pool dropped per iteration")
     schedule.add_argument("--s", type=positive_float, default=1.0, help="smoothness of the weighting")
     schedule.add_argument("--eta", type=positive_int, default=None,
-                          help="optimizer steps per iteration (the paper: 1200 for captions, 200 for paragraphs)")
+                          help="optimizer steps per iteration (the paper: 1200 for captions, 200 for paragraphs; "
+                               "--recipe demo: the 50 iterations span 90%% of --max-steps)")
     schedule.add_argument("--full-epochs", action="store_true",
                           help="one epoch of trusted + drawn captions per iteration instead of --eta steps (an option "
                                "of the authors' code, off in their configuration, which trains 1200 steps per "
                                "iteration)")
-    schedule.add_argument("--schedule", choices=["smooth", "constant", "hard", "none"], default="smooth")
+    schedule.add_argument("--schedule", choices=["smooth", "constant", "hard", "none"], default="smooth",
+                          help="how a caption's chance to be drawn follows u: smooth (the paper's tanh of (u - T_i) / s), "
+                               "constant (every caption alike: the paper's ablation), hard (a step at T_i), none (the "
+                               "whole extended set, no selection)")
     groups["model"].add_argument("--init", default="random",
                                  help="random (the authors' code re-initialises the model) | bert (as 04 starts) | "
                                       "a checkpoint folder")
     selection.add_strategy_args(strategy)
     add_train_args(groups)
     p.set_defaults(lr_horizon=300_000)  # the authors' schedule: a 300,000-step cosine, of which 06 trains 100,000
-    args = p.parse_args(argv)
+    args = parse_train_args(p, argv)
+    recipe_schedule(args)  # --recipe demo: its steps, and a cosine that ends with them
+    recipe_vocab(args, args.captions, args.selfgen)
     check_train_args(p, args)
-    if args.eta is None:  # the paper's eta: 200 on the (much smaller) paragraph set, else 1200
+    if args.eta is None and args.recipe == "demo":  # the demo's: the 50 iterations span 90% of the steps
+        args.eta = max(1, round(0.9 * args.max_steps / 50))
+    elif args.eta is None:  # the paper's eta: 200 on the (much smaller) paragraph set, else 1200
         args.eta = PARAGRAPH_ETA if args.levels == "paragraph" else CAPTION_ETA
     if args.init not in ("bert", "random") and not Path(args.init).is_dir():
         p.error(f"--init must be bert, random or a checkpoint folder (got {args.init!r})")

@@ -12,11 +12,15 @@ Out: --out DIR holding metrics.json (every number, per run and per method), repo
      plots, example captions), control_precision.png, quality_vs_control.png, length_histograms.png,
      and for checkpoint runs generated/<run>.jsonl (each caption with its length as counted; reused
      by a re-run while the checkpoint and the decoding are unchanged).
+     Without --refs (captions of one's own images): length control alone, over every image with a
+     caption (a checkpoint captions every image of --features): control precision, length error and
+     mean length per level in report.md and metrics.json, control_precision.png, length_histograms.png.
 
     python 07_eval.py --refs data/demo/captions.json --features data/demo/features.h5 \\
         --checkpoint trusted=runs/demo/trusted --checkpoint CLID=runs/demo/clid \\
         --checkpoint CLID=runs/demo/seed1/clid --long-refs data/demo/long_refs.json --out runs/demo/eval
     python 07_eval.py --refs captions_val2014.json --generated mine.jsonl --out eval  # Karpathy 5k
+    python 07_eval.py --generated captions.jsonl --out eval  # no references: length control alone
 
 Per level and run (definitions in clid/eval/metrics.py): control precision (share of ALL test images
 whose caption length is inside the level; a missing caption is a miss), BLEU-1..4, METEOR,
@@ -34,16 +38,16 @@ import hashlib
 import os
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
 from clid import runtime
 from clid.caption import add_decoding_args
-from clid.cli import HelpFormatter, device, non_negative_int, run_main
+from clid.cli import HelpFormatter, add_download_arg, device, non_negative_int, run_main
 from clid.eval.metrics import (
     SSA_LEVELS,
     CocoScorer,
     counts_sentences,
     evaluate,
+    evaluate_lengths,
     load_refs,
     long_refs_for,
     read_generated,
@@ -59,45 +63,55 @@ from clid.text import LEVEL_SETS, get_levels, level_set_name, load_tokenizer
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--refs", help="reference captions (Karpathy JSON, COCO captions JSON, ...)")
-    p.add_argument("--split", default="test", help="the split of --refs to evaluate on (default: test)")
-    p.add_argument("--test-ids", default=None,
-                   help="evaluate these image ids instead of --split (a file, or 'karpathy' for the "
-                        "Karpathy 5k test ids; the default for an official COCO captions file)")
-    p.add_argument("--long-refs", default=None, help="Karpathy JSON of long references with a 'level' per sentence")
-    p.add_argument("--selfgen", default=None, help="self-generated captions JSONL (length histogram only)")
-    p.add_argument("--features", default=None, help="region features HDF5 (needed by --checkpoint)")
-    add_bad_features_arg(p)
-    p.add_argument("--checkpoint", action="append", default=[], metavar="[NAME=]DIR",
-                   help="a checkpoint folder to evaluate (repeatable; entries with one NAME are runs of one method)")
-    p.add_argument("--generated", action="append", default=[], metavar="[NAME=]FILE",
-                   help="a generated-captions JSONL (repeatable; entries with one NAME are runs of one method)")
-    p.add_argument("--name", action="append", default=[],
-                   help="names, one per entry, checkpoints first then generated files (instead of NAME=; "
-                        "default: the checkpoint folder's name / the file's name without extension)")
-    p.add_argument("--levels", default=None, choices=sorted(LEVEL_SETS) + ["ssa"],
-                   help="level set (default: the checkpoints' own, else caption); ssa: CIC-BART-SSA's word-count "
-                        "levels <10, 10-19, 20-29, 30-39, >=40 words, for evaluation only: a checkpoint's captions of "
-                        "its levels 1-5 (caption levels) are counted in words, a --generated file's levels are these")
-    p.add_argument("--score-captions", default="in-range", choices=["in-range", "all"],
-                   help="which captions get quality scores (in-range: the paper)")
-    p.add_argument("--spice", default="auto", choices=["auto", "off"],
-                   help="auto: run SPICE when Stanford CoreNLP is there or can be downloaded")
-    p.add_argument("--examples", type=non_negative_int, default=3, help="test images shown with their captions in report.md (default: 3)")
-    p.add_argument("--device", type=device, default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
-    add_decoding_args(p)
-    p.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")
-    p.add_argument("--tokenizer", default=None, help="tokenizer for caption lengths (default: offline bert-base-uncased)")
-    p.add_argument("--combine", nargs="+", metavar="EVAL_DIR",
-                   help="instead of evaluating: report several 07 output folders together (e.g. one per seed, each "
-                        "on its own test images); a method's runs in all of them give its mean ± std")
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--force", action="store_true",
-                   help="write into an --out that holds files 07 did not write (they are never deleted or replaced; "
-                        "without it such an --out is refused)")
+    references = p.add_argument_group("references", "the test images and their references (without --refs: length "
+                                                    "control alone, over every image with a caption)")
+    runs = p.add_argument_group("runs", "the captions to evaluate: checkpoints (decoded here) or files")
+    scoring = p.add_argument_group("scoring", "the quality metrics and the length count")
+    report = p.add_argument_group("report", "the output folder")
+    references.add_argument("--refs", help="reference captions (Karpathy JSON, COCO captions JSON, ...); without it: "
+                                           "control precision and mean length per level, no quality scores")
+    references.add_argument("--split", default="test", help="the split of --refs to evaluate on (default: test)")
+    references.add_argument("--test-ids", default=None,
+                            help="evaluate these image ids instead of --split (a file, or 'karpathy' for the "
+                                 "Karpathy 5k test ids; the default for an official COCO captions file)")
+    references.add_argument("--long-refs", default=None, help="Karpathy JSON of long references with a 'level' per sentence")
+    references.add_argument("--selfgen", default=None, help="self-generated captions JSONL (length histogram only)")
+    runs.add_argument("--features", default=None, help="region features HDF5 (needed by --checkpoint)")
+    add_bad_features_arg(runs)
+    runs.add_argument("--checkpoint", action="append", default=[], metavar="[NAME=]DIR",
+                      help="a checkpoint folder to evaluate (repeatable; entries with one NAME are runs of one method)")
+    runs.add_argument("--generated", action="append", default=[], metavar="[NAME=]FILE",
+                      help="a generated-captions JSONL (repeatable; entries with one NAME are runs of one method)")
+    runs.add_argument("--name", action="append", default=[],
+                      help="names, one per entry, checkpoints first then generated files (instead of NAME=; "
+                           "default: the checkpoint folder's name / the file's name without extension)")
+    runs.add_argument("--levels", default=None, choices=sorted(LEVEL_SETS) + ["ssa"],
+                      help="level set (default: the checkpoints' own, else caption); ssa: CIC-BART-SSA's word-count "
+                           "levels <10, 10-19, 20-29, 30-39, >=40 words, for evaluation only: a checkpoint's captions of "
+                           "its levels 1-5 (caption levels) are counted in words, a --generated file's levels are these")
+    scoring.add_argument("--score-captions", default="in-range", choices=["in-range", "all"],
+                         help="which captions get quality scores (in-range: the paper)")
+    scoring.add_argument("--spice", default="auto", choices=["auto", "off"],
+                         help="auto: run SPICE when Stanford CoreNLP is there or can be downloaded")
+    report.add_argument("--examples", type=non_negative_int, default=3,
+                        help="images shown with their captions in report.md (default: 3)")
+    runs.add_argument("--device", type=device, default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
+    add_decoding_args(runs)
+    runs.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")
+    scoring.add_argument("--tokenizer", default=None, help="tokenizer for caption lengths (default: offline bert-base-uncased)")
+    report.add_argument("--combine", nargs="+", metavar="EVAL_DIR",
+                        help="instead of evaluating: report several 07 output folders together (e.g. one per seed, each "
+                             "on its own test images); a method's runs in all of them give its mean ± std")
+    report.add_argument("--out", required=True, help="output folder")
+    report.add_argument("--force", action="store_true",
+                        help="write into an --out that holds files 07 did not write (they are never deleted or replaced; "
+                             "without it such an --out is refused)")
+    add_download_arg(scoring)
     args = p.parse_args(argv)
-    if not args.refs and not args.combine:
-        p.error("--refs is required (or --combine EVAL_DIR ...)")
+    if not args.refs:
+        for flag, given in (("--long-refs", args.long_refs), ("--test-ids", args.test_ids)):
+            if given:
+                p.error(f"{flag} needs --refs (without --refs, 07 reports length control alone)")
     args.precision = runtime.use_precision(args.precision, args.device)  # what auto means here
     return args
 
@@ -105,9 +119,10 @@ def parse_args(argv=None):
 # ---------------------------------------------------------------------------------------------
 # Inputs
 
-def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_ids: list[str], num_levels: int) -> None:
-    """Print how many test images have a caption of this run and how many have none (misses);
-    raise :class:`DataError` naming the first unmatched image id when no caption is of a test image."""
+def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_ids: list[str], num_levels: int,
+                    what: str = "test images") -> None:
+    """Print how many of the evaluated images (``what``) have a caption of this run and how many have none
+    (misses); raise :class:`DataError` naming the first unmatched image id when no caption is of a test image."""
     test = set(image_ids)
     captioned = {i for by_image in captions.values() for i in by_image if i in test}
     if not captioned:
@@ -117,7 +132,7 @@ def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_
         raise DataError(path, None, f"none of its captions is of a test image (first unmatched image id: {first!r}; "
                                     f"test image ids look like {image_ids[0]!r})")
     everywhere = sum(1 for i in image_ids if all(i in captions.get(n, {}) for n in range(1, num_levels + 1)))
-    print(f"{name}: {len(captioned)} of {len(image_ids)} test images have a caption ({everywhere} at every level), "
+    print(f"{name}: {len(captioned)} of {len(image_ids)} {what} have a caption ({everywhere} at every level), "
           f"{len(image_ids) - len(captioned)} have none (they count as misses)")
 
 
@@ -199,14 +214,17 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
 
 
 def collect_captions(runs, ids, args, image_ids, out: Path):
-    """Every run's captions: (levels, {run: (captions, filled)}, {run: source}, {run: skip counts})."""
+    """Every run's captions: (levels, {run: (captions, filled)}, {run: source}, {run: skip counts}, the
+    evaluated image ids). ``image_ids`` None (no --refs): every image captioned by a run, where a checkpoint
+    captions every image of --features."""
     levels = get_levels(args.levels) if args.levels else None
     captions, sources, skips = {}, {}, {}
     features = FeatureStore(args.features, bad=args.bad_features) if args.checkpoint else None
+    to_caption = image_ids if image_ids is not None else features.ids() if features is not None else []
     for run, (name, kind, path) in zip(ids, runs):
         if kind == "checkpoint":
             run_levels, generated, filled, no_features = generate_run(
-                path, out / "generated" / f"{run}.jsonl", args, image_ids, features, levels)
+                path, out / "generated" / f"{run}.jsonl", args, to_caption, features, levels)
             levels = levels or run_levels
             if run_levels != levels:
                 raise SystemExit(f"error: {path} uses levels {run_levels}, the other runs {levels}")
@@ -222,13 +240,17 @@ def collect_captions(runs, ids, args, image_ids, out: Path):
             captions[run] = read_generated(path, len(levels), with_filled=True)
             sources[run] = f"generated captions `{path}`"
             skips[run] = {}
+    what = "test images" if image_ids is not None else "images"
+    if image_ids is None:  # no references: every captioned image is evaluated
+        image_ids = sorted({i for generated, _ in captions.values() for by_image in generated.values() for i in by_image}
+                           | set(to_caption), key=natural_key)
     for run, (name, kind, path) in zip(ids, runs):
-        report_coverage(run, path, captions[run][0], image_ids, len(levels))
+        report_coverage(run, path, captions[run][0], image_ids, len(levels), what)
     if features is not None:
         if bad_line := features.skip_report():
             print(f"warning: {bad_line}; they count as misses")
         features.close()
-    return levels, {run: captions[run] for run in ids}, sources, skips
+    return levels, {run: captions[run] for run in ids}, sources, skips, image_ids
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,10 +281,12 @@ def main(argv=None) -> None:
             raise DataError(path, None, f"{flag}: no such file")
     tokenizer = load_tokenizer(args.tokenizer)
 
-    # 1. the test images and their references
-    refs, trusted, skipped, evaluated = load_refs(args.refs, args.split, args.test_ids)
-    image_ids = sorted(refs, key=natural_key)
-    print(f"{args.refs}: {len(image_ids)} test images ({evaluated})")
+    # 1. the test images and their references; without --refs, every captioned image and no references
+    refs, trusted, skipped, evaluated, image_ids = None, [], {}, None, None
+    if args.refs:
+        refs, trusted, skipped, evaluated = load_refs(args.refs, args.split, args.test_ids)
+        image_ids = sorted(refs, key=natural_key)
+        print(f"{args.refs}: {len(image_ids)} test images ({evaluated})")
     for reason, count in skipped.items():
         if count:
             print(f"warning: left out {count} {reason}")
@@ -272,7 +296,10 @@ def main(argv=None) -> None:
     ssa = args.levels == "ssa"
     if ssa:  # the checkpoints' captions at their own levels, counted against SSA's word levels
         args.levels = None
-    levels, captions, sources, run_skips = collect_captions(runs, ids, args, image_ids, out)
+    levels, captions, sources, run_skips, image_ids = collect_captions(runs, ids, args, image_ids, out)
+    if refs is None:
+        evaluated = "every image with a caption of a run; no references, so length control alone"
+        print(f"no --refs: length control of {len(image_ids)} images, every image with a caption of a run")
     level_set = next((k for k, v in LEVEL_SETS.items() if v == levels), "custom")
     keep_sentences = counts_sentences(levels)
     histograms = length_histograms(trusted, selfgen_texts, tokenizer, keep_sentences)
@@ -282,17 +309,23 @@ def main(argv=None) -> None:
         levels, level_set, long_refs = SSA_LEVELS, "ssa", {}
 
     # 3. every run's lengths as counted, control precision and quality per level (one PTB / METEOR process)
-    scorer = CocoScorer(spice=args.spice)
-    print(f"SPICE: {scorer.spice_reason}")
+    scorer = CocoScorer(spice=args.spice) if refs is not None else None
+    if scorer:
+        print(f"SPICE: {scorer.spice_reason}")
     results = {}
     for run, (generated, filled) in captions.items():
-        results[run] = evaluate(generated, refs, levels, long_refs=long_refs, scorer=scorer, tokenizer=tokenizer,
-                                keep_sentences=keep_sentences, score_captions=args.score_captions, progress=True,
-                                desc=f"scoring {run}", filled=filled, strict=args.length_count == "strict", words=ssa)
+        counting = dict(tokenizer=tokenizer, keep_sentences=keep_sentences, filled=filled,
+                        strict=args.length_count == "strict", words=ssa)
+        if scorer is None:
+            results[run] = evaluate_lengths(generated, image_ids, levels, **counting)
+        else:
+            results[run] = evaluate(generated, refs, levels, long_refs=long_refs, scorer=scorer,
+                                    score_captions=args.score_captions, progress=True, desc=f"scoring {run}", **counting)
         run_skips[run]["captions of images outside the test images"] = n_outside = results[run].pop("n_outside")
         if n_outside:
             print(f"warning: {run}: left out {n_outside} captions of images that are not test images")
-    scorer.close()
+    if scorer:
+        scorer.close()
     for run, (name, kind, _) in zip(ids, runs):
         if kind == "checkpoint" and not ssa:  # each generated caption with its length as counted (the cache)
             write_generated(out / "generated" / f"{run}.jsonl", *captions[run], results[run]["lengths"])
@@ -303,12 +336,12 @@ def main(argv=None) -> None:
         methods.setdefault(name, []).append(run)
     meta = {"refs": args.refs, "evaluated": evaluated, "n_test_images": len(image_ids),
             "level_set": level_set, "levels": [list(l) for l in levels], "length_count": args.length_count,
-            "score_captions": args.score_captions, "spice": scorer.spice_reason,
+            "score_captions": args.score_captions, "spice": scorer.spice_reason if scorer else "n/a: no references",
             "long_refs": args.long_refs, "skipped": skipped,
             "runs": {run: {"method": name, "source": sources[run], "skipped": run_skips[run]}
                      for run, (name, _, _) in zip(ids, runs)}}
     write_outputs(out, meta, methods, results, {run: c[0] for run, c in captions.items()}, refs, long_refs,
-                  levels, histograms, args.examples)
+                  levels, histograms, args.examples, image_ids)
 
 
 if __name__ == "__main__":

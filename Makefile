@@ -5,8 +5,10 @@
 #               (data/demo-paragraph, runs/demo-paragraph)
 #   make demo-compare   CLID against loss-based curation and a curriculum on the demo world, with its ground
 #               truth (runs/demo-compare; SEEDS=3 as for make demo)
+#   make checkpoint   a quick checkpoint (about 5 minutes on 2 cores): the demo world, its self-generated
+#               captions, then one model trained with 04 --recipe demo (runs/quick/model)
 #   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
-# Both create and fill .venv on first use: the pinned requirements, then this package with its
+# All create and fill .venv on first use: the pinned requirements, then this package with its
 # C++/CUDA extension clid._C (pip install --no-build-isolation -e .), rebuilt when csrc/ changes.
 
 PYTHON ?= python3
@@ -15,17 +17,16 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO   ?= data/demo
 RUNS   ?= runs/demo
+CHECKPOINT ?= runs/quick
 SEEDS  ?= 1
 # pytest-xdist workers of make test
 TEST_JOBS ?= 2
 
-export HF_HUB_OFFLINE := 1
-export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
 CSRC   := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu') setup.py pyproject.toml
 
-.PHONY: all venv test demo demo-paragraph demo-compare cuda-check clean
+.PHONY: all venv test demo demo-paragraph demo-compare checkpoint cuda-check clean
 
 all: test
 
@@ -45,6 +46,9 @@ cuda-check:
 
 demo: $(STAMP)
 	SEEDS=$(SEEDS) bash demo.sh $(DEMO) $(RUNS)
+
+checkpoint: $(STAMP)
+	QUICK=1 bash demo.sh $(DEMO) $(CHECKPOINT)
 
 demo-paragraph: $(STAMP)
 	TASK=paragraph SEEDS=$(SEEDS) bash demo.sh $(DEMO)-paragraph $(RUNS)-paragraph

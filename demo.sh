@@ -7,6 +7,8 @@
 #                                             `make demo-paragraph`; paragraph-only baseline vs CLID)
 #   COMPARE=1 bash demo.sh data/demo runs/demo-compare   (`make demo-compare`: CLID against its peers on equal
 #                                             footing, and the world's ground truth; see below)
+#   QUICK=1 bash demo.sh data/demo runs/quick   (`make checkpoint`: 00 to 03, then one model, M_theta~, trained
+#                                             with 04 --recipe demo in runs/quick/model: a checkpoint in minutes)
 #
 # Every stage resumes or skips finished work, so running it again is quick. About 19 minutes a seed
 # on 2 CPU cores (docs/demo-notes.md has the stage times; README.md, "What the demo shows", the results). Seed k
@@ -30,6 +32,7 @@ SMALL=${SMALL:-}                 # SMALL=1: the tiny world of the tests, for a q
 TASK=${TASK:-caption}            # caption, or paragraph: 13 levels up to 129 tokens, sentence joins, eta scaled alike
 COMPARE=${COMPARE:-}             # COMPARE=1: 06 also trains loss-remove, loss-replacecap, a curriculum and the whole
                                  # extended set, all as CLID trains; 07 reports them; python -m clid.demo.truth the truth
+QUICK=${QUICK:-}                 # QUICK=1: stop after one model, M_theta~ with 04 --recipe demo (CLID_DEMO_STEPS steps)
 STEPS=${STEPS:-1000}             # optimizer steps of each model
 ETA=${ETA:-18}                   # steps per selection iteration: the 50 iterations end at 90% of the steps (docs/running.md)
 FT_STEPS=${FT_STEPS:-$STEPS}     # steps of the scoring model M_theta on trusted captions: as many as M_theta~'s
@@ -48,6 +51,7 @@ case "$TASK" in
   *) echo "error: TASK must be caption or paragraph, not '$TASK'"; exit 2 ;;
 esac
 if [ -n "$COMPARE" ] && [ "$TASK" != caption ]; then echo "error: COMPARE=1 runs the caption task only"; exit 2; fi
+if [ -n "$QUICK" ] && { [ -n "$COMPARE" ] || [ "$SEEDS" != 1 ]; }; then echo "error: QUICK=1 trains one model of one seed"; exit 2; fi
 CURATE_EVERY=${CURATE_EVERY:-$(( STEPS / 10 ))}  # COMPARE: ten loss curations in a run, as their ten epochs (docs/running.md)
 # M_theta~'s cosine, which the scoring model continues: the authors' proportions, three times M_theta~'s steps;
 # the miniature and the paragraph demo keep the short scoring model they were measured with (docs/running.md)
@@ -87,10 +91,17 @@ banner "03 paraphrase (rule-based, offline)"
 $PY 03_paraphrase.py --in "$RUNS/selfgen.jsonl" --out "$RUNS/paraphrased.jsonl" --model rules --seed "$SEED" "${levels[@]}"
 $PY -m clid.stats "$RUNS/paraphrased.jsonl" "${levels[@]}"
 
-# every model shares the output shortlist: the tokens of the trusted and self-generated captions
-train=(--features "$DEMO/features.h5" --preset tiny --output-vocab "$CAPTIONS" "$RUNS/paraphrased.jsonl"
-       --max-steps "$STEPS" --batch-size "$BATCH" --lr "$LR" --warmup 100 --save-every 500
-       --eval-every 0 --log-every 50 --region-norm standardize --dropout 0 --seed "$SEED" "${levels[@]}")
+if [ -n "$QUICK" ]; then
+    banner "04 a quick checkpoint: M_theta~ on trusted + self-generated captions, --recipe demo"
+    $PY 04_train_base.py --recipe demo --captions "$CAPTIONS" --features "$DEMO/features.h5" --data extended \
+        --selfgen "$RUNS/paraphrased.jsonl" --out "$RUNS/model" --seed "$SEED" "${levels[@]}"
+    return
+fi
+
+# every model shares the output shortlist: the tokens of the trusted and self-generated captions; --recipe demo
+# sets the rest (tiny model, warm-up 100, no dropout, standardized regions; 04_train_base.py --help)
+train=(--features "$DEMO/features.h5" --recipe demo --output-vocab "$CAPTIONS" "$RUNS/paraphrased.jsonl"
+       --max-steps "$STEPS" --batch-size "$BATCH" --lr "$LR" --seed "$SEED" "${levels[@]}")
 
 # Two one-thread trainings run 1.3x faster on two cores than one two-thread training after the other
 # (these matrices are small), so the pipeline runs in two lanes: the trusted-only baseline, then its
@@ -179,6 +190,10 @@ for (( seed = 0; seed < SEEDS; seed++ )); do
          truths+=("$RUNS_DIR/seed$seed/truth"); fi
 done
 report="$RUNS_DIR/eval/report.md"
+if [ -n "$QUICK" ]; then
+    banner "done in $(( $(date +%s) - started )) s: the checkpoint $RUNS_DIR/model (README.md: captions of your photos)"
+    exit 0
+fi
 if (( SEEDS > 1 )); then
     banner "07 the $SEEDS seeds together: each method's mean ± standard deviation"
     $PY 07_eval.py --combine "${evals[@]}" --out "$RUNS_DIR/eval-seeds"

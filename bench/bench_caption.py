@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from clid.caption import CaptionWriter, MemoryRegions
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, run_main
 from clid.features.store import Regions
 from clid.model.captioner import PRESETS, Captioner, CaptionerConfig
 from clid.model.decode import default_steps
@@ -66,14 +66,15 @@ def random_regions(n_images: int, n_regions: int, seed: int = 0) -> dict[str, Re
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--presets", nargs="+", default=["tiny", "labert"], choices=["tiny", "labert"])
+    p.add_argument("--presets", nargs="+", default=["tiny", "labert"], choices=["tiny", "labert"],
+                   help="model sizes to time")
     p.add_argument("--levels", type=int, nargs="+", default=[1, 4, 7], help="caption levels (1..7)")
     p.add_argument("--images", type=int, default=64, help="images per row (tiny)")
     p.add_argument("--labert-images", type=int, default=16, help="images per row (labert)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=64, help="images decoded together")
     p.add_argument("--regions", type=int, default=36, help="regions per image")
     p.add_argument("--rounds", type=int, default=2, help="timed rounds per row; the fastest counts")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, ...")
     p.add_argument("--json", default=None, help="also write the rows to this file")
     args = p.parse_args(argv)
     if min(args.levels) < 1 or max(args.levels) > 7 or min(args.images, args.labert_images, args.batch_size,
@@ -117,4 +118,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

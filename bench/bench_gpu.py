@@ -58,7 +58,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from bench_score import gpu_copy_bandwidth, gpu_peak_extra  # noqa: E402
 
 from clid import ops, runtime  # noqa: E402
-from clid.cli import HelpFormatter  # noqa: E402
+from clid.cli import HelpFormatter, run_main  # noqa: E402
 
 SECTIONS = ("kernels", "train", "train04", "score", "caption", "paraphrase")
 BERT_BASE = dict(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072, region_hidden=2048)
@@ -540,8 +540,9 @@ def recipe_hours(table: Table, train_now: float | None, train_before: float | No
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, the GPU-only rows skipped (the tests)")
-    p.add_argument("--device", default=None, help="default: cuda (cpu with --smoke)")
-    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    p.add_argument("--device", default=None, help="the device measured (default: cuda; cpu with --smoke)")
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                   help="the parts of the table to measure, in this order")
     p.add_argument("--budget", type=float, default=460, help="seconds: a section that would start later is skipped")
     p.add_argument("--json", default=None, help="also write the rows to this file")
     args = p.parse_args(argv)
@@ -588,4 +589,4 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     with contextlib.suppress(BrokenPipeError):
-        main()
+        run_main(main)

@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clid.cli import HelpFormatter  # noqa: E402
+from clid.cli import HelpFormatter, run_main  # noqa: E402
 
 DRAW_ITERATION = 40  # 80% of the schedule at c = 2
 
@@ -108,11 +108,11 @@ def main(argv=None) -> None:
     sub = p.add_subparsers(dest="what", required=True)
     s = sub.add_parser("scores", help="05's scores and CLID's draw at 80%% of its schedule, fp32 against bf16",
                        formatter_class=HelpFormatter)
-    s.add_argument("--trusted", required=True)
-    s.add_argument("--extended", required=True)
-    s.add_argument("--selfgen", required=True)
-    s.add_argument("--features", required=True)
-    s.add_argument("--device", default="cpu")
+    s.add_argument("--trusted", required=True, help="05's --trusted: the checkpoint of the trusted-only model")
+    s.add_argument("--extended", required=True, help="05's --extended: the checkpoint of M_theta~")
+    s.add_argument("--selfgen", required=True, help="the self-generated captions scored (JSONL)")
+    s.add_argument("--features", required=True, help="the region features both models read (HDF5)")
+    s.add_argument("--device", default="cpu", help="where both precisions score: cpu, cuda, cuda:1, ...")
     s.add_argument("--limit", type=int, default=0, help="score a random subset of this many captions (0: all)")
     s.add_argument("--seed", type=int, default=0, help="the draw's seed (06's --seed)")
     t = sub.add_parser("train", help="short 04 runs: bf16's final loss against the fp32 seeds' range",
@@ -129,4 +129,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 import clid.ops as ops
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, run_main
 
 SEED, ITERATION, S, PERCENT, KEEP = 0, 1, 1.0, 2.0, 0.9
 PEERS = {"smoothstep_sample": ("numpy.random.choice", "torch.multinomial", "numpy exp-keys+argpartition",
@@ -152,10 +152,10 @@ def load_old_build(path: str):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--sizes", type=float, nargs="+", default=[1e6, 1e7, 1e8])
+    p.add_argument("--sizes", type=float, nargs="+", default=[1e6, 1e7, 1e8], help="pool sizes M")
     p.add_argument("--rounds", type=int, default=3, help="runs per method (one at M >= 1e8 and for peers over 10 s)")
     p.add_argument("--limit", type=float, default=300.0, help="seconds a peer may take (per size)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, ...")
     p.add_argument("--threads", type=int, default=None,
                    help="time ours with this many threads only (default: torch's count and 1, the faster counts)")
     p.add_argument("--old-build", default=None, metavar="FILE.so", help="another build of the kernels, as a peer")
@@ -226,4 +226,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 import clid.ops as ops
-from clid.cli import HelpFormatter
+from clid.cli import HelpFormatter, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 SEQ_SHAPE = (64, 24, 30522)            # [N, T, V]: a batch of BERT-vocabulary captions
@@ -262,10 +262,10 @@ def row(rows, path, peer, ours, theirs, target, ok, cpu_ratio=None):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the ops run")
     parser.add_argument("--rounds", type=int, default=None, help="timing rounds per method, fastest kept (default 7; "
                         "--quick: 3)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads")
     parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SEQ_SHAPE} and {QUICK_HIDDEN_SHAPE}, "
                         f"{QUICK_E2E_CAPTIONS} end-to-end captions, 3 rounds, no torch.compile peer")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
@@ -371,4 +371,4 @@ def main():
                                              compile_note=compile_note), indent=1))
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

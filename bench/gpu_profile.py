@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from bench_gpu import FULL, SMOKE, Data, captioner, sync  # noqa: E402
 
 from clid import runtime  # noqa: E402
-from clid.cli import HelpFormatter  # noqa: E402
+from clid.cli import HelpFormatter, run_main  # noqa: E402
 
 
 def report(prof, wall: float, count: int, what: str, device: str, rows: int) -> None:
@@ -128,4 +128,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -8,12 +8,14 @@ given; the help says what happens then), or when the help already states its def
 
 It also holds the ``type=`` functions that check every numeric flag where it is parsed
 (:func:`number` and the common cases built from it: ``positive_int``, ``probability``, ...), and
-:func:`run_main`, which runs a command's ``main()`` (bad input ends in one line ``error: ...``).
+:func:`run_main`, which runs a command's ``main()`` offline (:func:`stay_offline`; bad input ends in
+one line ``error: ...``).
 """
 import argparse
 import copy
 import errno
 import math
+import os
 import sys
 
 from clid.files import DataError
@@ -38,6 +40,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
             action = copy.copy(action)
             action.help = "(default: %(default)s)"
         return super()._format_action(action)
+
+
+class WrappedHelpFormatter(HelpFormatter):
+    """:class:`HelpFormatter` that wraps the description, for one written as a single long line."""
+
+    _fill_text = argparse.HelpFormatter._fill_text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,15 +119,48 @@ def device(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Running a command: bad input is one line, not a traceback
+# Running a command: offline, and bad input is one line, not a traceback
+
+ALLOW_DOWNLOAD = "--allow-download"
+ALLOW_DOWNLOAD_ENV = "CLID_ALLOW_DOWNLOAD"  # =1: every command may download, as with --allow-download
+
+
+def add_download_arg(parser) -> None:
+    """``--allow-download``, for a command that loads a model by a name a hub could resolve."""
+    parser.add_argument(ALLOW_DOWNLOAD, action="store_true",
+                        help="let this run download a model named by a hub name from the Hugging Face hub (default: "
+                             f"offline, so a model that is not on disk is one error line at once; {ALLOW_DOWNLOAD_ENV}=1 "
+                             "allows it for every command)")
+
+
+def stay_offline(argv) -> bool:
+    """Put the model hubs in offline mode (``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``) unless the user
+    allowed downloads: ``--allow-download`` in ``argv``, or ``CLID_ALLOW_DOWNLOAD=1``. A value the user set
+    for either variable is kept. Returns whether this run is offline.
+
+    Runs before the command imports a hub library, which reads the variables once, at import."""
+    if ALLOW_DOWNLOAD in argv or os.environ.get(ALLOW_DOWNLOAD_ENV) == "1":
+        return False
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    return True
+
+
+def is_offline() -> bool:
+    """Whether this process runs offline (:func:`stay_offline`, or the user's own ``HF_HUB_OFFLINE``), read
+    as the hub library reads it."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return value.upper() in ("1", "ON", "YES", "TRUE")
 
 
 def run_main(main, argv=None):
-    """Run a stage's ``main(argv)``; bad input ends in one line ``error: ...`` and exit status 1.
+    """Run a command's ``main(argv)`` offline (:func:`stay_offline`); bad input ends in one line
+    ``error: ...`` and exit status 1.
 
     A :class:`DataError` names the file, the record and the problem; an ``OSError`` (a missing
     file, a folder where a file belongs) names the path.
     """
+    stay_offline(sys.argv[1:] if argv is None else list(argv))
     try:
         return main(argv)
     except OSError as err:

@@ -109,7 +109,7 @@ def check_not_input(out, inputs: dict, flag: str = "--out") -> None:
 
 def write_json(path, obj, indent: int | None = None) -> None:
     with atomic_path(path) as tmp, open(tmp, "w") as f:
-        json.dump(obj, f, indent=indent)
+        f.write(json.dumps(obj, indent=indent))  # (dumps encodes in C, several times faster than dump)
 
 
 def read_json(path, object_pairs_hook=None):
@@ -205,6 +205,8 @@ def open_h5(path, what: str = "HDF5 file"):
     """Open an HDF5 file for reading; a missing, empty, truncated or non-HDF5 file is one DataError."""
     import h5py
 
+    if Path(path).is_dir():
+        raise DataError(path, None, f"is a folder; give the {what} (an HDF5 file)")
     if not Path(path).is_file():
         raise DataError(path, None, f"{what} not found")
     try:

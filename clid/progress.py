@@ -20,6 +20,8 @@ import os
 import sys
 import time
 
+LARGE = 20_000  # records: a loader or tokenizer loop over this many shows progress (COCO: 123,287 images)
+
 
 def plain_output() -> bool:
     """Whether progress is written as plain lines: the output is not a terminal."""

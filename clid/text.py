@@ -93,10 +93,13 @@ def load_tokenizer(name_or_path: str | None = None):
     source = str(name_or_path or default_tokenizer_path())
     try:
         tokenizer = BertTokenizerFast.from_pretrained(source)
+        if len(tokenizer.vocab) <= len(tokenizer.all_special_tokens):  # (transformers 5 makes an empty one)
+            raise OSError("no vocabulary there: no vocab.txt or tokenizer.json on disk")
     except OSError as err:
         raise SystemExit(
             f"error: cannot load the tokenizer {source!r} ({err}). Give a local folder holding "
-            "vocab.txt, or leave the tokenizer unset to use the offline bert-base-uncased vocabulary."
+            "vocab.txt, leave the tokenizer unset to use the offline bert-base-uncased vocabulary, or let a hub "
+            "name download (--allow-download, or CLID_ALLOW_DOWNLOAD=1)."
         ) from None
     if EOS_TOKEN not in tokenizer.vocab:
         raise SystemExit(f"error: the tokenizer {source!r} has no '{EOS_TOKEN}' token")
@@ -191,10 +194,18 @@ class FlatEncoder:
 
 
 def encode_flat(texts, tokenizer=None, keep_sentences: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids of each caption as (flat int32 ids, offsets [n + 1]): see :class:`FlatEncoder`."""
+    """Token ids of each caption as (flat int32 ids, offsets [n + 1]): see :class:`FlatEncoder`. Many captions
+    (:data:`clid.progress.LARGE`) show progress."""
+    from clid.progress import LARGE, Progress
+
+    texts = texts if isinstance(texts, list) else list(texts)
     encoder = FlatEncoder(tokenizer or load_tokenizer())
-    for text in texts:
-        encoder.add(caption_words(text, keep_sentences))
+    with Progress(len(texts), "tokenizing captions", "caption", disable=len(texts) < LARGE) as bar:
+        for done, text in enumerate(texts, 1):
+            encoder.add(caption_words(text, keep_sentences))
+            if done % encoder.chunk == 0:
+                bar.update(encoder.chunk)
+        bar.update(len(texts) % encoder.chunk)
     return encoder.finish()
 
 

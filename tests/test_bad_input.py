@@ -795,7 +795,7 @@ for name, make, fragment, kind in SELFGEN_CASES[:1] + SELFGEN_CASES[4:6]:
 # -- 04 training: other inputs, corrupt checkpoints, resume with changed inputs -------------------------
 row("04", "output-vocab-missing", lambda w, d: w.train_args(d / "out", "--output-vocab", d / "nope.json"), "no such file|not found")
 row("04", "output-vocab-not-json", lambda w, d: w.train_args(d / "out", "--output-vocab", write(d, "v.json", "{")), "not valid json")
-row("04", "init-from-missing", lambda w, d: w.train_args(d / "out", "--init-from", d / "nope"), "is not a checkpoint")
+row("04", "init-from-missing", lambda w, d: w.train_args(d / "out", "--init-from", d / "nope"), "no such checkpoint folder")
 row("04", "init-from-bad-config", lambda w, d: w.train_args(d / "out", "--init-from", checkpoint_copy(w.trusted, d, corrupt("config.json", b"{"), "init")), "not valid json")
 row("04", "init-from-other-levels", lambda w, d: w.train_args(d / "out", "--init-from", w.trusted, "--levels", "paragraph"),
     "trained with levels caption, not this run's --levels paragraph")
@@ -858,7 +858,7 @@ def narrower(folder: Path) -> None:
 
 
 CHECKPOINT_CASES = [
-    ("missing", lambda w, d: d / "nope", "is not a checkpoint|checkpoint not found"),
+    ("missing", lambda w, d: d / "nope", "no such checkpoint folder|checkpoint not found"),
     ("config-garbage", lambda w, d: checkpoint_copy(w.trusted, d, corrupt("config.json", b"{"), "ck"), "not valid json"),
     ("config-no-model", lambda w, d: checkpoint_copy(w.trusted, d, corrupt("config.json", b"{}"), "ck"), "config.json"),
     ("config-unknown-field", lambda w, d: checkpoint_copy(w.trusted, d, lambda f: (f / "config.json").write_text(json.dumps({"model": {"wings": 2}})), "ck"), "config.json"),
@@ -1607,6 +1607,33 @@ for name, change, fragment in [("config-garbage", corrupt("config.json", b"{"), 
     row("04", f"continue-from-{name}", lambda w, d, change=change: w.train_args(d / "out", "--continue-from", checkpoint_copy(
         w.trusted, d, change, "ck"), "--max-steps", "3"), fragment)
 
+
+# -- a researcher's first hour (issue 40): --recipe, --allow-download, --ids, 07 without --refs, the misleads ------
+row("04", "recipe-unknown", lambda w, d: w.train_args(d / "out", "--recipe", "fast"), "invalid choice: 'fast'")
+row("06", "recipe-unknown", lambda w, d: w.selection_args(d / "out", "--recipe", "paperish"), "invalid choice: 'paperish'")
+row("05", "allow-download-not-taken", lambda w, d: w.score_args(d / "out.h5", "--allow-download"),
+    "unrecognized arguments: --allow-download")
+row("stats", "tokenizer-not-on-disk-offline", lambda w, d: [w.captions, "--tokenizer", "no-such-org/no-such-tokenizer"],
+    "cannot load the tokenizer 'no-such-org/no-such-tokenizer'")
+row("features", "ids-unknown", lambda w, d: ["--images", w.images, "--boxes", "grid", "2", "--out", d / "f.h5", "--ids", "coco"],
+    "invalid choice: 'coco'")
+row("07", "no-refs-long-refs", lambda w, d: ["--generated", w.generated, "--out", d / "out", "--long-refs", w.captions],
+    "--long-refs needs --refs")
+row("07", "no-refs-test-ids", lambda w, d: ["--generated", w.generated, "--out", d / "out", "--test-ids", "karpathy"],
+    "--test-ids needs --refs")
+row("07", "no-refs-nothing-to-evaluate", lambda w, d: ["--out", d / "out"], "nothing to evaluate")
+row("07", "no-refs-generated-missing", lambda w, d: ["--generated", d / "nope.jsonl", "--out", d / "out"], "no such file")
+row("07", "no-refs-generated-empty", lambda w, d: ["--generated", write(d, "g.jsonl", ""), "--out", d / "out"], "holds no captions")
+row("07", "no-refs-generated-bad-line", lambda w, d: ["--generated", write(d, "g.jsonl", '{"image_id": 1, "level": 1}\n'),
+                                                     "--out", d / "out"], "caption")
+row("07", "no-refs-generated-level-zero", lambda w, d: ["--generated", jsonl_lines(w.generated, d, first(level=0)),
+                                                       "--out", d / "out"], "level 0 is outside")
+row("07", "no-refs-checkpoint-without-features", lambda w, d: ["--checkpoint", w.trusted, "--out", d / "out"],
+    "--checkpoint needs --features")
+row("caption", "features-a-folder", lambda w, d: w.caption_args(d, "--features", w.images),
+    "is a folder, not a region-feature file")
+row("caption", "checkpoint-folder-missing", lambda w, d: w.caption_args(d, "--checkpoint", d / "runs" / "clid"),
+    "no such checkpoint folder")
 
 # -- issue 42: --precision and --batch-size auto on the stages that run a model ---------------------------
 PRECISION_STAGES = {  # stage -> the flags of a valid run

@@ -183,8 +183,9 @@ def demo_like_world(coco_annotations, tmp_path):
 
 def install_fake_captioner(monkeypatch, pool, calls):
     def generate_captions(model, features, image_ids, levels, batch_size=64, device="cpu", steps=None,
-                          eos_decay=1.0, labert_average=True, progress=False, return_filled=False):
+                          eos_decay=1.0, labert_average=True, progress=False, return_filled=False, precision="fp32"):
         assert isinstance(features, FeatureStore) and progress and return_filled
+        assert precision == "fp32"  # (--precision auto on the CPU)
         calls.append((model.name, list(image_ids), list(levels), batch_size, device, steps, eos_decay, labert_average))
         captions = {level: {i: model.caption(i, level) for i in image_ids if features.get(i) is not None}
                     for level in levels}
@@ -315,6 +316,11 @@ def test_spice_without_corenlp_is_na_and_fast(monkeypatch, tmp_path):
 
     monkeypatch.setattr(metrics, "_spice_lib", lambda: tmp_path)  # no CoreNLP jars here
     monkeypatch.setattr(metrics, "_reachable", lambda host, port, timeout: (False, "no route to host"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline (every command's default): nothing is probed or downloaded
+    ok, reason = metrics.spice_status()
+    assert not ok and "this run is offline" in reason and "no route" not in reason
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # downloads allowed: the host is probed
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     ok, reason = metrics.spice_status()
     assert not ok and "stanford-corenlp-3.6.0.jar" in reason and "no route to host" in reason
     scorer = metrics.CocoScorer(spice="auto")

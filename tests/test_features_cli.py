@@ -29,9 +29,16 @@ def images(tmp_path):
 def test_grid_boxes_without_scene_graphs(images, tmp_path, one_thread, capsys):
     out = tmp_path / "grid.h5"
     main(["--images", str(images), "--boxes", "grid", "2", "--out", str(out), *FAST])
-    assert "wrote the region features of 2 images" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "wrote the region features of 2 images" in printed
+    # --ids auto: a COCO file name gives the COCO id (as convert-coco keys the captions), another keeps its name
+    assert ("ids (--ids auto): 1 of 2 images mapped from COCO file names to COCO ids (e.g. "
+            "COCO_val2014_000000391895.jpg -> 391895), 1 named by their file names") in printed
     store = FeatureStore(out)
-    assert store.ids() == ["COCO_val2014_000000391895", "beach"]  # without a graph or detector file: the stem
+    assert store.ids() == ["391895", "beach"]
+    main(["--images", str(images), "--boxes", "grid", "1", "--out", str(tmp_path / "kept.h5"), "--ids", "keep", *FAST])
+    assert "0 of 2 images mapped" in capsys.readouterr().out
+    assert FeatureStore(tmp_path / "kept.h5").ids() == ["COCO_val2014_000000391895", "beach"]  # the file names
     assert (store.kind, store.feature_dim()) == ("clid-encoder", DIM)
     beach = store.get("beach")
     assert (beach.width, beach.height) == (80, 60) and beach.confidence is None

@@ -1,9 +1,10 @@
-"""`--help` of every command line shows every flag's default.
+"""`--help` of every command line: every flag explained in words, its default shown once, and the
+numbered scripts' flags in named groups.
 
 The command lines: the numbered stage scripts, the bench scripts and every ``clid`` module that
-runs as ``python -m clid.X``, found on disk so that a new one is checked too. Each runs its own
-``main()`` with ``--help`` in-process; the parser it built is kept and its help (and that of each
-sub-command) is read flag by flag.
+runs as ``python -m clid.X``, found on disk so that a new one (or a new flag) is checked too. Each
+runs its own ``main()`` with ``--help`` in-process; the parser it built is kept and its help (and
+that of each sub-command) is read flag by flag.
 """
 import argparse
 import importlib
@@ -60,17 +61,28 @@ def option_entries(help_text: str) -> dict[str, str]:
     return {k: " ".join(v.split()) for k, v in entries.items()}
 
 
+def flags(parser):
+    """Every flag of a parser but --help."""
+    return [a for a in parser._actions if a.option_strings and not isinstance(a, argparse._HelpAction)
+            and a.help != argparse.SUPPRESS]
+
+
 def expected_defaults(parser):
-    """(option strings, default as argparse prints it) of every flag that has a default."""
-    for action in parser._actions:
-        if not action.option_strings or action.help == argparse.SUPPRESS or action.default is argparse.SUPPRESS:
+    """(option strings, default as argparse prints it) of every flag that has a default and whose help
+    does not state it in its own words, "(default: ...)"."""
+    for action in flags(parser):
+        if action.default is argparse.SUPPRESS or "(default" in (action.help or ""):
             continue
         if action.default is None or action.default == []:  # nothing unless given: the help says what
             continue
         yield tuple(action.option_strings), f"(default: {action.default})"
 
 
+DEFAULT_STATED = re.compile(r"(?:\(|; )default:")  # a flag's own default, "(default: X)" or "...; default: X)"
+
+
 def check_defaults_shown(parser):
+    """Every flag explained in words, with its default shown once; returns the defaults checked."""
     checked = 0
     for sub in parsers(parser):
         entries = option_entries(sub.format_help())
@@ -78,7 +90,22 @@ def check_defaults_shown(parser):
             assert options in entries, f"{sub.prog}: {options} has no entry in --help"
             assert shown in entries[options], f"{sub.prog} {options[-1]}: --help says {entries[options]!r}, not {shown}"
             checked += 1
+        for action in flags(sub):
+            entry = entries[tuple(action.option_strings)]
+            words = re.sub(r"\(default: [^)]*\)", "", action.help or "")
+            assert re.search(r"[a-z]{2,}", words), f"{sub.prog} {action.option_strings[-1]}: no explanation in --help"
+            stated = DEFAULT_STATED.findall(entry)
+            assert len(stated) <= 1, f"{sub.prog} {action.option_strings[-1]}: its default twice: {entry!r}"
     return checked
+
+
+def check_grouped(parser):
+    """Every flag of a numbered script (its sub-commands' too) sits in a named group, as 04's and 06's."""
+    for sub in parsers(parser):
+        default_groups = ("options", "optional arguments", "positional arguments")  # (argparse's own)
+        loose = [a.option_strings[-1] for group in sub._action_groups if group.title in default_groups
+                 for a in group._group_actions if a in flags(sub)]
+        assert not loose, f"{sub.prog}: {loose} in no named group of --help (give each flag a group, as 04 does)"
 
 
 @pytest.fixture(autouse=True)
@@ -99,6 +126,8 @@ def test_script_help_shows_defaults(script, monkeypatch, capsys):
     module = import_script(script, "help_" + script.replace("/", "_").removesuffix(".py"))
     parser = help_of(module.main, script, monkeypatch, capsys)
     assert check_defaults_shown(parser) > 0
+    if not script.startswith("bench/"):
+        check_grouped(parser)
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -113,6 +142,26 @@ def test_a_parser_without_the_formatter_fails_the_check():
     parser.add_argument("--k", type=int, default=2, help="children per object")
     with pytest.raises(AssertionError, match=r"--k: --help says .*not \(default: 2\)"):
         check_defaults_shown(parser)
+
+
+def test_the_checks_find_a_default_twice_a_bare_flag_and_a_loose_one():
+    """The checks are not vacuous: a default stated by the help and appended by the formatter, a flag
+    with nothing but its default, and a flag outside the named groups each fail."""
+    from clid.cli import HelpFormatter
+
+    twice = argparse.ArgumentParser(prog="demo", formatter_class=HelpFormatter)
+    twice.add_argument("--balanced", action="store_true", help="equal shares of the levels; default: shuffled epochs")
+    with pytest.raises(AssertionError, match="--balanced: its default twice"):
+        check_defaults_shown(twice)
+    bare = argparse.ArgumentParser(prog="demo", formatter_class=HelpFormatter)
+    bare.add_argument("--seed", type=int, default=0)
+    with pytest.raises(AssertionError, match="--seed: no explanation"):
+        check_defaults_shown(bare)
+    loose = argparse.ArgumentParser(prog="demo", formatter_class=HelpFormatter)
+    loose.add_argument_group("run", "the run").add_argument("--out", help="output folder")
+    loose.add_argument("--seed", type=int, default=0, help="random seed")
+    with pytest.raises(AssertionError, match=r"\['--seed'\] in no named group"):
+        check_grouped(loose)
 
 
 def test_the_formatter_shows_lists_and_percent_signs():

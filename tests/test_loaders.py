@@ -153,3 +153,30 @@ def test_lenient_mode_collects_problems(tmp_path):
     good, problems = load_scene_graphs(path, strict=False)
     assert [g.image_id for g in good] == ["9"]
     assert problems == [("10", "object 5 names an object that does not exist in this graph")]
+
+
+def test_large_caption_files_show_progress_while_read(tmp_path, monkeypatch, capsys):
+    """From clid.progress.LARGE records on (COCO: 414,113 captions), both loaders print plain progress
+    lines (no terminal here) and read every caption; smaller files stay silent."""
+    from clid.progress import LARGE
+
+    monkeypatch.setenv("CLID_PROGRESS_SECONDS", "0")
+    n_images = LARGE // 5
+    images = [{"id": i, "file_name": f"COCO_train2014_{i:012d}.jpg"} for i in range(n_images)]
+    annotations = [{"id": k, "image_id": k % n_images, "caption": f"A dog number {k} on the grass."} for k in range(LARGE)]
+    coco = tmp_path / "captions_train2014.json"
+    coco.write_text(json.dumps({"images": images, "annotations": annotations}))
+    records = load_coco_captions(coco)
+    assert sum(len(r.captions) for r in records) == LARGE and records[1].captions[0] == "a dog number 1 on the grass"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and lines[-1].startswith(f"reading captions_train2014.json: caption {LARGE}/{LARGE} (100%)")
+
+    karpathy = tmp_path / "dataset_coco.json"
+    karpathy.write_text(json.dumps({"images": [{"filename": f"{i}.jpg", "cocoid": i, "split": "train", "sentences": [
+        {"raw": "A dog."}]} for i in range(LARGE)]}))
+    assert len(load_karpathy(karpathy)) == LARGE
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"reading dataset_coco.json: image {LARGE}/{LARGE} (100%)")
+    karpathy.write_text(json.dumps({"images": [{"filename": "1.jpg", "cocoid": 1, "split": "train", "sentences": [
+        {"raw": "A dog."}]}]}))
+    load_karpathy(karpathy)
+    assert capsys.readouterr().out == ""

@@ -120,3 +120,23 @@ def test_accents_fold_as_bert_uncased_and_wordless_text_is_empty():
         assert tokenizer.tokenize(word) == tokenizer.tokenize(preprocess(word))
     assert karpathy_tokens("一只狗 \U0001F436 !!") == []
     assert preprocess("\U0001F600") == ""
+
+
+def test_many_captions_show_tokenizing_progress_and_the_same_ids(fixtures, monkeypatch, capsys):
+    """From clid.progress.LARGE captions on, encoding prints plain progress lines (no terminal here);
+    the ids are those of the captions encoded one by one."""
+    import json
+
+    from clid.progress import LARGE
+
+    monkeypatch.setenv("CLID_PROGRESS_SECONDS", "0")
+    images = json.loads((fixtures / "dataset_coco_sample.json").read_text())["images"]
+    captions = [s["raw"] for image in images for s in image["sentences"]]
+    many = (captions * (LARGE // len(captions) + 1))[:LARGE + 5]
+    ids = text.encode(many)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith(f"tokenizing captions: caption {LARGE + 5}/{LARGE + 5} (100%)")
+    assert len(lines) >= 2 and all(line.startswith("tokenizing captions: caption ") for line in lines)
+    assert ids[:len(captions)] == [text.encode([c])[0] for c in captions] and len(ids) == LARGE + 5
+    text.encode(captions)
+    assert capsys.readouterr().out == ""  # (fewer: silent)

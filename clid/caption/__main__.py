@@ -21,10 +21,7 @@ refused unless ``--restart``. Decoding defaults are the authors' (see ``07_eval.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded from a model hub
 
 from clid import runs, runtime, shard
 from clid.caption import CaptionWriter, add_decoding_args, caption_records, decode_steps, default_device, describe_levels

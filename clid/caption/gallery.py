@@ -1,5 +1,6 @@
 """The caption gallery: one self-contained HTML page showing each image beside its captions at every
-requested length level, one column per run (as in Figure 1 of the paper).
+requested length level, one column per run (as in Figure 1 of the paper), under a table of each run's
+control precision and mean length per level.
 
 Images are embedded as JPEG thumbnails in data URIs, so the page is a single file that opens in any
 browser, offline. Each caption shows its length as counted (green: inside its level, red: outside).
@@ -28,7 +29,9 @@ def is_gallery(path) -> bool:
 
 def image_files(image_ids, folder, names: dict[str, str] | None = None) -> dict[str, Path]:
     """Image id -> its file in ``folder``: the file ``names`` gives (from a captions file) when it is
-    there, else the file whose name without extension is the id. An id without a file is one DataError."""
+    there, else the file whose name without extension is the id, else the COCO file of a COCO id (as
+    ``python -m clid.features --ids auto`` names it). An id without a file is one DataError."""
+    from clid.data.scenegraphs import image_key_to_id
     from clid.saliency.images import folder_images
 
     folder = Path(folder)
@@ -41,7 +44,10 @@ def image_files(image_ids, folder, names: dict[str, str] | None = None) -> dict[
         if image_id in names and (folder / names[image_id]).is_file():
             found[image_id] = folder / names[image_id]
             continue
-        by_stem = folder_images(folder) if by_stem is None else by_stem
+        if by_stem is None:
+            by_stem = folder_images(folder)
+            by_stem.update({image_key_to_id(path.name): path for path in list(by_stem.values())
+                            if image_key_to_id(path.name) not in by_stem})
         if image_id not in by_stem:
             named = f"neither {names[image_id]} (as the captions file names it) nor " if image_id in names else ""
             raise DataError(folder, f"image {image_id}", f"no image file: {named}{image_id}.jpg, {image_id}.png, ... "
@@ -92,6 +98,7 @@ tbody th small { font-weight: normal; color: #777; }
 .len.out { background: #c0392b; }
 .len.unknown { background: #999; }
 .missing { color: #aaa; }
+table.control { width: auto; margin: 8px 0; background: #fff; }
 """
 
 
@@ -105,15 +112,44 @@ def _cell(record: dict | None) -> str:
     return f'<td>{text} <span class="len {state}" title="length in tokens">{int(record["length"])}</span></td>'
 
 
+def gallery_title(levels, shown_levels: list[int]) -> str:
+    """"Captions at every length level", or at the levels shown: "Captions at length levels 1, 3 and 6"."""
+    if list(shown_levels) == list(range(1, len(levels) + 1)):
+        return "Captions at every length level"
+    numbers = [str(n) for n in shown_levels]
+    listed = numbers[0] if len(numbers) == 1 else ", ".join(numbers[:-1]) + " and " + numbers[-1]
+    return f"Captions at length level{'s' if len(numbers) > 1 else ''} {listed}"
+
+
+def control_table(image_ids: list[str], columns: list[tuple[str, dict]], levels, shown_levels: list[int]) -> str:
+    """HTML table: per level and run, the control precision over the images shown (a caption without a
+    known length, or none, is a miss) and the mean length of its captions."""
+    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
+    rows = []
+    for level in shown_levels:
+        cells = []
+        for _, records in columns:
+            found = [records.get((i, level)) for i in image_ids]
+            lengths = [r["length"] for r in found if r is not None and "length" in r]
+            inside = sum(1 for r in found if r is not None and r.get("in_range") is True)
+            mean = f", mean length {sum(lengths) / len(lengths):.1f}" if lengths else ""
+            cells.append(f"<td>{100 * inside / len(image_ids):.0f}% ({inside} of {len(image_ids)}){mean}</td>")
+        low, high = levels[level - 1]
+        rows.append(f'<tr data-control="{level}"><th>L{level} <small>{low}-{high}</small></th>{"".join(cells)}</tr>')
+    return (f'<table class="control">\n<thead><tr><th>control precision</th>{head}</tr></thead>\n<tbody>\n'
+            + "\n".join(rows) + "\n</tbody>\n</table>\n")
+
+
 def write_gallery(path, image_ids: list[str], columns: list[tuple[str, dict]], levels, shown_levels: list[int],
-                  thumbnails: dict[str, str] | None = None, title: str = "Captions at every length level",
-                  notes: list[str] = ()) -> None:
+                  thumbnails: dict[str, str] | None = None, title: str | None = None, notes: list[str] = ()) -> None:
     """Write the gallery page atomically.
 
     ``columns``: ``(name, {(image_id, level): record})`` per run, records as in the generated-captions
     JSONL (``caption``; ``length`` and ``in_range`` when known). ``levels``: the level set (token
-    ranges); ``shown_levels``: the level numbers shown. ``thumbnails``: image id -> data URI.
+    ranges); ``shown_levels``: the level numbers shown. ``thumbnails``: image id -> data URI. ``title``:
+    by default it names the levels shown. Above the images, a table of each run's control precision.
     """
+    title = title or gallery_title(levels, shown_levels)
     head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
     parts = ['<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n',
              f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<header>\n",
@@ -121,7 +157,10 @@ def write_gallery(path, image_ids: list[str], columns: list[tuple[str, dict]], l
     for note in notes:
         parts.append(f"<p>{html.escape(note)}</p>\n")
     parts.append(f'<p>{html.escape(LEGEND, quote=False)} <span class="len in">inside</span> '
-                 '<span class="len out">outside</span> the level asked for.</p>\n</header>\n<main>\n')
+                 '<span class="len out">outside</span> the level asked for.</p>\n')
+    if image_ids:
+        parts.append(control_table(image_ids, columns, levels, shown_levels))
+    parts.append("</header>\n<main>\n")
     for image_id in image_ids:
         escaped = html.escape(image_id)
         if thumbnails and image_id in thumbnails:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from clid import runs
-from clid.cli import HelpFormatter, non_negative_int, run_main
+from clid.cli import HelpFormatter, WrappedHelpFormatter, non_negative_int, run_main
 from clid.data.splits import convert_coco
 from clid.files import DataError, check_not_input, write_json, write_jsonl
 
@@ -18,7 +18,7 @@ def parse_args(argv=None):
     commands = parser.add_subparsers(dest="command", required=True)
     convert = commands.add_parser(
         "convert-coco", help="official COCO captions JSONs -> a Karpathy-style JSON",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,  # (its description is wrapped)
+        formatter_class=WrappedHelpFormatter,
         description="Official COCO captions JSONs -> a Karpathy-style JSON with train, val and test. test: the "
                     "Karpathy 5k test images (ids from eccv-caption); val: --karpathy's val (and its restval), else "
                     "the 5,000 val2014 images outside test with the smallest SHA-1 of their COCO id; train: the rest. "
@@ -27,13 +27,13 @@ def parse_args(argv=None):
                          help="official COCO captions JSONs (captions_train2014.json captions_val2014.json)")
     convert.add_argument("--out", required=True, help="the Karpathy-style JSON to write")
     convert.add_argument("--karpathy", default=None, metavar="dataset_coco.json",
-                         help="take val (and restval) from the Karpathy split file; default: the 5,000 val2014 images "
-                              "outside the test split with the smallest SHA-1 of their COCO id")
+                         help="take val (and restval) from the Karpathy split file (default: the 5,000 val2014 images "
+                              "outside the test split with the smallest SHA-1 of their COCO id)")
     convert.add_argument("--val-size", type=non_negative_int, default=5000, help="validation images without --karpathy")
     convert.add_argument("--force", action="store_true", help=FORCE)
     ssa = commands.add_parser(
         "convert-ssa", help="CIC-BART-SSA's SSA captions (one JSON per image) -> self-generated captions JSONL",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=WrappedHelpFormatter,
         description="The released SSA captions (ASG-style JSON, one <image id>.json per image, regions keyed by "
                     "region id, each with objects, relationships and a phrase) -> our self-generated JSONL (id, "
                     "image_id, caption, objects, n_tokens, level), for 05 and 06. Malformed regions and regions with "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from clid.data.records import ImageCaptions, _first_time, _image_id, _list, _need, _show, _string, report_wordless
 from clid.files import DataError, id_problem, natural_key, read_json, read_jsonl
+from clid.progress import LARGE, Progress
 from clid.text import preprocess
 
 SPLITS = ("train", "restval", "val", "test")  # the Karpathy split's names
@@ -30,43 +31,45 @@ def load_karpathy(path, data=None) -> list[ImageCaptions]:
     if not isinstance(images, list):
         raise DataError(path, "top level", "'images' must be a list")
     out, seen, wordless = [], {}, []
-    for index, item in enumerate(images):
-        where = f"images[{index}]"
-        filename = _string(item, "filename", path, where)
-        if "cocoid" in item:
-            image_id = _image_id(item, "cocoid", path, where)
-        elif "image_id" in item:
-            image_id = _image_id(item, "image_id", path, where)
-        else:
-            image_id = Path(filename).stem
-        _first_time(seen, image_id, path, where)
-        where = f"images[{index}] (image {image_id})"
-        split = _string(item, "split", path, where)
-        if split not in SPLITS:
-            raise DataError(path, where, f"unknown split {split!r} (expected one of {', '.join(SPLITS)}: "
-                                         "split names are lower case)")
-        sentences = _list(item, "sentences", path, where)
-        captions, raw, n_wordless = [], [], 0
-        for j, sentence in enumerate(sentences):
-            at = f"{where} sentences[{j}]"
-            if not isinstance(sentence, dict) or ("raw" not in sentence and "tokens" not in sentence):
-                raise DataError(path, at, "a sentence needs 'raw' or 'tokens'")
-            tokens = sentence.get("tokens")
-            if tokens is not None and not (isinstance(tokens, list) and all(isinstance(t, str) for t in tokens)):
-                raise DataError(path, at, f"'tokens' must be a list of words (strings), got {_show(tokens)}")
-            if "raw" in sentence and not isinstance(sentence["raw"], str):
-                raise DataError(path, at, f"'raw' must be a string, got {_show(sentence['raw'])}")
-            text = sentence.get("raw") or " ".join(tokens or [])
-            caption = preprocess(" ".join(tokens)) if tokens else preprocess(text)
-            if not caption:
-                wordless.append(at)
-                n_wordless += 1
-                continue
-            captions.append(caption)
-            raw.append(text)
-        if item.get("filepath"):
-            filename = f"{item['filepath']}/{filename}"
-        out.append(ImageCaptions(image_id, filename, split, captions, raw, n_wordless))
+    with Progress(len(images), f"reading {Path(path).name}", "image", disable=len(images) < LARGE) as bar:
+        for index, item in enumerate(images):
+            bar.update(1)
+            where = f"images[{index}]"
+            filename = _string(item, "filename", path, where)
+            if "cocoid" in item:
+                image_id = _image_id(item, "cocoid", path, where)
+            elif "image_id" in item:
+                image_id = _image_id(item, "image_id", path, where)
+            else:
+                image_id = Path(filename).stem
+            _first_time(seen, image_id, path, where)
+            where = f"images[{index}] (image {image_id})"
+            split = _string(item, "split", path, where)
+            if split not in SPLITS:
+                raise DataError(path, where, f"unknown split {split!r} (expected one of {', '.join(SPLITS)}: "
+                                             "split names are lower case)")
+            sentences = _list(item, "sentences", path, where)
+            captions, raw, n_wordless = [], [], 0
+            for j, sentence in enumerate(sentences):
+                at = f"{where} sentences[{j}]"
+                if not isinstance(sentence, dict) or ("raw" not in sentence and "tokens" not in sentence):
+                    raise DataError(path, at, "a sentence needs 'raw' or 'tokens'")
+                tokens = sentence.get("tokens")
+                if tokens is not None and not (isinstance(tokens, list) and all(isinstance(t, str) for t in tokens)):
+                    raise DataError(path, at, f"'tokens' must be a list of words (strings), got {_show(tokens)}")
+                if "raw" in sentence and not isinstance(sentence["raw"], str):
+                    raise DataError(path, at, f"'raw' must be a string, got {_show(sentence['raw'])}")
+                text = sentence.get("raw") or " ".join(tokens or [])
+                caption = preprocess(" ".join(tokens)) if tokens else preprocess(text)
+                if not caption:
+                    wordless.append(at)
+                    n_wordless += 1
+                    continue
+                captions.append(caption)
+                raw.append(text)
+            if item.get("filepath"):
+                filename = f"{item['filepath']}/{filename}"
+            out.append(ImageCaptions(image_id, filename, split, captions, raw, n_wordless))
     report_wordless(path, wordless)
     return out
 
@@ -117,25 +120,28 @@ def load_coco_captions(path, splits: dict[str, list] | None = None, default_spli
         filename = _string(image, "file_name", path, f"images[{index}] (image {image_id})")
         records[image_id] = ImageCaptions(image_id, filename, split_of.get(image_id, default_split), [], [])
     annotation_at, repeats, reused = {}, [], []  # annotation id -> (where, image id, caption); exact repeats read once
-    for index, ann in enumerate(annotations):
-        where = f"annotations[{index}]"
-        image_id = _image_id(ann, "image_id", path, where)
-        caption = _string(ann, "caption", path, where)
-        if image_id not in records:
-            raise DataError(path, where, f"caption of image {image_id}, which is not in 'images'")
-        if isinstance(ann.get("id"), (int, str)) and not isinstance(ann["id"], bool):
-            first = annotation_at.setdefault(str(ann["id"]), (where, image_id, caption))
-            if first[0] != where and first[1:] == (image_id, caption):
-                repeats.append(where)
+    with Progress(len(annotations), f"reading {Path(path).name}", "caption", disable=len(annotations) < LARGE) as bar:
+        for index, ann in enumerate(annotations):
+            bar.update(1)
+            where = f"annotations[{index}]"
+            image_id = _image_id(ann, "image_id", path, where)
+            caption = _string(ann, "caption", path, where)
+            if image_id not in records:
+                raise DataError(path, where, f"caption of image {image_id}, which is not in 'images'")
+            if isinstance(ann.get("id"), (int, str)) and not isinstance(ann["id"], bool):
+                first = annotation_at.setdefault(str(ann["id"]), (where, image_id, caption))
+                if first[0] != where and first[1:] == (image_id, caption):
+                    repeats.append(where)
+                    continue
+                if first[0] != where:
+                    reused.append(f"{where} (also {first[0]})")
+            text = preprocess(caption)
+            if not text:
+                wordless.append(f"{where} (image {image_id})")
+                records[image_id].wordless += 1
                 continue
-            if first[0] != where:
-                reused.append(f"{where} (also {first[0]})")
-        if not preprocess(caption):
-            wordless.append(f"{where} (image {image_id})")
-            records[image_id].wordless += 1
-            continue
-        records[image_id].raw.append(caption)
-        records[image_id].captions.append(preprocess(caption))
+            records[image_id].raw.append(caption)
+            records[image_id].captions.append(text)
     report_wordless(path, wordless)
     if repeats:
         print(f"warning: {path}: {len(repeats)} annotation(s) repeat an earlier one (the same id, image and caption), "

@@ -404,7 +404,7 @@ def main(argv=None) -> None:
     p.add_argument("--run", action="append", default=[], metavar="NAME=DIR", help="a 06 run to replay (repeatable)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="the seed of the draws (06's --seed)")
     p.add_argument("--combine", nargs="+", metavar="DIR", help="instead: report several truth folders (seeds) as mean ± std")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="output folder: truth.md and truth.json")
     args = p.parse_args(argv)
     out = Path(args.out)
     check_output_folder(out, {"truth.md", "truth.json"}, False, writes=("truth.md", "truth.json"))

@@ -39,6 +39,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clid.cli import is_offline
 from clid.data.captions import (
     detect_format,
     load_coco_captions,
@@ -203,6 +204,10 @@ def spice_status(probe_timeout: float = 4.0) -> tuple[bool, str]:
     missing = [jar for jar in _CORENLP_JARS if not (lib / jar).exists()]
     if not missing:
         return True, "ok"
+    if is_offline():
+        return False, (f"n/a: SPICE needs Stanford CoreNLP 3.6.0 ({', '.join(missing)} in {lib}), which pycocoevalcap "
+                       "downloads from nlp.stanford.edu on first use, and this run is offline (--allow-download or "
+                       "CLID_ALLOW_DOWNLOAD=1 lets it download)")
     ok, why = _reachable("nlp.stanford.edu", 80, probe_timeout)
     if ok:
         return True, "ok (pycocoevalcap downloads Stanford CoreNLP 3.6.0 on first use)"
@@ -298,6 +303,28 @@ class CocoScorer:
 # ---------------------------------------------------------------------------------------------
 # One run's evaluation (both modes of 07_eval.py, and anything else that has captions)
 
+def length_rows(generated, control: dict[int, LevelControl]) -> dict[int, dict]:
+    """Per level: its length control (:meth:`LevelControl.summary`) and the distinct-1/2 of its captions."""
+    rows = {}
+    for level, c in control.items():
+        captions = [generated.get(level, {})[i] for i in c.lengths]
+        rows[level] = dict(c.summary(), distinct_1=distinct_n(captions, 1), distinct_2=distinct_n(captions, 2))
+    return rows
+
+
+def evaluate_lengths(generated, image_ids, levels="caption", *, tokenizer=None, keep_sentences: bool | None = None,
+                     filled=None, strict: bool = False, words: bool = False) -> dict:
+    """Length control without references, at the levels the run has captions of: per level, control precision
+    over ``image_ids`` (a missing caption is a miss), length error, mean length and distinct-n; shaped as
+    :func:`evaluate`'s result."""
+    levels = get_levels(levels)
+    generated = normalise_generated(generated)
+    control = length_control(generated, image_ids, levels, tokenizer, keep_sentences, filled, strict, words)
+    control = {level: c for level, c in control.items() if generated.get(level)}
+    return {"levels": length_rows(generated, control), "long_refs": {},
+            "lengths": {level: dict(c.lengths) for level, c in control.items()}, "n_outside": 0}
+
+
 def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
              long_refs: dict[int, dict[str, list[str]]] | None = None,
              scorer: CocoScorer | None = None, tokenizer=None, keep_sentences: bool | None = None,
@@ -349,10 +376,7 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
     for table, level in jobs:
         ids = chosen(level)
         if table == "levels":
-            row = control[level].summary()
-            row["n_scored"] = len(ids)
-            captions = [generated.get(level, {})[i] for i in control[level].lengths]
-            row["distinct_1"], row["distinct_2"] = distinct_n(captions, 1), distinct_n(captions, 2)
+            row = dict(length_rows(generated, {level: control[level]})[level], n_scored=len(ids))
             row.update(scorer.score({i: refs[i] for i in ids}, {i: generated[level][i] for i in ids}))
         else:
             by_image = long_refs[level]

@@ -138,11 +138,13 @@ QUALITY_TITLES = {"Bleu_1": "BLEU-1", "Bleu_2": "BLEU-2", "Bleu_3": "BLEU-3", "B
 def write_report(path, meta, results, generated, refs, long_refs, levels, example_ids, lengths_of, figures=FIGURES):
     """report.md. ``results``: per method (:func:`method_results`); ``generated`` and ``lengths_of``:
     the captions and counted lengths of each method's first run (the examples)."""
-    numbers = list(range(1, len(levels) + 1))
+    numbers = sorted({n for result in results.values() for n in result["levels"]})  # (without refs: those asked for)
     scored = "in-range captions" if meta["score_captions"] == "in-range" else "all captions"
+    images = (f"{meta['n_test_images']} test images (`{meta['refs']}`, {meta['evaluated']})" if refs is not None
+              else f"{meta['n_test_images']} images ({meta['evaluated']})")
     lines = ["# Length-controlled captioning: evaluation\n",
-             f"{meta['n_test_images']} test images (`{meta['refs']}`, {meta['evaluated']}), "
-             f"{meta['level_set']} levels. Methods (several runs: mean ± sample standard deviation over the runs):\n"]
+             f"{images}, {meta['level_set']} levels. Methods (several runs: mean ± sample standard deviation over "
+             "the runs):\n"]
     for name, result in results.items():
         runs = result["runs"]
         lines.append(f"- **{name}**" + (f" ({len(runs)} runs)" if len(runs) > 1 else "") + ": "
@@ -151,33 +153,36 @@ def write_report(path, meta, results, generated, refs, long_refs, levels, exampl
                if meta["length_count"] == "strict" else
                "a caption that filled its level without \".\" counts its tokens only, as the authors' code does")
     lines += ["",
-              "Control precision: share of all test images whose caption length (WordPiece tokens of "
+              "Control precision: share of all evaluated images whose caption length (WordPiece tokens of "
               f"the preprocessed caption plus the final \".\"; {counted}) falls inside the requested level; a "
-              "missing caption is a miss. Quality scores (pycocoevalcap, PTB tokenizer, x100) are "
-              f"computed on the {scored} of each level only, against that level's subset of images; "
-              "CIDEr's document frequencies therefore come from that subset, and few scored captions "
-              "make it noisy. Length error: mean distance in tokens to the level's range (0 inside). "
-              "Distinct-n: unique n-grams / all n-grams of the level's captions (x100).",
-              f"\nSPICE: {meta['spice']}\n"]
+              "missing caption is a miss. Length error: mean distance in tokens to the level's range (0 inside). "
+              "Distinct-n: unique n-grams / all n-grams of the level's captions (x100)."]
+    if refs is None:
+        lines.append("\nNo references were given (--refs), so there are no quality scores.\n")
+    else:
+        lines += [f"Quality scores (pycocoevalcap, PTB tokenizer, x100) are computed on the {scored} of each level "
+                  "only, against that level's subset of images; CIDEr's document frequencies therefore come from "
+                  "that subset, and few scored captions make it noisy.", f"\nSPICE: {meta['spice']}\n"]
     skipped = {k: v for k, v in meta["skipped"].items() if v}
     for run in meta["runs"]:
         skipped.update({f"{run}: {k}": v for k, v in meta["runs"][run]["skipped"].items() if v})
     if skipped:
         lines.append("Left out: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + "\n")
 
-    if len(results) > 2:
+    if len(results) > 2 and refs is not None:
         lines.append("## Side by side\n")
         lines.append(side_by_side(results, levels))
     lines.append("## Length control\n")
-    if meta["level_set"] == "caption":
+    if meta["level_set"] == "caption" and refs is not None:
         lines.append(paper_table(results, levels))
     lines.append(table("Control precision (%)", results, "levels", "control_precision", levels, numbers, 100))
     lines.append(table("Length error (tokens)", results, "levels", "length_error", levels, numbers, 1, 2))
     lines.append(table("Mean caption length (tokens)", results, "levels", "mean_length", levels, numbers))
-    lines.append(table("Scored captions / test images", results, "levels", None, levels, numbers, counts=True))
-    lines.append(f"## Quality on the {scored} (x100)\n")
-    lines.append(CIDER_NOTE + "\n")
-    for metric in QUALITY_METRICS:
+    if refs is not None:
+        lines.append(table("Scored captions / test images", results, "levels", None, levels, numbers, counts=True))
+        lines.append(f"## Quality on the {scored} (x100)\n")
+        lines.append(CIDER_NOTE + "\n")
+    for metric in QUALITY_METRICS if refs is not None else ():
         if metric == "SPICE" and not any(r["levels"][n].get("SPICE") is not None for r in results.values() for n in numbers):
             lines.append("**SPICE**: n/a (see above)\n")
             continue
@@ -204,7 +209,7 @@ def write_report(path, meta, results, generated, refs, long_refs, levels, exampl
     lines.append("## Example captions\n")
     for image_id in example_ids:
         lines.append(f"### Image {image_id}\n")
-        lines += [f"- reference: {r}" for r in refs[image_id][:3]]
+        lines += [f"- reference: {r}" for r in (refs or {}).get(image_id, [])[:3]]
         for n, by_image in long_refs.items():
             if by_image.get(image_id):
                 lines.append(f"- long reference, level {n}: {by_image[image_id][0]}")
@@ -240,16 +245,16 @@ def plot_control_precision(path, results, levels) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    numbers = np.arange(1, len(levels) + 1)
+    numbers = np.array(sorted({n for result in results.values() for n in result["levels"]}))  # (levels asked for)
     width = 0.8 / len(results)
-    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(levels), 3.6))
+    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(numbers), 3.6))
     for k, (name, result) in enumerate(results.items()):
-        rows = [result["levels"][n] for n in numbers]
-        values = [100 * (row["control_precision"] or 0.0) for row in rows]
+        rows = [result["levels"].get(n, {}) for n in numbers]
+        values = [100 * (row.get("control_precision") or 0.0) for row in rows]
         spread = [100 * (row.get("control_precision_std") or 0.0) for row in rows]  # the runs' standard deviation
         ax.bar(numbers - 0.4 + width * (k + 0.5), values, width, label=name,
                yerr=spread if any(spread) else None, capsize=2)
-    ax.set_xticks(numbers, [f"L{n}\n{lo}-{hi}" for n, (lo, hi) in zip(numbers, levels)])
+    ax.set_xticks(numbers, [f"L{n}\n{levels[n - 1][0]}-{levels[n - 1][1]}" for n in numbers])
     ax.set_ylabel("control precision (%)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize="small")
@@ -364,15 +369,18 @@ def length_histograms(trusted, selfgen_texts, tokenizer, keep_sentences) -> dict
     return histograms
 
 
-def write_outputs(out, meta, methods, results, generated, refs, long_refs, levels, histograms, examples) -> None:
+def write_outputs(out, meta, methods, results, generated, refs, long_refs, levels, histograms, examples,
+                  image_ids=None) -> None:
     """metrics.json (per run and per method), report.md, the plots, and a summary on the terminal.
 
     ``methods``: method -> its run ids; ``results``: run -> :func:`clid.eval.metrics.evaluate`'s result
-    (with its counted ``lengths``); ``generated``: run -> ``{level: {image_id: caption}}``.
+    (with its counted ``lengths``); ``generated``: run -> ``{level: {image_id: caption}}``. ``refs`` None:
+    length control alone (:func:`clid.eval.metrics.evaluate_lengths`; no quality plot) over ``image_ids``.
     """
     summary = method_results(methods, results)
     first = {name: runs[0] for name, runs in methods.items()}  # the examples show each method's first run
-    image_ids = sorted(refs, key=natural_key)
+    image_ids = sorted(refs, key=natural_key) if refs is not None else image_ids
+    evaluated = set(image_ids)
     captioned = [i for i in image_ids if any(i in by_image for g in generated.values() for by_image in g.values())]
     with_long = [i for i in captioned if any(i in by_image for by_image in long_refs.values())]
     pool = with_long or captioned or image_ids
@@ -390,23 +398,28 @@ def write_outputs(out, meta, methods, results, generated, refs, long_refs, level
                             for name, m in summary.items()})
     write_json(out / "metrics.json", metrics, indent=1)
     write_report(out / "report.md", meta, summary, {name: generated[run] for name, run in first.items()}, refs,
-                 long_refs, levels, example_ids, lengths_of)
+                 long_refs, levels, example_ids, lengths_of, FIGURES if refs is not None else FIGURES[::2])
     for name, runs in methods.items():  # each method's lengths as counted, its runs pooled
         by_level = {level: [] for level in range(1, len(levels) + 1)}
         for run in runs:
             for level, by_image in results[run]["lengths"].items():
-                by_level[level] += [length for i, length in by_image.items() if i in refs]
+                by_level[level] += [length for i, length in by_image.items() if i in evaluated]
         histograms[f"{name}: generated"] = by_level
     plot_control_precision(out / FIGURES[0], summary, levels)
-    plot_quality_vs_control(out / FIGURES[1], summary, levels)
+    if refs is not None:
+        plot_quality_vs_control(out / FIGURES[1], summary, levels)
+    else:  # (a quality plot of an earlier run with references would not belong to this report)
+        (out / FIGURES[1]).unlink(missing_ok=True)
     plot_length_histograms(out / FIGURES[2], histograms, levels)
-    print_summary(out, summary, meta["level_set"], len(FIGURES))
+    print_summary(out, summary, meta["level_set"], 3 if refs is not None else 2, quality=refs is not None)
 
 
-def print_summary(out, summary, level_set, n_plots) -> None:
-    print(f"\ncontrol precision % / CIDEr x100 on in-range captions, per level ({level_set} levels)")
+def print_summary(out, summary, level_set, n_plots, quality: bool = True) -> None:
+    """A line per method: control precision and CIDEr (``quality``) or the mean length, per level."""
+    second, title = ("CIDEr", "CIDEr x100 on in-range captions") if quality else ("mean_length", "mean length")
+    print(f"\ncontrol precision % / {title}, per level ({level_set} levels)")
     for name, result in summary.items():
-        cells = [f"L{n} {cell(row, 'control_precision', 100)}/{cell(row, 'CIDEr', 100)}"
+        cells = [f"L{n} {cell(row, 'control_precision', 100)}/{cell(row, second, 100 if quality else 1)}"
                  for n, row in result["levels"].items()]
         print(f"  {name:<16} " + "  ".join(cells))
     print(f"wrote {out / 'metrics.json'}, {out / 'report.md'} and {n_plots} plots")

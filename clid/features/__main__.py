@@ -14,8 +14,9 @@ In: a folder of images and where each image's boxes come from, one of:
   ``bbox`` [x, y, w, h], ``score``), or a TSV that ``convert`` reads (bottom-up, Scene Graph Benchmark /
   VinVL). An image's key is read as 02 reads keys (a COCO file name or zero-padded number gives the COCO
   id); boxes under ``--min-conf`` are left out and at most ``--max-boxes`` kept, the most confident;
-- ``--boxes grid N``: an N x N grid of boxes over every image in the folder; an image's id is its
-  file-name stem.
+- ``--boxes grid N``: an N x N grid of boxes over every image in the folder; an image's id comes from
+  its file name: ``--ids auto`` (a COCO file name gives the COCO id, as ``convert-coco`` keys the
+  captions) or ``keep`` (the file name without its extension). One line says how many were mapped.
 Out: the region-feature file, one HDF5 group per image id with ``features`` [R, D] float32, ``boxes``
 [R, 4] float32 (x1, y1, x2, y2 pixels), attrs ``width`` and ``height`` (and ``confidence`` [R] with
 detections: 1 for the whole image); root attributes ``feature_kind`` = ``clid-encoder`` and
@@ -35,7 +36,15 @@ from PIL import Image
 
 from clid import runs
 from clid.cli import HelpFormatter, number, positive_int, run_main, unit_interval
-from clid.features.encoder import RegionFeatures, detection_regions, graph_regions, grid_boxes, grid_regions
+from clid.data.scenegraphs import image_key_to_id
+from clid.features.encoder import (
+    RegionFeatures,
+    detection_regions,
+    graph_regions,
+    grid_boxes,
+    grid_regions,
+    keep_key,
+)
 from clid.features.store import MAX_REGIONS, Regions, write_features
 from clid.files import DataError
 from clid.saliency.images import convert_image
@@ -68,6 +77,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                                              "that convert reads")
     source.add_argument("--boxes", nargs=2, metavar=("grid", "N"), help="an N x N grid of boxes on every image")
     p.add_argument("--image-data", default=None, help="VG image_data.json: file names (url), sizes, COCO ids")
+    p.add_argument("--ids", choices=["auto", "keep"], default="auto",
+                   help="--boxes and --detections: how a file name (or a detection's key) becomes an image id: auto: "
+                        "a COCO file name or a zero-padded number gives the COCO id (COCO_val2014_000000000042.jpg -> "
+                        "42), as convert-coco keys its captions; keep: the file name without its extension. "
+                        "(--scene-graphs: the graphs' ids)")
     p.add_argument("--min-conf", type=unit_interval, default=0.2, help="--detections: boxes under this confidence are left out")
     p.add_argument("--max-boxes", default=100,
                    type=number(int, low=1, high=MAX_REGIONS - 1, what=f"an integer in 1..{MAX_REGIONS - 1}"),
@@ -100,14 +114,23 @@ def regions_of(args) -> tuple[list, list, str]:
     images = Path(args.images)
     if not images.is_dir():
         raise DataError(images, None, "no such image folder")
+    to_id = image_key_to_id if args.ids == "auto" else keep_key
     if args.scene_graphs:
         items, skipped = graph_regions(args.scene_graphs, args.image_data, images)
         return items, skipped, f"the scene graphs of {args.scene_graphs}"
     if args.detections:
-        items, skipped = detection_regions(args.detections, images, args.min_conf, args.max_boxes)
+        items, skipped = detection_regions(args.detections, images, args.min_conf, args.max_boxes, to_id)
         return items, skipped, f"the detections of {args.detections}"
-    items, skipped = grid_regions(images, args.grid)
+    items, skipped = grid_regions(images, args.grid, to_id)
     return items, skipped, f"a {args.grid} x {args.grid} grid on the images of {images}"
+
+
+def id_line(items, ids: str) -> str:
+    """One line: how many images' ids were mapped from COCO file names (``--ids auto``), with an example."""
+    mapped = [(image_id, path) for image_id, path, _, _ in items if image_id != keep_key(path.name)]
+    example = f" (e.g. {mapped[0][1].name} -> {mapped[0][0]})" if mapped else ""
+    return (f"ids (--ids {ids}): {len(mapped)} of {len(items)} images mapped from COCO file names to COCO ids"
+            f"{example}, {len(items) - len(mapped)} named by their file names")
 
 
 def main(argv=None) -> None:
@@ -120,7 +143,7 @@ def main(argv=None) -> None:
 
     args = parse_args(argv)
     record = runs.run_record(args, inputs=("images", "scene_graphs", "image_data", "detections"), settings=(
-        "boxes", "min_conf", "max_boxes", "crop", "whole", "colour_bins"))
+        "boxes", "ids", "min_conf", "max_boxes", "crop", "whole", "colour_bins"))
     runs.check_own_output(args.out, COMMAND, args.force)
     try:
         items, skipped, source = regions_of(args)
@@ -129,6 +152,8 @@ def main(argv=None) -> None:
     if not items:
         first = f" (first: {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
         sys.exit(f"error: {args.images}: no image with boxes was found ({source}){first}")
+    if not args.scene_graphs:
+        print(id_line(items, args.ids))
     extractor = RegionFeatures(args.crop, args.whole, args.colour_bins, args.batch_size)
 
     def regions():

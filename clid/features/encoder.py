@@ -184,16 +184,24 @@ def grid_boxes(width: float, height: float, n: int) -> list[tuple[float, float, 
             for j in range(n) for i in range(n)]
 
 
-def grid_regions(images: Path, n: int) -> tuple[list, list]:
+def keep_key(key: str) -> str:
+    """An image key as it is (``--ids keep``): a file name loses only its image extension."""
+    key = str(key).strip()
+    return key.rsplit(".", 1)[0] if key.lower().endswith(tuple(IMAGE_SUFFIXES)) else key
+
+
+def grid_regions(images: Path, n: int, to_id=keep_key) -> tuple[list, list]:
     """``(image id, image file, boxes, None)`` of every image in the folder, its boxes an n x n grid; the
-    id is the file-name stem. (Boxes are made from the image's size when it is read.)"""
+    id is ``to_id`` of the file name (:func:`keep_key`: the file-name stem). (Boxes are made from the
+    image's size when it is read.)"""
     items, skipped, seen = [], [], {}
     for path in image_files(images):
-        if path.stem in seen:
-            skipped.append((path.stem, f"{path} has the file-name stem of {seen[path.stem]}"))
+        image_id = to_id(path.name)
+        if image_id in seen:
+            skipped.append((image_id, f"{path} has the id of {seen[image_id]}"))
             continue
-        seen[path.stem] = path
-        items.append((path.stem, path, ("grid", n), None))
+        seen[image_id] = path
+        items.append((image_id, path, ("grid", n), None))
     return items, skipped
 
 
@@ -216,8 +224,9 @@ def _detection_box(value, path, where) -> tuple[list[float], float]:
     return box, float(conf)
 
 
-def load_detections(path) -> dict[str, list[tuple[list[float], float]]]:
-    """Image id -> ``[(box, confidence)]`` from a detector's output, read as 02 reads image keys:
+def load_detections(path, to_id=None) -> dict[str, list[tuple[list[float], float]]]:
+    """Image id -> ``[(box, confidence)]`` from a detector's output, its image keys read by ``to_id``
+    (default: as 02 reads them, :func:`clid.data.scenegraphs.image_key_to_id`):
 
     - a JSON object of image -> boxes, a box ``[x1, y1, x2, y2]`` or ``{"rect": [...], "conf": c,
       "class": name}`` (``box`` and ``score`` are read too; class names are not used);
@@ -228,6 +237,7 @@ def load_detections(path) -> dict[str, list[tuple[list[float], float]]]:
     from clid.data.scenegraphs import NOT_UTF8, image_key_to_id, tsv_lines
     from clid.features.convert import decode_base64, float_rows
 
+    to_id = to_id or image_key_to_id
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         head = f.read(65536).lstrip()
     out: dict[str, list] = {}
@@ -237,7 +247,7 @@ def load_detections(path) -> dict[str, list[tuple[list[float], float]]]:
             for key, boxes in data.items():
                 if not isinstance(boxes, list):
                     raise DataError(path, f"image {key}", "expected a list of boxes")
-                out.setdefault(image_key_to_id(str(key)), []).extend(
+                out.setdefault(to_id(str(key)), []).extend(
                     _detection_box(b, path, f"image {key} box {n}") for n, b in enumerate(boxes))
             return out
         for n, record in enumerate(data):
@@ -249,7 +259,7 @@ def load_detections(path) -> dict[str, list[tuple[list[float], float]]]:
             except (TypeError, ValueError):
                 raise DataError(path, where, f"'bbox' must be four numbers [x, y, w, h], got {record['bbox']!r}") from None
             box, conf = _detection_box({"rect": [x, y, x + w, y + h], "score": record.get("score", 1.0)}, path, where)
-            out.setdefault(image_key_to_id(str(record["image_id"])), []).append((box, conf))
+            out.setdefault(to_id(str(record["image_id"])), []).append((box, conf))
         return out
     for number, line in tsv_lines(path):
         if line is NOT_UTF8:
@@ -279,19 +289,21 @@ def load_detections(path) -> dict[str, list[tuple[list[float], float]]]:
         else:
             raise DataError(path, where, f"{len(fields)} tab-separated fields: neither the bottom-up TSV (6) nor "
                                          "a Scene Graph Benchmark TSV (an image key, a tab, JSON)")
-        out.setdefault(image_key_to_id(key), []).extend(found)
+        out.setdefault(to_id(key), []).extend(found)
     return out
 
 
-def detection_regions(detections, images: Path, min_conf: float, max_boxes: int) -> tuple[list, list]:
+def detection_regions(detections, images: Path, min_conf: float, max_boxes: int, to_id=None) -> tuple[list, list]:
     """``(image id, image file, boxes, confidences)`` of every image with detections: boxes under
-    ``min_conf`` left out, then the ``max_boxes`` most confident kept (in the file's order)."""
+    ``min_conf`` left out, then the ``max_boxes`` most confident kept (in the file's order). ``to_id``
+    reads image keys and file names (default: as 02 reads them)."""
     from clid.data.scenegraphs import image_key_to_id
 
-    found = load_detections(detections)
+    to_id = to_id or image_key_to_id
+    found = load_detections(detections, to_id)
     files = {}
     for path in image_files(images):
-        for key in (image_key_to_id(path.name), path.name, path.stem):
+        for key in (to_id(path.name), path.name, path.stem):
             files.setdefault(key, path)
     items, skipped = [], []
     for image_id in sorted(found, key=natural_key):

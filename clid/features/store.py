@@ -249,6 +249,9 @@ class FeatureStore:
         self.bad = bad
         if not Path(self.path).exists():
             raise FileNotFoundError(f"{self.path}: feature file not found")
+        if Path(self.path).is_dir():
+            raise DataError(self.path, None, "is a folder, not a region-feature file: python -m clid.features --images "
+                                             f"{self.path} --boxes grid 4 --out FILE.h5 makes one of its images")
         self._file = open_h5(self.path, "feature file")
         if not len(self._file):
             raise DataError(self.path, None, "holds no image (expected one group per image id)")

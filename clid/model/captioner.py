@@ -157,7 +157,8 @@ def _bert_config(name_or_path: str):
         return BertConfig.from_pretrained(name_or_path)
     except OSError as err:
         raise SystemExit(f"error: cannot load the BERT config of {name_or_path!r} ({err}). Give a local "
-                         "BERT folder with --bert, or use --preset minilm (offline) or tiny.") from None
+                         "BERT folder with --bert, use --preset minilm (offline) or tiny, or let the hub name "
+                         "download (--allow-download).") from None
 
 
 # ---------------------------------------------------------------------------------------------

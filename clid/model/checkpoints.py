@@ -46,6 +46,8 @@ def feature_record(store) -> dict:
 def read_config(folder) -> dict:
     """A checkpoint's config.json; a damaged one is one DataError naming it."""
     path = Path(folder) / "config.json"
+    if not Path(folder).exists():
+        raise SystemExit(f"error: {folder}: no such checkpoint folder")
     if not path.is_file() or not (Path(folder) / "model.safetensors").is_file():
         raise SystemExit(f"error: {folder} is not a checkpoint (needs config.json and model.safetensors)")
     saved = read_json(path)

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from clid import runtime
-from clid.cli import non_negative_float, non_negative_int, positive_float, positive_int, probability
+from clid.cli import add_download_arg, non_negative_float, non_negative_int, positive_float, positive_int, probability
 from clid.data.splits import add_split_args
 from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
 from clid.files import DataError
@@ -318,6 +319,51 @@ TRAIN_GROUPS = {  # the --help sections of 04 and 06
 }
 
 
+# --recipe demo: the settings make demo trains every model with (demo.sh; docs/running.md, "The demo", says
+# why each differs from the paper's). --max-steps and --lr-horizon left as None are resolved by
+# :func:`recipe_schedule`; 06 scales --eta to the steps.
+DEMO_RECIPE = dict(preset="tiny", lr=2e-3, warmup=100, dropout=0.0, region_norm="standardize", save_every=500,
+                   eval_every=0, log_every=50, max_steps=None, lr_horizon=None)
+DEMO_STEPS_ENV = "CLID_DEMO_STEPS"  # the steps of --recipe demo (default 1000): fewer for a quick smoke test
+DEMO_STEPS = 1000
+
+
+def demo_steps() -> int:
+    """The optimizer steps of ``--recipe demo``: ``CLID_DEMO_STEPS``, else 1000."""
+    text = os.environ.get(DEMO_STEPS_ENV, str(DEMO_STEPS))
+    try:
+        return positive_int(text)
+    except Exception:
+        raise SystemExit(f"error: {DEMO_STEPS_ENV} must be a positive integer (the steps of --recipe demo), "
+                         f"got {text!r}") from None
+
+
+def parse_train_args(p, argv):
+    """Parse 04's or 06's flags. ``--recipe demo`` makes the demo's settings (:data:`DEMO_RECIPE`) the
+    defaults, so that a flag given on the command line still wins."""
+    args = p.parse_args(argv)
+    if args.recipe == "demo":
+        p.set_defaults(**DEMO_RECIPE)
+        args = p.parse_args(argv)
+    return args
+
+
+def recipe_schedule(args, start_step: int = 0, horizon_factor: int = 1) -> None:
+    """Resolve what ``--recipe demo`` leaves open: ``--max-steps`` is ``start_step`` (a continued
+    checkpoint's step) plus :func:`demo_steps`, and ``--lr-horizon`` ``horizon_factor`` times that
+    (0: the cosine ends at --max-steps)."""
+    if args.max_steps is None:
+        args.max_steps = start_step + demo_steps()
+    if args.lr_horizon is None:
+        args.lr_horizon = horizon_factor * args.max_steps if horizon_factor > 1 else 0
+
+
+def recipe_vocab(args, *caption_files) -> None:
+    """``--recipe demo`` without ``--output-vocab``: shortlist the tokens of the caption files the run reads."""
+    if args.recipe == "demo" and not args.output_vocab:
+        args.output_vocab = [str(f) for f in caption_files if f]
+
+
 def train_arg_groups(p) -> dict:
     """The argparse groups of 04 and 06 (data, model, optimisation, schedule, run), for their own flags
     and then :func:`add_train_args`."""
@@ -329,17 +375,28 @@ def add_train_args(groups: dict) -> None:
     data, model, optimisation, schedule, run = (groups[name] for name in TRAIN_GROUPS)
     data.add_argument("--features", required=True, help="region features HDF5")
     add_bad_features_arg(data)
-    data.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption")
+    data.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption",
+                      help="the length levels: caption (the paper's 7 levels, 1-9, 10-19, ..., 60-69 tokens), "
+                           "paragraph (13 levels up to 129 tokens), labert (LaBERT's 4 levels)")
     add_split_args(data)
     add_left_out_arg(data)
     add_token_cache_arg(data)
-    model.add_argument("--preset", choices=["tiny", "minilm", "labert"], default="labert")
+    model.add_argument("--recipe", choices=["paper", "demo"], default="paper",
+                       help="paper: every default below (LaBERT's recipe, as the paper); demo: the demo's settings, "
+                            "a small model trained from scratch in minutes on a CPU (--preset tiny, --lr 2e-3, "
+                            f"--warmup 100, --dropout 0, --region-norm standardize, --eval-every 0, {DEMO_STEPS} steps or "
+                            f"{DEMO_STEPS_ENV}, the output vocabulary shortlisted to the captions read); flags given "
+                            "still win")
+    model.add_argument("--preset", choices=["tiny", "minilm", "labert"], default="labert",
+                       help="the captioner: tiny (3 layers of 192, random; for tests and the demo), minilm (6 x 384 "
+                            "BERT from an offline package), labert (BERT-base, as the paper; needs --bert or a download)")
     model.add_argument("--bert", help="BERT folder or hub name for minilm/labert (default: the preset's)")
+    add_download_arg(model)
     model.add_argument("--output-vocab", nargs="+", metavar="FILE",
                        help="restrict the LM head, and the word-embedding table, to the tokens of these caption files "
                             "(a speed option for small CPU runs such as the demo; default: the whole vocabulary, "
                             "as in the paper)")
-    model.add_argument("--dropout", type=probability, default=0.1)
+    model.add_argument("--dropout", type=probability, default=0.1, help="dropout probability of the encoder (BERT's)")
     model.add_argument("--region-norm", choices=REGION_NORMS, default="none",
                        help="standardize: shift and scale each region-feature dimension by the training images' "
                             "mean and deviation (the demo: grounding is learned several times faster); "
@@ -356,20 +413,22 @@ def add_train_args(groups: dict) -> None:
     model.add_argument("--region-dropout", choices=["on", "off"], default="on",
                        help="on: dropout (--dropout) at the end of both region MLPs, as the authors' code; off: none there")
     model.add_argument("--tie-head", action="store_true",
-                       help="the LM head projects with the word embeddings (tied; default: a weight of its own, as the "
+                       help="the LM head projects with the word embeddings (tied; off: a weight of its own, as the "
                             "authors' code)")
     model.add_argument("--region-init", metavar="FILE",
                        help="set the first region layer from the detector's layer in this file (safetensors, or a plain "
                             "state dict read with weights_only=True: the authors' bert.pth, or weight/bias); default: "
                             "random, unless a checkpoint brings it")
     optimisation.add_argument("--lr", type=positive_float, default=d.lr, help="peak learning rate (AdamW)")
-    optimisation.add_argument("--weight-decay", type=non_negative_float, default=d.weight_decay)
+    optimisation.add_argument("--weight-decay", type=non_negative_float, default=d.weight_decay,
+                              help="AdamW's decoupled weight decay")
     optimisation.add_argument("--adam-eps", type=positive_float, default=d.adam_eps,
                               help="AdamW's epsilon (the authors' code: 1e-6; torch's default: 1e-8)")
     optimisation.add_argument("--batch-size", type=positive_int, default=d.batch_size,
                               help="global batch size (split over DDP processes)")
     optimisation.add_argument("--grad-clip", type=non_negative_float, default=d.grad_clip, help="gradient-norm clip (0: none)")
-    optimisation.add_argument("--label-smoothing", type=probability, default=d.label_smoothing)
+    optimisation.add_argument("--label-smoothing", type=probability, default=d.label_smoothing,
+                              help="label smoothing of the masked-token loss (LaBERT's)")
     optimisation.add_argument("--eos-weight", type=positive_float, default=d.eos_weight, help='loss weight of "." targets')
     runtime.add_precision_arg(optimisation)
     optimisation.add_argument("--amp", action="store_true", help="the same as --precision bf16 (its older name)")
@@ -384,7 +443,8 @@ def add_train_args(groups: dict) -> None:
                      help="control-precision check every N steps (0: off)")
     run.add_argument("--eval-images", type=positive_int, default=100, help="validation images in that check")
     run.add_argument("--log-every", type=positive_int, default=d.log_every, help="a train_log.jsonl line every N steps")
-    run.add_argument("--seed", type=non_negative_int, default=d.seed)
+    run.add_argument("--seed", type=non_negative_int, default=d.seed,
+                     help="seeds the initial weights, the batches, the masks and the dropout")
     run.add_argument("--workers", type=workers_arg, default=d.workers,
                      help="processes that make the batches (collate, read and pad the regions) while the model trains; "
                           "auto: none on the CPU, up to 4 with a GPU. The batches are the same for any number")
@@ -403,7 +463,8 @@ def workers_arg(text: str):
 
 
 def check_train_args(p, args) -> None:
-    """The checks between flags of 04 and 06 (each flag's own bound is checked by its type)."""
+    """The checks between flags of 04 and 06 (each flag's own bound is checked by its type); a warm-up
+    as long as the run is one warning line."""
     if args.amp:
         if args.precision == "fp32":
             p.error("--amp is --precision bf16: it cannot go with --precision fp32")
@@ -411,7 +472,10 @@ def check_train_args(p, args) -> None:
     if args.lr_horizon and args.lr_horizon < args.max_steps:
         p.error(f"--lr-horizon {args.lr_horizon} is below --max-steps {args.max_steps}: the learning rate would be 0 "
                 "for the last steps (0: the horizon is --max-steps)")
-
+    if args.warmup >= args.max_steps:
+        print(f"warning: --warmup {args.warmup} is not below --max-steps {args.max_steps}: the learning rate rises for "
+              f"the whole run and never reaches --lr {args.lr:g}; give a shorter --warmup (--recipe demo: 100)",
+              file=sys.stderr)
 
 
 def settings_from_args(args) -> TrainSettings:

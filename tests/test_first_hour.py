@@ -1,0 +1,249 @@
+"""A researcher's first hour: a checkpoint in minutes (`--recipe demo`, `make checkpoint`), nothing
+fetched from a hub unless asked, the README's caption commands and every demo-world command of
+docs/running.md run exactly as the documents print them, and a README short enough to read.
+
+The documents' commands run in a fresh checkout (the repository's tracked files linked into a new
+folder, with this interpreter's environment), with the documented knobs that make them quick:
+``SMALL=1`` (the tests' tiny demo world) and ``CLID_DEMO_STEPS=2`` (the steps of ``--recipe demo``).
+A stand-in hub records every request a command makes; none may come without ``--allow-download``.
+"""
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, import_script
+
+README = ROOT / "README.md"
+RUNNING = ROOT / "docs" / "running.md"
+NOT_IN_A_CHECKOUT = {".git", ".venv", "data", "runs", "build", ".pytest_cache"}
+
+
+# ---------------------------------------------------------------------------------------------
+# A stand-in hub, a fresh checkout, and the documents' blocks
+
+
+@pytest.fixture
+def hub():
+    """A local HTTP server standing in for the Hugging Face hub: every request is recorded, every answer
+    is 404. Yields (its URL, the list of requested paths)."""
+    requests = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def answer(self):
+            requests.append(self.path)
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD = do_POST = answer
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", requests
+    server.shutdown()
+    server.server_close()
+
+
+def hub_env(url: str, home: Path, **extra) -> dict:
+    """The environment of a user's shell: no offline variables set (the commands must set them), the hub
+    at ``url`` with an empty cache in ``home``, this interpreter first on the PATH."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "CLID_ALLOW_DOWNLOAD")}
+    env.update(HF_ENDPOINT=url, HF_HOME=str(home), PATH=f"{Path(sys.executable).parent}:{env['PATH']}", **extra)
+    return env
+
+
+def fresh_checkout(folder: Path) -> Path:
+    """A folder holding the repository's files (linked) and its environment, as a fresh clone after `make venv`."""
+    folder.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name not in NOT_IN_A_CHECKOUT and not entry.name.endswith(".egg-info"):
+            (folder / entry.name).symlink_to(entry)
+    venv = folder / ".venv"
+    if (ROOT / ".venv" / ".installed").exists():
+        venv.symlink_to(ROOT / ".venv")
+    else:  # (tests run outside make's .venv: make's stamp, newer than what it depends on, and this interpreter)
+        (venv / "bin").mkdir(parents=True)
+        (venv / "bin" / "python").symlink_to(sys.executable)
+        (venv / ".installed").touch()
+    return folder
+
+
+def fenced_blocks(path: Path, language: str) -> list[str]:
+    """The fenced code blocks of a Markdown file in one language, in order."""
+    return re.findall(rf"^```{language}\n(.*?)^```", path.read_text(), re.S | re.M)
+
+
+def run_block(block: str, cwd: Path, env: dict, timeout: int = 1800) -> subprocess.CompletedProcess:
+    """Run a document's bash block as written, in one shell that stops at the first failing command."""
+    proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{block}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def photos(folder: Path) -> list[str]:
+    """A folder of four real photographs (scikit-image's samples); returns their names."""
+    import skimage.data
+    from PIL import Image
+
+    folder.mkdir()
+    names = ["astronaut", "chelsea", "coffee", "rocket"]
+    for name in names:
+        Image.fromarray(getattr(skimage.data, name)()).convert("RGB").save(folder / f"{name}.jpg")
+    return names
+
+
+# ---------------------------------------------------------------------------------------------
+# Done means: a new user's path, as the README prints it; every docs command; nothing fetched
+
+
+def test_a_new_users_path_as_the_readme_prints_it(tmp_path, hub):
+    """Quick checkpoint, features of a folder of photos, captions, gallery and control-precision report,
+    then the README's Python lines, in a fresh checkout; the hub hears nothing."""
+    url, requests = hub
+    checkout = fresh_checkout(tmp_path / "clone")
+    names = photos(checkout / "photos")
+    shell, python = fenced_blocks(README, "bash"), fenced_blocks(README, "python")
+    assert len(shell) == 1 and shell[0].startswith("make checkpoint\n") and len(python) == 1
+    env = hub_env(url, home=tmp_path / "hf", SMALL="1", CLID_DEMO_STEPS="2")
+    printed = run_block(shell[0], checkout, env).stdout
+
+    # make checkpoint: 00 to 03 on the tiny world, then M_theta~ with --recipe demo, for CLID_DEMO_STEPS steps
+    train = json.loads((checkout / "runs/quick/model/config.json").read_text())["train"]
+    assert (train["recipe"], train["preset"], train["max_steps"], train["lr"], train["data"]) == ("demo", "tiny", 2, 2e-3, "extended")
+    assert "ids (--ids auto): 0 of 4 images mapped from COCO file names" in printed
+    # one caption per photo and level asked for, with its length and whether it is in range
+    records = [json.loads(line) for line in (checkout / "captions.jsonl").read_text().splitlines()]
+    assert sorted((r["image_id"], r["level"]) for r in records) == [(n, level) for n in names for level in (1, 3, 6)]
+    assert all(isinstance(r["length"], int) and isinstance(r["in_range"], bool) for r in records)
+    gallery = (checkout / "gallery.html").read_text()
+    assert "<h1>Captions at length levels 1, 3 and 6</h1>" in gallery
+    assert gallery.count('src="data:image/jpeg;base64,') == 4 and gallery.count("<tr data-control=") == 3
+    # 07 without --refs: control precision per level asked for, as the caption file's own in_range says
+    metrics = json.loads((checkout / "eval/metrics.json").read_text())
+    assert metrics["refs"] is None and metrics["n_test_images"] == 4
+    for level in (1, 3, 6):
+        inside = sum(r["in_range"] for r in records if r["level"] == level)
+        row = metrics["methods"]["captions"]["levels"][str(level)]
+        assert row["control_precision"] == inside / 4 and row["mean_length"] > 0
+    assert set(metrics["methods"]["captions"]["levels"]) == {"1", "3", "6"}
+    report = (checkout / "eval/report.md").read_text()
+    assert "No references were given" in report and "CIDEr" not in report
+    assert {p.name for p in (checkout / "eval").glob("*.png")} == {"control_precision.png", "length_histograms.png"}
+
+    # the README's Python lines, as printed
+    proc = subprocess.run([sys.executable, "-c", python[0] + "\nprint(writer.caption(ids[0], levels=[1, 3, 6]))"],
+                          cwd=checkout, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.fullmatch(r"\{1: '.*', 3: '.*', 6: '.*'\}\n", proc.stdout)
+    assert requests == []
+
+
+def test_every_docs_command_runs_as_written(tmp_path, hub):
+    """docs/running.md's demo-world blocks (every stage, CLID's peers), in order in one shell, in a fresh
+    checkout; the hub hears nothing."""
+    url, requests = hub
+    checkout = fresh_checkout(tmp_path / "clone")
+    blocks = fenced_blocks(RUNNING, "bash")
+    assert len(blocks) == 2 and blocks[0].startswith("python 00_demo_data.py --out data/small --small")
+    run_block("\n".join(blocks), checkout, hub_env(url, home=tmp_path / "hf", CLID_DEMO_STEPS="2"))
+    evaluated = json.loads((checkout / "runs/eval/metrics.json").read_text())
+    assert set(evaluated["methods"]) == {"trusted-only", "extended-only", "CLID", "mine"}
+    scoring = json.loads((checkout / "runs/scoring/config.json").read_text())["train"]
+    assert scoring["continue_from"] == "runs/extended" and scoring["max_steps"] == 4  # its 2 steps after M_theta~'s 2
+    assert json.loads((checkout / "lengths-mine/metrics.json").read_text())["refs"] is None
+    for peer in ("remove", "curriculum"):
+        assert (checkout / "runs" / peer / "model.safetensors").is_file(), peer
+    assert requests == []
+
+
+def test_offline_unless_the_user_allows_downloads(tmp_path, hub):
+    """A model named by a hub name that is not on disk: one error line, and no request, unless the user
+    allows downloads (then the hub is asked, and its refusal is still one line)."""
+    url, requests = hub
+    captions = ROOT / "tests" / "fixtures" / "dataset_coco_sample.json"
+    command = [sys.executable, "-m", "clid.stats", str(captions), "--tokenizer", "no-such-org/no-such-tokenizer"]
+    env = hub_env(url, home=tmp_path / "hf")
+    offline = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert offline.returncode == 1 and requests == []
+    assert offline.stderr.strip().splitlines() == [offline.stderr.strip()] and "--allow-download" in offline.stderr
+    allowed = subprocess.run(command + ["--allow-download"], env=env, capture_output=True, text=True, timeout=300)
+    assert allowed.returncode == 1 and requests, allowed.stderr
+    assert "Traceback" not in allowed.stderr and "error: cannot load the tokenizer" in allowed.stderr
+
+
+def test_stay_offline_is_the_default(monkeypatch):
+    from clid.cli import ALLOW_DOWNLOAD_ENV, is_offline, stay_offline
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", ALLOW_DOWNLOAD_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert not stay_offline(["--allow-download"]) and not is_offline()
+    monkeypatch.setenv(ALLOW_DOWNLOAD_ENV, "1")
+    assert not stay_offline([]) and not is_offline()
+    monkeypatch.delenv(ALLOW_DOWNLOAD_ENV)
+    assert stay_offline(["--out", "x"]) and is_offline() and os.environ["TRANSFORMERS_OFFLINE"] == "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# --recipe demo, and a warm-up as long as the run
+
+
+def test_recipe_demo_sets_the_demos_settings_and_flags_still_win(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("CLID_DEMO_STEPS", raising=False)
+    train = import_script("04_train_base.py", "recipe_04").parse_args
+    select = import_script("06_train_selection.py", "recipe_06").parse_args
+    files = ["--captions", str(tmp_path / "c.json"), "--features", str(tmp_path / "f.h5"), "--out", str(tmp_path / "o")]
+
+    paper = train(files)
+    assert (paper.preset, paper.lr, paper.warmup, paper.dropout, paper.max_steps) == ("labert", 5e-5, 1000, 0.1, 100_000)
+    demo = train(files + ["--recipe", "demo"])
+    assert (demo.preset, demo.lr, demo.warmup, demo.dropout, demo.region_norm, demo.eval_every) == (
+        "tiny", 2e-3, 100, 0.0, "standardize", 0)
+    assert (demo.max_steps, demo.lr_horizon, demo.output_vocab) == (1000, 0, [str(tmp_path / "c.json")])
+    extended = train(files + ["--recipe", "demo", "--data", "extended", "--selfgen", str(tmp_path / "s.jsonl")])
+    assert extended.lr_horizon == 3000 and extended.output_vocab == [str(tmp_path / "c.json"), str(tmp_path / "s.jsonl")]
+    own = train(files + ["--recipe", "demo", "--lr", "1e-3", "--max-steps", "50", "--preset", "minilm"])
+    assert (own.lr, own.max_steps, own.preset, own.warmup) == (1e-3, 50, "minilm", 100)
+    assert capsys.readouterr().err.startswith("warning: --warmup 100 is not below --max-steps 50")
+
+    pool = files + ["--selfgen", str(tmp_path / "s.jsonl"), "--quality", str(tmp_path / "q.h5")]
+    clid = select(pool + ["--recipe", "demo"])
+    assert (clid.eta, clid.lr_horizon, clid.max_steps, clid.preset) == (18, 0, 1000, "tiny")  # 50 iterations: 90% of the steps
+    assert (select(pool).eta, select(pool).lr_horizon) == (1200, 300_000)
+    monkeypatch.setenv("CLID_DEMO_STEPS", "200")
+    assert select(pool + ["--recipe", "demo"]).eta == 4
+    monkeypatch.setenv("CLID_DEMO_STEPS", "many")
+    with pytest.raises(SystemExit, match="CLID_DEMO_STEPS must be a positive integer"):
+        train(files + ["--recipe", "demo"])
+    assert capsys.readouterr().err == ""  # (no warning for a warm-up shorter than the run)
+
+
+# ---------------------------------------------------------------------------------------------
+# The README and the gallery
+
+
+def test_the_readme_stays_short():
+    """About 2,000 words, at most 2,300: history and analyses belong in docs/."""
+    assert len(README.read_text().split()) <= 2300
+
+
+def test_the_gallery_names_the_levels_it_shows():
+    from clid.caption.gallery import gallery_title
+    from clid.text import get_levels
+
+    levels = get_levels("caption")
+    assert gallery_title(levels, [1, 3, 6]) == "Captions at length levels 1, 3 and 6"
+    assert gallery_title(levels, [2]) == "Captions at length level 2"
+    assert gallery_title(levels, list(range(1, 8))) == "Captions at every length level"
