@@ -145,7 +145,8 @@ def test_unavailable_model_names_the_rules_option(tmp_path):
     proc = run_one_thread("03_paraphrase.py", "--in", tmp_path / "in.jsonl", "--out", tmp_path / "out.jsonl", check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert "tuner007/pegasus_paraphrase" in last and "--model rules" in last and "not available offline" in last
+    assert "tuner007/pegasus_paraphrase" in last and "--model rules" in last and "cannot be loaded" in last
+    assert "--allow-download" in last
     assert not (tmp_path / "out.jsonl").exists()
 
 

@@ -97,7 +97,7 @@ def test_04_refuses_the_official_val2014_file(coco_annotations, tmp_path):
     _, features = make_toy_world(tmp_path)
     proc = run_script("04_train_base.py", "--captions", coco_annotations / "captions_val2014.json",
                       "--features", features, "--out", tmp_path / "run", "--preset", "tiny", "--max-steps", "1",
-                      check=False, env={"OMP_NUM_THREADS": "1"})
+                      "--warmup", "0", check=False, env={"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1
