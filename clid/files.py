@@ -127,6 +127,22 @@ def read_json(path, object_pairs_hook=None):
 # ---------------------------------------------------------------------------------------------
 # JSONL
 
+def record_problem(record, required: tuple) -> str | None:
+    """What is wrong with one parsed JSONL record (see :func:`read_jsonl`), or None."""
+    if not isinstance(record, dict):
+        return "expected a JSON object"
+    missing = [key for key in required if key not in record]
+    if missing:
+        return f"missing key(s) {missing}"
+    for key in ("id", "image_id"):
+        problem = id_problem(record[key]) if key in required else None
+        if problem:
+            return f"'{key}' {problem}"
+    if "caption" in required and not isinstance(record["caption"], str):
+        return f"'caption' must be a string, got {json.dumps(record['caption'])[:40]}"
+    return None
+
+
 def read_jsonl(path, required: Iterable[str] = (), unique_id: bool | None = None) -> Iterator[dict]:
     """Yield the records of a JSONL file; a bad line or a missing key names the file and line.
 
@@ -147,18 +163,8 @@ def read_jsonl(path, required: Iterable[str] = (), unique_id: bool | None = None
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise DataError(path, f"line {number}", f"not valid JSON ({err.msg})") from None
-                if not isinstance(record, dict):
-                    raise DataError(path, f"line {number}", "expected a JSON object")
-                missing = [key for key in required if key not in record]
-                if missing:
-                    raise DataError(path, f"line {number}", f"missing key(s) {missing}")
-                for key in ("id", "image_id"):
-                    problem = id_problem(record[key]) if key in required else None
-                    if problem:
-                        raise DataError(path, f"line {number}", f"'{key}' {problem}")
-                if "caption" in required and not isinstance(record["caption"], str):
-                    raise DataError(path, f"line {number}",
-                                    f"'caption' must be a string, got {json.dumps(record['caption'])[:40]}")
+                if problem := record_problem(record, required):
+                    raise DataError(path, f"line {number}", problem)
                 if unique_id and "id" in record:
                     key = str(record["id"])
                     if key in seen:

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from clid.files import id_problem
+from clid.files import record_problem
 from clid.text import FlatEncoder, caption_words
 
 MOST_PROCESSES = 8
@@ -69,9 +69,7 @@ def _read_part(byte_range: tuple[int, int]):
             record = json.loads(line)
         except json.JSONDecodeError:
             return None
-        if not isinstance(record, dict) or "image_id" not in record or not isinstance(record.get("caption"), str):
-            return None
-        if id_problem(record["image_id"]) or "id" not in record or id_problem(record["id"]):
+        if record_problem(record, ("id", "image_id", "caption")):  # (the serial reader names the fault)
             return None
         caption_ids.append(str(record["id"]))
         image_ids.append(str(record["image_id"]))
