@@ -508,7 +508,8 @@ def train04(table: Table, size: dict, device: str, rig: TrainRig, folder: Path, 
     t = interleaved(fns, device, rounds, warmup=0, per_call={"bound": size["train_steps"]}, stop_after=stop_after)
     plain, bound = median(t["04"]), median(t["bound"])
     goal, goal_text = target_for(device, 1.1, 1.1, "<=")
-    table.add("training step as 04 runs it from an HDF5 file", ms(t["04"]), "ms", "staged bound", ms(t["bound"]),
+    short = "" if len(t["04"]) >= rounds else f" (only {len(t['04'])} rounds: the budget)"
+    table.add(f"training step as 04 runs it from an HDF5 file{short}", ms(t["04"]), "ms", "staged bound", ms(t["bound"]),
               goal_text and f"{goal_text.split(' (')[0]}x the bound", plain <= goal * bound if goal else None)
     if gpus > 1:
         table.add(f"training step as 04 runs it under torchrun --nproc_per_node {gpus}", ms(t["torchrun"]), "ms",
