@@ -6,7 +6,7 @@
 #   ct2        CTranslate2 for 03 --engine ctranslate2: installed from .cache/wheels (bench/gpu_wheels.sh) where
 #              it is missing, CUDA 12's cuBLAS found or stood in for, then a probe on the GPU; where it cannot
 #              run, the log says why and 03's rows fall back to transformers
-#   tests      every GPU test (tests skipped without a GPU, bench/gpu_tests.py), then, in a pytest of their own,
+#   tests      every GPU test (tests skipped without a GPU, tests/gpu_only.py), then, in a pytest of their own,
 #              those that expect a device-side assertion (it ends the CUDA context of its process)
 #   memcheck   compute-sanitizer --tool memcheck over the kernel tests (0 errors expected; said so where the
 #              tool is absent)
@@ -136,8 +136,8 @@ fi
 
 # ---- tests: every GPU test; those expecting a device-side assertion in a pytest of their own
 gpu_files=$(grep -l -E 'skipif' tests/test_*.py | xargs grep -l 'GPU')
-pytest_gpu=($py -m pytest -q -rsfE -p no:cacheprovider -p gpu_tests)
-export PYTHONPATH=$PYTHONPATH:$PWD/bench
+pytest_gpu=($py -m pytest -q -rsfE -p no:cacheprovider -p gpu_only)
+export PYTHONPATH=$PYTHONPATH:$PWD/tests
 CLID_GPU_TESTS=rest step tests tests.log 150 "${pytest_gpu[@]}" $gpu_files -k "not ctranslate2_on_the_gpu"  # (in ct2)
 CLID_GPU_TESTS=assert step tests_assert tests.log 60 "${pytest_gpu[@]}" $gpu_files
 

@@ -1,4 +1,4 @@
-"""A pytest plugin for bench/gpu_check.sh (``-p gpu_tests`` with bench/ on the path): it keeps only the GPU
+"""A pytest plugin for bench/gpu_check.sh (``-p gpu_only`` with tests/ on the path): it keeps only the GPU
 tests, those skipped where there is no GPU (a ``skipif`` whose reason names a GPU).
 
 CLID_GPU_TESTS=assert keeps those that expect a device-side assertion (it ends the CUDA context of the process
