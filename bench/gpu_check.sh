@@ -4,8 +4,9 @@
 #   build      clid._C with its CUDA kernels (pip install --no-build-isolation --no-deps -e ., CLID_CUDA=1),
 #              with the machine's own torch, whatever its version
 #   ct2        CTranslate2 for 03 --engine ctranslate2: installed from .cache/wheels (bench/gpu_wheels.sh) where
-#              it is missing, CUDA 12's cuBLAS found or stood in for, then a probe on the GPU; where it cannot
-#              run, the log says why and 03's rows fall back to transformers
+#              it is missing, CUDA 12's cuBLAS found or stood in for, then a probe (a tiny random Pegasus, the
+#              same greedy ids on the GPU as on the CPU); where it cannot run, the log says why and 03's rows
+#              fall back to transformers
 #   tests      every GPU test (tests skipped without a GPU, tests/gpu_only.py), then, in a pytest of their own,
 #              those that expect a device-side assertion (it ends the CUDA context of its process)
 #   memcheck   compute-sanitizer --tool memcheck over the kernel tests (0 errors expected; said so where the
@@ -68,14 +69,14 @@ fi
 $py -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
 torch.cuda.get_device_name() if torch.cuda.is_available() else "(no GPU)")'
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
-echo "compute-sanitizer: ${sanitizer:-not found}; $(nproc) CPU cores; budget $budget s"
+echo "compute-sanitizer: ${sanitizer:-not found}; $(env -u OMP_NUM_THREADS nproc) CPU cores; budget $budget s"
 
 # ---- build
 if (( dry )); then
     echo "== build: dry run: the extension built here is used (on the GPU: CLID_CUDA=1 pip install -e .)"
     $py -c 'import clid.ops as o; print(o.build_info())' | tee -a "$out/build.log"
 else
-    export CLID_CUDA=1 MAX_JOBS=${MAX_JOBS:-$(nproc)}
+    export CLID_CUDA=1 MAX_JOBS=${MAX_JOBS:-$(env -u OMP_NUM_THREADS nproc)}
     export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$($py -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')}
     step build build.log 180 $py -m pip install --no-build-isolation --no-deps -e .
     if ! $py -c 'import clid.ops as o; print(o.build_info()); assert o.with_cuda(), "clid._C was built without CUDA"' \
@@ -114,8 +115,10 @@ ct2_ready() { $py -c "from clid.selfgen import ct2_pegasus as c; why = c.availab
             if [[ -n $lt ]]; then
                 echo "no CUDA 12 cuBLAS on this machine; trying CUDA 13's ($lt) under the 12 names (an experiment)"
                 mkdir -p /tmp/clid-cublas12
-                ln -sf "$lt" /tmp/clid-cublas12/libcublasLt.so.12
-                ln -sf "$(dirname "$lt")/libcublas.so.13" /tmp/clid-cublas12/libcublas.so.12
+                for v in 12 13; do
+                    ln -sf "$lt" /tmp/clid-cublas12/libcublasLt.so.$v
+                    ln -sf "$(dirname "$lt")/libcublas.so.13" /tmp/clid-cublas12/libcublas.so.$v
+                done
                 export LD_LIBRARY_PATH=/tmp/clid-cublas12${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
             else
                 echo "no cuBLAS 12 or 13 library found"
@@ -124,10 +127,33 @@ ct2_ready() { $py -c "from clid.selfgen import ct2_pegasus as c; why = c.availab
     fi
 } >> "$out/ct2.log" 2>&1
 saved_ld=${LD_LIBRARY_PATH:-}
-if [[ $device == cuda ]]; then probe_test=ctranslate2_on_the_gpu; else probe_test=ctranslate2_engine_equals; fi
-ready="from clid.selfgen import ct2_pegasus as c; why = c.available('$device'); print('ctranslate2 on $device:', why or 'ready'); raise SystemExit(bool(why))"
+# the probe: a tiny random Pegasus through CTranslate2 on the device and on the CPU, greedy, the same ids expected
+cat > /tmp/clid-ct2-probe.py <<'EOF'
+import sys, tempfile, torch
+from transformers import PegasusConfig, PegasusForConditionalGeneration
+from clid.selfgen import ct2_pegasus
+device = sys.argv[1]
+why = ct2_pegasus.available(device)
+print(f"ctranslate2 on {device}:", why or "ready")
+if why:
+    raise SystemExit(1)
+torch.manual_seed(0)
+config = PegasusConfig(vocab_size=500, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                       decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64,
+                       pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+model = PegasusForConditionalGeneration(config).eval()
+folder = tempfile.mkdtemp()
+spec = ct2_pegasus.model_spec(model)
+spec.validate(); spec.optimize(quantization=None); spec.save(folder)
+ids = [torch.randint(2, 500, (n,)).tolist() + [1] for n in range(4, 36, 2)]
+out = {d: ct2_pegasus.Translator(folder, d, "fp32", 4).generate(ids, 1, 24, model.generation_config, 16)
+       for d in ("cpu", device)}
+alike = sum(a == b for a, b in zip(out["cpu"], out[device]))
+print(f"greedy ids alike on the CPU and {device}: {alike} of {len(ids)}")
+raise SystemExit(0 if alike == len(ids) else 1)
+EOF
 before=$failed
-if ! TAIL=8 step ct2 ct2.log 90 bash -c "$py -c \"$ready\" && $py -m pytest -q -s -rs -p no:cacheprovider tests/test_paraphrase.py -k $probe_test"; then
+if ! TAIL=8 step ct2 ct2.log 90 $py /tmp/clid-ct2-probe.py $device; then
     if [[ -d /tmp/clid-cublas12 ]]; then export LD_LIBRARY_PATH=$saved_ld; rm -rf /tmp/clid-cublas12; fi
     echo "== ct2: CTranslate2 cannot run here (ct2.log says why); 03's rows fall back to transformers" \
         | tee -a "$out/summary.txt"
@@ -136,9 +162,9 @@ fi
 
 # ---- tests: every GPU test; those expecting a device-side assertion in a pytest of their own
 gpu_files=$(grep -l -E 'skipif' tests/test_*.py | xargs grep -l 'GPU')
-pytest_gpu=($py -m pytest -q -rsfE -p no:cacheprovider -p gpu_only)
+pytest_gpu=($py -m pytest -q -s -rsfE -p no:cacheprovider -p gpu_only)
 export PYTHONPATH=$PYTHONPATH:$PWD/tests
-CLID_GPU_TESTS=rest step tests tests.log 150 "${pytest_gpu[@]}" $gpu_files -k "not ctranslate2_on_the_gpu"  # (in ct2)
+CLID_GPU_TESTS=rest step tests tests.log 150 "${pytest_gpu[@]}" $gpu_files
 CLID_GPU_TESTS=assert step tests_assert tests.log 60 "${pytest_gpu[@]}" $gpu_files
 
 # ---- memcheck
