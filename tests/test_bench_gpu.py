@@ -12,7 +12,7 @@ def test_bench_gpu_smoke_on_the_cpu(tmp_path):
     proc = run_one_thread("bench/bench_gpu.py", "--smoke", "--repeats", "2", "--json", out)
     rows = {row["path"]: row for row in json.loads(out.read_text())}
     for start in ("seq_logprob [", "token_logprob_hidden P=64 H=16 V=301", "token_logprob_hidden P=64 H=16 V=320",
-                  "host share", "training step (Trainer.train_step), before", "training step, --precision auto",
+                  "host share", "training step (Trainer.train_step), before", "training step, Trainer.train_step, --precision auto",
                   "training step, staged bound", "loader alone: batches/s from the HDF5 file",
                   "training step as 04 runs it from", "05 prefix scoring, levels 1-7", "05 head, one level-1 pass",
                   "05, the authors' eager loop", "caption decoding, labert, L7", "03 Pegasus, 2 beams, 4 new tokens"):
