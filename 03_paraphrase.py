@@ -129,11 +129,27 @@ def pad_vocabulary(model, multiple: int = 64):
     return model
 
 
+def reorder_self_attention_only(model):
+    """Beam search reorders only the decoder's self-attention cache: the cross-attention cache holds the encoder's
+    keys and values, the same for every beam of a piece, and beams move only among their piece's rows, so its
+    reorder (a copy of it each step) changes nothing. transformers asks a model's ``_reorder_cache`` first."""
+    def reorder(cache, beam_idx):
+        if getattr(cache, "self_attention_cache", None) is None:  # (another cache: reordered whole)
+            cache.reorder_cache(beam_idx)
+            return cache
+        cache.self_attention_cache.reorder_cache(beam_idx)
+        model.cache_reorders = getattr(model, "cache_reorders", 0) + 1
+        return cache
+    model._reorder_cache = reorder
+    return model
+
+
 class ModelParaphraser:
     """A transformers seq2seq paraphraser (Pegasus and the like), beam search, batched.
 
     ``engine`` "transformers" runs transformers' ``generate`` (on a GPU with the output layer padded to a multiple
-    of 64: :func:`pad_vocabulary`); "ctranslate2" the same checkpoint converted into CTranslate2 (clid.selfgen.ct2_pegasus: Pegasus only), with the same tokenizer and ids.
+    of 64 and the cross-attention cache left in place: :func:`pad_vocabulary`, :func:`reorder_self_attention_only`);
+    "ctranslate2" the same checkpoint converted into CTranslate2 (clid.selfgen.ct2_pegasus: Pegasus only), with the same tokenizer and ids.
     ``precision`` "bf16" holds the model in bfloat16 (Pegasus was trained in it); ``batch_size`` "auto"
     (clid.runtime): 32 on the CPU, on a GPU as many pieces as half its free memory holds for their beams'
     caches, at most 256."""
@@ -165,8 +181,8 @@ class ModelParaphraser:
             else:
                 self.model = AutoModelForSeq2SeqLM.from_pretrained(name).to(device).eval()
                 self.config = self.model.config
-                if runtime.device_type(device) == "cuda":  # (on the CPU the padding would only cost time)
-                    pad_vocabulary(self.model)
+                if runtime.device_type(device) == "cuda":  # (on the CPU these would only cost time)
+                    reorder_self_attention_only(pad_vocabulary(self.model))
         except Exception as err:  # OSError (not found), ValueError / ImportError (cannot convert)
             detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
             if "protobuf" in str(err) or "tiktoken" in str(err):

@@ -338,3 +338,13 @@ def test_padded_vocabulary_gives_the_same_paraphrases(one_thread, tiny_pegasus):
     batch = model.tokenizer(pieces[:8], return_tensors="pt", padding=True)
     ids = model.model.generate(**batch, num_beams=10, max_length=24)
     assert int(ids.max()) < real
+
+
+def test_self_attention_only_reorder_gives_the_same_paraphrases(one_thread, tiny_pegasus):
+    """Beam search that leaves the cross-attention cache in place (03 on a GPU) gives the same paraphrases at 10
+    beams; transformers did call the model's reorder (else the test would compare a path never taken)."""
+    model = stage03.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=10, batch_size=8, max_length=24)
+    pieces = [p for c in world_captions(20, 7) for p in c.rstrip(".").split(" and ")][:40]
+    before = model(pieces)
+    stage03.reorder_self_attention_only(model.model)
+    assert model(pieces) == before and model.model.cache_reorders > 0
