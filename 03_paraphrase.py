@@ -147,9 +147,9 @@ def reorder_self_attention_only(model):
 class ModelParaphraser:
     """A transformers seq2seq paraphraser (Pegasus and the like), beam search, batched.
 
-    ``engine`` "transformers" runs transformers' ``generate`` (on a GPU with the output layer padded to a multiple
-    of 64 and the cross-attention cache left in place: :func:`pad_vocabulary`, :func:`reorder_self_attention_only`);
-    "ctranslate2" the same checkpoint converted into CTranslate2 (clid.selfgen.ct2_pegasus: Pegasus only), with the same tokenizer and ids.
+    ``engine`` "transformers" runs transformers' ``generate``, the cross-attention cache left in place
+    (:func:`reorder_self_attention_only`), on a GPU with the output layer padded to a multiple of 64
+    (:func:`pad_vocabulary`); "ctranslate2" the same checkpoint converted into CTranslate2 (clid.selfgen.ct2_pegasus: Pegasus only), with the same tokenizer and ids.
     ``precision`` "bf16" holds the model in bfloat16 (Pegasus was trained in it); ``batch_size`` "auto"
     (clid.runtime): 32 on the CPU, on a GPU as many pieces as half its free memory holds for their beams'
     caches, at most 256."""
@@ -181,8 +181,9 @@ class ModelParaphraser:
             else:
                 self.model = AutoModelForSeq2SeqLM.from_pretrained(name).to(device).eval()
                 self.config = self.model.config
-                if runtime.device_type(device) == "cuda":  # (on the CPU these would only cost time)
-                    reorder_self_attention_only(pad_vocabulary(self.model))
+                reorder_self_attention_only(self.model)
+                if runtime.device_type(device) == "cuda":  # (on the CPU the padding would only cost time)
+                    pad_vocabulary(self.model)
         except Exception as err:  # OSError (not found), ValueError / ImportError (cannot convert)
             detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
             if "protobuf" in str(err) or "tiktoken" in str(err):

@@ -670,9 +670,9 @@ def paraphrase(table: Table, size: dict, device: str, rounds: int) -> float:
     model = model.to(device, torch.bfloat16 if precision == "bf16" else torch.float32)
     on_device = ids.to(device)
     cuda = runtime.device_type(device) == "cuda"
-    # 03's transformers path: on a GPU the output layer padded to a multiple of 64 and the cross-attention cache
-    # left in place (the plain model beside it)
-    padded = stage03.reorder_self_attention_only(stage03.pad_vocabulary(copy.deepcopy(model))) if cuda else model
+    # 03's transformers path: the cross-attention cache left in place, on a GPU the output layer padded to a
+    # multiple of 64 (there the plain model beside it)
+    padded = stage03.reorder_self_attention_only(stage03.pad_vocabulary(copy.deepcopy(model)) if cuda else model)
 
     def transformers(which, m):
         def call():
