@@ -126,11 +126,13 @@ run_training() {
 }
 
 # Run a command so that a SIGTERM to this shell reaches it; when it stops for that reason, say so in one line
-# and requeue the job.
+# and requeue the job. An srun command's tasks get the signal through Slurm (scancel --signal=TERM signals the
+# job's steps, not this shell); a SIGTERM to srun itself would end them at once.
 run_requeueable() {
     local pid status=0
     STOPPED=0
-    trap 'STOPPED=1; kill -TERM "$pid" 2>/dev/null' TERM
+    if [ "$1" = srun ]; then trap 'STOPPED=1; scancel --signal=TERM "$SLURM_JOB_ID"' TERM
+    else trap 'STOPPED=1; kill -TERM "$pid" 2>/dev/null' TERM; fi
     "$@" &
     pid=$!
     wait "$pid" || status=$?

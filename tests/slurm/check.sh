@@ -9,7 +9,8 @@
 #   3. submit_all.sh on a world without data: the 00 jobs fail naming their shards, every later job is cancelled;
 #   4. (CHECK_NODES=1, the default) 04 on 2 nodes x 1 CPU process (gloo) against 1 process, dropout off:
 #      the loss at every step within 1e-5, the final weights within 1e-4 of each tensor's largest value.
-# Stops the daemons it started, also on failure. Work files: a fresh /tmp/clid-slurm-check.* (kept on failure).
+# Stops the daemons it started, also on failure. Work files: a fresh /tmp/clid-slurm-check.* (kept on failure,
+# or with KEEP=1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -26,7 +27,7 @@ bash "$HERE/start.sh"
 finish() {
     local status=$?
     bash "$HERE/stop.sh" >/dev/null
-    if (( status == 0 )); then rm -rf "$WORK"; say "passed ($(cut -d' ' -f1-3 /proc/loadavg): load average 1, 5, 15 min)"
+    if (( status == 0 )); then [ -n "${KEEP:-}" ] || rm -rf "$WORK"; say "passed ($(cut -d' ' -f1-3 /proc/loadavg): load average 1, 5, 15 min)"
     else say "FAILED: the work files are in $WORK (Slurm's own logs were in /tmp/clid-slurm/log)"; fi
 }
 trap finish EXIT

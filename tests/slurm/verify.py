@@ -118,14 +118,17 @@ def recipe(args) -> None:
 
 
 def same_weights(a: Path, b: Path, tolerance: float) -> float:
-    """The largest difference of a tensor between two checkpoints, relative to the tensor's largest value."""
+    """The largest difference of a tensor between two checkpoints, relative to the tensor's largest value, or to
+    0.01 for a tensor smaller than that: the attention key biases get no gradient (the softmax ignores them) and
+    stay at rounding noise (about 1e-7), which the optimizer's normalised steps move differently under any other
+    summation order."""
     from safetensors.torch import load_file
 
     wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
     check(wa.keys() == wb.keys(), f"{a} and {b} hold different tensors")
     worst = 0.0
     for key in wa:
-        scale = max(float(wb[key].abs().max()), 1e-12)
+        scale = max(float(wb[key].abs().max()), 0.01)
         difference = float((wa[key].double() - wb[key].double()).abs().max()) / scale
         check(difference <= tolerance, f"{key}: {a} and {b} differ by {difference:.3g} of its largest value "
                                        f"(allowed {tolerance:g})")
