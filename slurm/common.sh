@@ -42,6 +42,9 @@ demo)
     : "${STEPS:=1000}"                          # optimizer steps of each model (demo.sh's)
     : "${BATCH:=64}"
     : "${LOG_EVERY:=20}"                        # a train_log.jsonl line every N steps
+    for setting in STEPS BATCH LOG_EVERY; do
+        [[ ${!setting} =~ ^[1-9][0-9]*$ ]] || { echo "error: $setting must be a positive whole number, not '${!setting}'" >&2; exit 1; }
+    done
     SALIENCY=(--scene-graphs "$DATA/scene_graphs.json" --image-data "$DATA/image_data.json")
     GRAPHS=(--scene-graphs "$DATA/scene_graphs.json" --image-data "$DATA/image_data.json" --levels caption)
     PARAPHRASER=(--model rules --levels caption)
