@@ -42,13 +42,15 @@ demo)
     : "${STEPS:=1000}"                          # optimizer steps of each model (demo.sh's)
     : "${BATCH:=64}"
     : "${LOG_EVERY:=20}"                        # a train_log.jsonl line every N steps
-    for setting in STEPS BATCH LOG_EVERY; do
+    : "${SAVE_EVERY:=500}"                      # a checkpoint every N steps
+    for setting in STEPS BATCH LOG_EVERY SAVE_EVERY; do
         [[ ${!setting} =~ ^[1-9][0-9]*$ ]] || { echo "error: $setting must be a positive whole number, not '${!setting}'" >&2; exit 1; }
     done
     SALIENCY=(--scene-graphs "$DATA/scene_graphs.json" --image-data "$DATA/image_data.json")
     GRAPHS=(--scene-graphs "$DATA/scene_graphs.json" --image-data "$DATA/image_data.json" --levels caption)
     PARAPHRASER=(--model rules --levels caption)
-    TRAIN=(--recipe demo --batch-size "$BATCH" --warmup $((STEPS / 10)) --log-every "$LOG_EVERY" --levels caption)
+    TRAIN=(--recipe demo --batch-size "$BATCH" --warmup $((STEPS / 10)) --log-every "$LOG_EVERY" --save-every "$SAVE_EVERY"
+           --levels caption)
     TRUSTED=(--max-steps "$STEPS"); EXTENDED=(--max-steps "$STEPS" --lr-horizon $((3 * STEPS)))
     SCORING=(--max-steps $((2 * STEPS))); SELECTION=(--max-steps "$STEPS" --lr-horizon "$STEPS" --eta $((STEPS / 55 + 1)))
     EVAL=(--long-refs "$DATA/long_refs.json") ;;

@@ -213,9 +213,10 @@ def test_dry_run_prints_the_jobs_and_their_dependencies_and_submits_nothing(tmp_
     ("STEPS", "0", "STEPS must be a positive whole number"),
     ("BATCH", "8x", "BATCH must be a positive whole number"),
     ("LOG_EVERY", "-5", "LOG_EVERY must be a positive whole number"),
+    ("SAVE_EVERY", "0", "SAVE_EVERY must be a positive whole number"),
 ])
 def test_a_bad_setting_is_one_line_and_submits_nothing(tmp_path, setting, value, says):
-    demo = {"WORLD": "demo"} if setting in ("STEPS", "BATCH", "LOG_EVERY") else {}  # (the demo world's settings)
+    demo = {"WORLD": "demo"} if setting in ("STEPS", "BATCH", "LOG_EVERY", "SAVE_EVERY") else {}  # (the demo world's settings)
     done, calls = submit(tmp_path, **{setting: value}, **demo)
     assert done.returncode == 1 and calls == []
     assert done.stderr.strip().count("\n") == 0 and done.stderr.startswith("error: ") and says in done.stderr

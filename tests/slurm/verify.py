@@ -5,7 +5,7 @@ from the files the jobs wrote. Each command prints what it checked and exits 1 n
     verify.py recipe RUNS --stopped NAME --twin DIR       submit_all.sh's run: states, order, outputs, logs,
                                                           the stopped and requeued job against its twin
     verify.py cancelled RUNS                              a run whose first jobs fail: the rest cancelled
-    verify.py nodes ONE TWO                               a 2-node run of 04 against a 1-process run
+    verify.py nodes ONE TWO [--killed]                    a 2-node run of 04 against a 1-process run
 """
 from __future__ import annotations
 
@@ -161,13 +161,21 @@ def losses(run: Path) -> dict[int, float]:
 
 def nodes(args) -> None:
     one, two = Path(args.one) / "trusted", Path(args.two) / "trusted"
+    (log_file,) = Path(args.two, "logs").glob("clid-04-base-*.out")
+    (row,) = tasks(log_file.stem.rsplit("-", 1)[1])  # (the job id ends the log's name)
+    check(row["JobState"] == "COMPLETED", f"{args.two}: job {row['JobId']} is {row['JobState']}")
+    log = Path(row["StdOut"]).read_text()
+    check("2 process(es) on cpu" in log, f"{args.two}: not 2 processes:\n{log}")
+    if args.killed:  # torchrun restarted the workers, which resumed from the last checkpoint
+        check("failed (exitcode: -9)" in log and "resumed from" in log, f"{args.two}: no restart and resume:\n{log}")
     log_one, log_two = losses(one), losses(two)
     check(log_one.keys() == log_two.keys(), f"logged steps differ: {sorted(log_one)} and {sorted(log_two)}")
     worst_step = max(abs(log_one[s] - log_two[s]) for s in log_one)
     check(worst_step <= 1e-5, f"the losses differ by up to {worst_step:.3g} (at most 1e-5): "
                               f"{[(s, log_one[s], log_two[s]) for s in sorted(log_one)]}")
     worst_weight = same_weights(two, one, tolerance=1e-4)
-    print(f"2 nodes x 1 process against 1 process, {len(log_one)} steps: losses within {worst_step:.2g}, "
+    killed = ", rank 1 killed and restarted from the last checkpoint" if args.killed else ""
+    print(f"2 nodes x 1 process{killed} against 1 process, {len(log_one)} steps: losses within {worst_step:.2g}, "
           f"weights within {worst_weight:.2g} of each tensor's largest value")
 
 
@@ -188,6 +196,7 @@ def main(argv=None) -> int:
     p = commands.add_parser("nodes")
     p.add_argument("one")
     p.add_argument("two")
+    p.add_argument("--killed", action="store_true", help="TWO's rank 1 was killed mid-run")
     args = parser.parse_args(argv)
     try:
         {"wait": wait, "recipe": recipe, "cancelled": cancelled, "nodes": nodes}[args.command](args)
