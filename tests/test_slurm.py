@@ -284,6 +284,8 @@ def test_staging_copies_the_features_once_and_says_when_they_do_not_fit(tmp_path
     first = subprocess.run(["bash", "slurm/stage.sh", str(features), str(dest), "4096"], cwd=ROOT, capture_output=True,
                            text=True, check=True)
     assert "staged" in first.stdout and (dest / "features.h5").read_bytes() == features.read_bytes()
+    # the copy keeps the file's time: a run resumed on the file itself, or on another copy, reads the same input
+    assert (dest / "features.h5").stat().st_mtime_ns == features.stat().st_mtime_ns
     again = subprocess.run(["bash", "slurm/stage.sh", str(features), str(dest), "4096"], cwd=ROOT, capture_output=True,
                            text=True, check=True)
     assert "already staged" in again.stdout  # a requeued job reuses its copy

@@ -59,7 +59,7 @@ if (( CHECK_NODES )); then runs+=(1 2); fi
 if (( CHECK_KILL )); then (( CHECK_NODES )) || runs+=(1); runs+=(2-killed); fi
 for run in ${runs[@]+"${runs[@]}"}; do   # nodes1, nodes2, nodes2-killed: 04 trusted on 1, 2 and 2 nodes
     mkdir -p "$WORK/nodes$run/logs"
-    nodes+=("$(RUNS=$WORK/nodes$run NODES=${run:0:1} GPUS=0 LOG_EVERY=1 SAVE_EVERY=5 sbatch --parsable --time=10 \
+    nodes+=("$(RUNS=$WORK/nodes$run NODES=${run:0:1} GPUS=0 LOG_EVERY=1 SAVE_EVERY=5 sbatch --parsable --time=20 \
                --nodes=${run:0:1} --ntasks-per-node=1 --output="$WORK/nodes$run/logs/%x-%j.out" \
                slurm/04_train_base.sbatch trusted)")
 done

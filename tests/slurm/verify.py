@@ -163,7 +163,8 @@ def nodes(args) -> None:
     one, two = Path(args.one) / "trusted", Path(args.two) / "trusted"
     (log_file,) = Path(args.two, "logs").glob("clid-04-base-*.out")
     (row,) = tasks(log_file.stem.rsplit("-", 1)[1])  # (the job id ends the log's name)
-    check(row["JobState"] == "COMPLETED", f"{args.two}: job {row['JobId']} is {row['JobState']}")
+    check(row["JobState"] == "COMPLETED" and row["Restarts"] == "0",
+          f"{args.two}: job {row['JobId']} is {row['JobState']}, requeued {row['Restarts']} times")
     log = Path(row["StdOut"]).read_text()
     check("2 process(es) on cpu" in log, f"{args.two}: not 2 processes:\n{log}")
     if args.killed:  # torchrun restarted the workers, which resumed from the last checkpoint
