@@ -109,9 +109,10 @@ unstage_features() {
 
 # Run a training stage (04, 06) under torchrun on every node of the job (srun, one task a node): NODES x GPUS
 # processes (one per node without a GPU), rendezvous at the first node, restarts after a crash. SIGTERM (sent to
-# this shell ten minutes before the time limit, #SBATCH --signal=B:TERM@600, or by scancel --batch) goes to srun,
-# which passes it on: the stage saves a checkpoint and stops, and the job is requeued, keeping its id (later jobs
-# still wait for it); the requeued job resumes. Usage: run_training SCRIPT.py ARGS...
+# this shell ten minutes before the time limit, #SBATCH --signal=B:TERM@600, or by scancel --batch) reaches the
+# torchrun of every node (run_requeueable), which passes it on: the stage saves a checkpoint and stops, and the
+# job is requeued, keeping its id (later jobs still wait for it); the requeued job resumes.
+# Usage: run_training SCRIPT.py ARGS...
 run_training() {
     local nproc=$GPUS first host port
     if (( GPUS > 0 )); then
