@@ -8,6 +8,9 @@
 #   make checkpoint   a quick checkpoint (about 5 minutes on 2 cores): the demo world, its self-generated
 #               captions, then one model trained with 04 --recipe demo (runs/quick/model)
 #   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
+#   make slurm-check   the SLURM recipe (slurm/) on a real one-machine Slurm, started and stopped here: as root,
+#               installs Debian's slurmctld, slurmd, slurm-client and munge where missing (tests/slurm/check.sh;
+#               CHECK_NODES=0 leaves out its 2-node training run, CHECK_KILL=1 adds one whose rank 1 is killed)
 # All create and fill .venv on first use: the pinned requirements, then this package with its
 # C++/CUDA extension clid._C (pip install --no-build-isolation -e .), rebuilt when csrc/ changes.
 
@@ -26,7 +29,7 @@ export TOKENIZERS_PARALLELISM := false
 
 CSRC   := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu') setup.py pyproject.toml
 
-.PHONY: all venv test demo demo-paragraph demo-compare checkpoint cuda-check clean
+.PHONY: all venv test slurm-check demo demo-paragraph demo-compare checkpoint cuda-check clean
 
 all: test
 
@@ -40,6 +43,9 @@ $(STAMP): requirements.txt $(CSRC)
 
 test: $(STAMP) cuda-check
 	$(PY) -m pytest -q -n $(TEST_JOBS) tests
+
+slurm-check: $(STAMP)
+	bash tests/slurm/check.sh
 
 cuda-check:
 	bash csrc/check_cuda.sh

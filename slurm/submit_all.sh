@@ -8,26 +8,60 @@
 # that clid._C has CUDA kernels) and the downloads of docs/running.md. Flags given to this script go to
 # every sbatch call (account, partition, QOS, ...):
 #   bash slurm/submit_all.sh --account=proj123 --partition=gpu --qos=normal
+#   bash slurm/submit_all.sh --dry-run      (prints the jobs and their dependencies; submits nothing)
+# Settings (nodes, GPUs, shards, paths) are environment variables: slurm/common.sh. Each job's id, name,
+# dependencies and command go to RUNS/logs/submitted.tsv; a job whose dependency fails is cancelled.
 set -euo pipefail
-SBATCH_FLAGS=("$@")
+DRY_RUN=0
+SBATCH_FLAGS=()
+for arg in "$@"; do
+    if [ "$arg" = --dry-run ]; then DRY_RUN=1; else SBATCH_FLAGS+=("$arg"); fi
+done
 source slurm/common.sh                          # (creates $RUNS/logs, where every job's log goes)
-submit() { sbatch --parsable "${SBATCH_FLAGS[@]}" --output="$RUNS/logs/%x-%j.out" "$@"; }
-array() { sbatch --parsable "${SBATCH_FLAGS[@]}" --output="$RUNS/logs/%x-%A_%a.out" --array=0-$((SHARDS - 1)) "$@"; }
+read -ra TRAINING <<< "$(training_job_flags | tr '\n' ' ')"
+ONE_GPU=(); if (( GPUS > 0 )); then ONE_GPU=(--gres=gpu:1); fi
+declare -A ID
+RECORD=$RUNS/logs/submitted.tsv
+(( DRY_RUN )) || printf 'name\tjob\tafter\tcommand\n' > "$RECORD.part"
 
-c00=$(submit slurm/00_convert.sbatch)
-f00=$(array slurm/00_features.sbatch)
-feats=$(submit --dependency=afterok:$f00 slurm/merge.sbatch "$DATA/features.h5" "$SHARDS")
-s01=$(array --dependency=afterok:$c00 slurm/01_saliency.sbatch)
-m01=$(submit --dependency=afterok:$s01 slurm/merge.sbatch "$RUNS/saliency.h5" "$SHARDS")
-s02=$(array --dependency=afterok:$m01 slurm/02_captions.sbatch)
-m02=$(submit --dependency=afterok:$s02 slurm/merge.sbatch "$RUNS/selfgen.jsonl" "$SHARDS")
-s03=$(array --dependency=afterok:$m02 slurm/03_paraphrase.sbatch)
-m03=$(submit --dependency=afterok:$s03 slurm/merge.sbatch "$RUNS/paraphrased.jsonl" "$SHARDS")
-t04=$(submit --dependency=afterok:$c00:$feats slurm/04_train_base.sbatch trusted)
-e04=$(submit --dependency=afterok:$m03:$feats slurm/04_train_base.sbatch extended)
-c04=$(submit --dependency=afterok:$e04 slurm/04_train_base.sbatch scoring)
-s05=$(array --dependency=afterok:$c04 slurm/05_score.sbatch)
-m05=$(submit --dependency=afterok:$s05 slurm/merge.sbatch "$RUNS/quality.h5" "$SHARDS")
-s06=$(submit --dependency=afterok:$m05 slurm/06_train_selection.sbatch)
-s07=$(submit --dependency=afterok:$s06:$t04 slurm/07_eval.sbatch)
-echo "submitted: 00=$c00 features=$f00,$feats 01=$s01 02=$s02 03=$s03 04=$t04,$e04,$c04 05=$s05 06=$s06 07=$s07 (logs in $RUNS/logs)"
+# submit NAME "DEPENDENCY NAMES" [sbatch flags] SCRIPT [ARGS]: the job's id goes to ID[NAME]
+submit() {
+    local name=$1 after=$2 ids="" dep
+    shift 2
+    for dep in $after; do ids+=":${ID[$dep]}"; done
+    local command=(sbatch --parsable "${SBATCH_FLAGS[@]}" --kill-on-invalid-dep=yes ${ids:+--dependency=afterok$ids} "$@")
+    if (( DRY_RUN )); then
+        ID[$name]=$name
+        printf '%-18s after %-28s %s\n' "$name" "${after:--}" "${command[*]}"
+    else
+        ID[$name]=$("${command[@]}")
+        printf '%s\t%s\t%s\t%s\n' "$name" "${ID[$name]}" "$after" "${command[*]}" >> "$RECORD.part"
+    fi
+}
+job() { submit "$1" "$2" --output="$RUNS/logs/%x-%j.out" "${@:3}"; }
+array() { submit "$1" "$2" --output="$RUNS/logs/%x-%A_%a.out" --array=0-$((SHARDS - 1)) "${@:3}"; }
+
+job convert "" slurm/00_convert.sbatch
+array features "" slurm/00_features.sbatch
+job features-merge "features" slurm/merge.sbatch "$FEATURES" "$SHARDS"
+array saliency "convert" "${ONE_GPU[@]}" slurm/01_saliency.sbatch
+job saliency-merge "saliency" slurm/merge.sbatch "$RUNS/saliency.h5" "$SHARDS"
+array captions "saliency-merge" slurm/02_captions.sbatch
+job captions-merge "captions" slurm/merge.sbatch "$RUNS/selfgen.jsonl" "$SHARDS"
+array paraphrase "captions-merge" "${ONE_GPU[@]}" slurm/03_paraphrase.sbatch
+job paraphrase-merge "paraphrase" slurm/merge.sbatch "$RUNS/paraphrased.jsonl" "$SHARDS"
+job trusted "convert features-merge" "${TRAINING[@]}" slurm/04_train_base.sbatch trusted
+job extended "paraphrase-merge features-merge" "${TRAINING[@]}" slurm/04_train_base.sbatch extended
+job scoring "extended" "${TRAINING[@]}" slurm/04_train_base.sbatch scoring
+array score "scoring" "${ONE_GPU[@]}" slurm/05_score.sbatch
+job score-merge "score" slurm/merge.sbatch "$RUNS/quality.h5" "$SHARDS"
+job selection "score-merge" "${TRAINING[@]}" slurm/06_train_selection.sbatch
+job eval "selection trusted" "${ONE_GPU[@]}" slurm/07_eval.sbatch
+if (( DRY_RUN )); then
+    echo "dry run: 16 jobs, not submitted ($NODES node(s) x $GPUS GPU(s) a training job, $SHARDS shards; logs would go to $RUNS/logs)"
+    exit 0
+fi
+mv "$RECORD.part" "$RECORD"
+echo "submitted: 00=${ID[convert]} features=${ID[features]},${ID[features-merge]} 01=${ID[saliency]} 02=${ID[captions]}" \
+     "03=${ID[paraphrase]} 04=${ID[trusted]},${ID[extended]},${ID[scoring]} 05=${ID[score]} 06=${ID[selection]}" \
+     "07=${ID[eval]} (logs and $(basename "$RECORD") in $RUNS/logs)"
