@@ -327,14 +327,20 @@ def read_jsonl_table(path, tokenizer, keep_sentences: bool) -> tuple[Examples, t
     encoder, id_fault = FlatEncoder(tokenizer), None
     with open(path, "rb") as f:  # (the bar's total: lines, counted fast)
         lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
+    found = None
     if lines >= PARALLEL_FROM and parallel_read.processes() > 1:
-        with Progress(lines, f"reading {Path(path).name} ({parallel_read.processes()} processes)", "line") as bar:
-            found = parallel_read.read_parts(path, tokenizer, keep_sentences, bar.update)
+        try:
+            with Progress(lines, f"reading {Path(path).name} ({parallel_read.processes()} processes)", "line") as bar:
+                found = parallel_read.read_parts(path, tokenizer, keep_sentences, bar.update)
+        except OSError as err:  # (no process could start: read by this one, as on one core)
+            print(f"note: {path}: cannot start the reading processes ({err.strerror or err}); this process reads "
+                  "the file alone", flush=True)
         if found is not None:
             caption_ids, image_ids, token_ids, offsets, digests = found
             n = len(caption_ids)
             return Examples(image_ids, caption_ids, token_ids, offsets, np.zeros(n, np.int64), ["selfgen"] * n,
                             digests), None
+    before = parallel_read.read_state(path)
     with Progress(lines, f"reading {Path(path).name}", "line", disable=lines < PROGRESS_FROM) as bar:
         for record in read_jsonl(path, required=("image_id", "caption"), unique_id=True):
             caption_id = record.get("id")
@@ -348,6 +354,7 @@ def read_jsonl_table(path, tokenizer, keep_sentences: bool) -> tuple[Examples, t
             digests.append(text_digest(record["caption"]))
             if len(digests) % 10_000 == 0:
                 bar.update(10_000)
+    parallel_read.check_unchanged(path, before)
     token_ids, offsets = encoder.finish()
     n = len(caption_ids)
     table = Examples(image_ids, caption_ids, token_ids, offsets, np.zeros(n, np.int64), ["selfgen"] * n,

@@ -568,6 +568,9 @@ class StopRequest:
             signal.signal(signal.SIGTERM, self.previous)
 
 
+WORKER_TIMEOUT = 600  # seconds a loader process may take over one batch before the run stops
+
+
 class Trainer:
     """Runs optimizer steps on batches chosen by a caller's function ``batch_for(step) -> indices``.
 
@@ -707,9 +710,36 @@ class Trainer:
             return (data[i] for i in range(len(data)))
         # (the tokenizer's own threads must not cross the fork either: said before it, the workers stay quiet)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        return torch.utils.data.DataLoader(data, batch_size=None, num_workers=self.workers,
-                                           pin_memory=self.device.type == "cuda", worker_init_fn=data.open_in_worker,
-                                           multiprocessing_context="fork", prefetch_factor=4)
+        loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=self.workers,
+                                             pin_memory=self.device.type == "cuda", worker_init_fn=data.open_in_worker,
+                                             multiprocessing_context="fork", prefetch_factor=4, timeout=WORKER_TIMEOUT)
+        return self.watched(loader)
+
+    def watched(self, loader):
+        """The batches of ``loader``; a loader process that dies (a signal, an exit) or stops answering ends the
+        run in one line naming the step whose batch it made and how it died (torch's own words)."""
+        batches = iter(loader)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except (RuntimeError, ConnectionError, EOFError) as err:
+                raise self.loader_failure(err) from None
+            yield batch
+
+    def loader_failure(self, err: Exception) -> BaseException:
+        """The one-line stop for a loader process's death (torch raises it in this process, at any point of a
+        step: its SIGCHLD handler; or the batch's pipe breaks), or ``err`` itself when it is another error."""
+        if isinstance(err, (ConnectionError, EOFError)):
+            why = f"a loader process ended while it handed over a batch ({err})"
+        elif str(err).startswith("DataLoader"):
+            why = str(err).replace("DataLoader worker", "a loader process").split(". ")[0].strip().rstrip(".")
+        else:
+            return err
+        return SystemExit(f"error: training stopped at step {self.step + 1}: {why} (--workers {self.workers}); nothing "
+                          f"was left half-written, {self.kept()}. The same command resumes (--workers 0 makes the "
+                          "batches in this process)")
 
     def run(self, end_step: int, batch_for: Callable[[int], np.ndarray], desc: str = "train",
             state_for: Callable[[int], dict] | None = None) -> None:
@@ -758,6 +788,8 @@ class Trainer:
                     bar.write(f"step {self.step}: " + " ".join(f"{k}={v}" for k, v in result.items()))
                 if save_now:
                     self.save(state_for(self.step) if state_for else None)
+        except RuntimeError as err:
+            raise self.loader_failure(err) from None
         finally:
             bar.close()
             terminated.restore()
