@@ -719,14 +719,20 @@ class Trainer:
         """The batches of ``loader``; a loader process that dies (a signal, an exit) or stops answering ends the
         run in one line naming the step whose batch it made and how it died (torch's own words)."""
         batches = iter(loader)
-        while True:
+        try:
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                except (RuntimeError, ConnectionError, EOFError) as err:
+                    raise self.loader_failure(err) from None
+                yield batch
+        finally:  # (the other processes are ended here, quietly, not at exit by torch, which would print their fate)
             try:
-                batch = next(batches)
-            except StopIteration:
-                return
-            except (RuntimeError, ConnectionError, EOFError) as err:
-                raise self.loader_failure(err) from None
-            yield batch
+                batches._shutdown_workers()
+            except Exception:  # noqa: BLE001 - a process already dead
+                pass
 
     def loader_failure(self, err: Exception) -> BaseException:
         """The one-line stop for a loader process's death (torch raises it in this process, at any point of a
@@ -753,8 +759,9 @@ class Trainer:
         bar = Progress(end_step, desc, "step", initial=self.step, disable=self.rank != 0)
         started, losses = time.time(), []
         terminated = StopRequest()
+        batches = self.batches(batch_for, range(self.step, end_step))
         try:  # the bar closes before an error stops the run, so the error is the last line
-            for batch in self.batches(batch_for, range(self.step, end_step)):
+            for batch in batches:
                 # (every DDP rank stops at the same step; under deferred checks they agree at the log steps only,
                 # as agreeing waits for them all)
                 agree = not self.defer_checks or self.world == 1 or self.step % settings.log_every == 0
@@ -791,6 +798,8 @@ class Trainer:
         except RuntimeError as err:
             raise self.loader_failure(err) from None
         finally:
+            if hasattr(batches, "close"):
+                batches.close()
             bar.close()
             terminated.restore()
 
