@@ -354,6 +354,10 @@ def recipe_schedule(args, start_step: int = 0, horizon_factor: int = 1) -> None:
     (0: the cosine ends at --max-steps)."""
     if args.max_steps is None:
         args.max_steps = start_step + demo_steps()
+        if args.warmup == DEMO_RECIPE["warmup"] and args.warmup >= args.max_steps - start_step:
+            args.warmup = max(1, (args.max_steps - start_step) // 10)  # (the recipe's own warm-up, to its steps)
+            print(f"note: --recipe demo of {args.max_steps - start_step} steps ({DEMO_STEPS_ENV}): a warm-up of "
+                  f"{args.warmup} steps (a tenth of them; {DEMO_RECIPE['warmup']} for {DEMO_STEPS})", flush=True)
     if args.lr_horizon is None:
         args.lr_horizon = horizon_factor * args.max_steps if horizon_factor > 1 else 0
 
