@@ -107,6 +107,10 @@ def check_own_output(out, command: str, replace: bool, flag: str = "--force") ->
     except (OSError, DataError):
         earlier = None
     if not isinstance(earlier, dict) or earlier.get("command") != command:
+        if isinstance(earlier, dict):  # (another command's record: a sharded stage's names no command)
+            writer = earlier.get("command") or "another command (a sharded stage, such as convert)"
+            raise SystemExit(f"error: --out {out} exists and {writer} wrote it, not {command} (its run record "
+                             f"{record_path(out).name} says so): give another --out, or {flag} to replace it")
         raise SystemExit(f"error: --out {out} exists and {command} did not write it (no run record "
                          f"{record_path(out).name} of it beside the file): give another --out, or {flag} to replace it")
 

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import math
@@ -460,10 +461,14 @@ def add_train_args(groups: dict) -> None:
 
 
 def workers_arg(text: str):
-    """argparse type of --workers: a whole number >= 0 or "auto"."""
+    """argparse type of --workers: a whole number from 0 to the cores this job may use, or "auto"."""
     if text == "auto":
         return text
-    return non_negative_int(text)
+    workers, cores = non_negative_int(text), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if workers > (cores or 1):
+        raise argparse.ArgumentTypeError(f"{workers} loader processes on {cores} core(s) would only wait for each other: "
+                                         f"give at most {cores}, or auto")
+    return workers
 
 
 def check_train_args(p, args) -> None:
