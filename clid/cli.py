@@ -170,12 +170,23 @@ def stay_offline(argv) -> bool:
     allowed downloads: ``--allow-download`` in ``argv``, or ``CLID_ALLOW_DOWNLOAD=1``. A value the user set
     for either variable is kept. Returns whether this run is offline.
 
-    Runs before the command imports a hub library, which reads the variables once, at import."""
-    if ALLOW_DOWNLOAD in argv or os.environ.get(ALLOW_DOWNLOAD_ENV) == "1":
+    Runs before the command imports a hub library, which reads the variables once, at import. The flag is
+    seen as argparse reads it: also abbreviated ("--allow-d"), as argparse accepts it."""
+    if allows_download(argv) or os.environ.get(ALLOW_DOWNLOAD_ENV) == "1":
         return False
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     return True
+
+
+def allows_download(argv) -> bool:
+    """Whether ``argv`` gives ``--allow-download``, whole or abbreviated to at least "--al" (before any "--")."""
+    for arg in map(str, argv):
+        if arg == "--":
+            return False
+        if len(arg) >= 4 and ALLOW_DOWNLOAD.startswith(arg):
+            return True
+    return False
 
 
 def is_offline() -> bool:
