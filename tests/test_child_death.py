@@ -189,3 +189,49 @@ def test_a_loader_process_that_exits_ends_training_in_one_line(tmp_path, toy):
     output = finish(start(["-c", LOADER, *train_args(toy, tmp_path / "out")], tmp_path, CLID_TEST_CHILD="exit"))
     line = one_error_line(output)
     assert "training stopped at step" in line and ("exited unexpectedly" in line or "ended while" in line), line
+
+
+# -- what else stops a run that could go on -----------------------------------------------------------------
+def test_no_process_can_start_the_file_is_read_by_this_one(tmp_path, monkeypatch, capsys):
+    """A read-only /dev/shm, or no process left to fork: one note, and the serial reader reads the file."""
+    import errno
+    import multiprocessing.context
+
+    from clid.model import inputs, parallel_read
+    from clid.text import load_tokenizer
+
+    def refuse(self):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(inputs, "PARALLEL_FROM", 10)
+    monkeypatch.setattr(parallel_read, "processes", lambda: 3)
+    monkeypatch.setattr(multiprocessing.context.ForkProcess, "start", refuse)
+    table, fault = inputs.read_jsonl_table(captions_file(tmp_path / "s.jsonl"), load_tokenizer(), False)
+    assert len(table) == 600 and fault is None
+    assert "cannot start the reading processes (Read-only file system); this process reads the file alone" in capsys.readouterr().out
+
+
+def test_allow_download_is_seen_abbreviated_as_argparse_takes_it(monkeypatch):
+    from clid.cli import allows_download
+
+    assert allows_download(["--allow-d"]) and allows_download(["--out", "x", "--allow-download"])
+    assert not allows_download(["--out", "x"]) and not allows_download(["--", "--allow-download"])
+    assert not allows_download(["--a"])  # (too short to be read as it: argparse may take it for another flag)
+
+
+def test_demo_steps_changed_between_runs_names_the_variable(tmp_path, toy, monkeypatch):
+    """CLID_DEMO_STEPS 2, then 3: the refusal names the variable, not a flag the user never gave; the recipe's
+    own warm-up fits its steps without a warning."""
+    captions, features = toy
+    out = tmp_path / "out"
+    args = [sys.executable, str(ROOT / "04_train_base.py"), "--captions", captions, "--features", features, "--out", out,
+            "--recipe", "demo", "--batch-size", "4", "--max-left-out", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    first = subprocess.run(list(map(str, args)), env={**env, "CLID_DEMO_STEPS": "2"}, capture_output=True, text=True,
+                           timeout=LIMIT)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "warning: --warmup" not in first.stderr and "a warm-up of 1 steps" in first.stdout
+    second = subprocess.run(list(map(str, args)), env={**env, "CLID_DEMO_STEPS": "3"}, capture_output=True, text=True,
+                            timeout=LIMIT)
+    line = one_error_line(second.stdout + second.stderr)
+    assert "CLID_DEMO_STEPS under --recipe demo) 2 then, 3 now" in line and "make passes no flags" in line, line
