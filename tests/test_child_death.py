@@ -235,3 +235,17 @@ def test_demo_steps_changed_between_runs_names_the_variable(tmp_path, toy, monke
                             timeout=LIMIT)
     line = one_error_line(second.stdout + second.stderr)
     assert "CLID_DEMO_STEPS under --recipe demo) 2 then, 3 now" in line and "make passes no flags" in line, line
+
+
+def test_captions_read_again_after_the_file_changed_are_refused(tmp_path):
+    """06 reads the self-generated texts a second time (for CLIP): a file rewritten meanwhile is refused."""
+    from clid.files import DataError
+    from clid.model.inputs import CaptionFiles, caption_texts
+    from clid.text import load_tokenizer
+
+    path = captions_file(tmp_path / "s.jsonl", 20)
+    table = CaptionFiles().selfgen_table(path, load_tokenizer())
+    assert caption_texts(table.caption_ids, [], path, table.digests)[3] == "a dog number 3 on the red grass"
+    path.write_text(path.read_text().replace("number 3 ", "number three "))
+    with pytest.raises(DataError, match="caption 3: the file changed since this run read it"):
+        caption_texts(table.caption_ids, [], path, table.digests)

@@ -424,15 +424,23 @@ def training_items(captions_path, selfgen_path=None, test_ids=None, split_check:
                         filenames)
 
 
-def caption_texts(caption_ids: list[str], records, selfgen_path) -> list[str]:
+def caption_texts(caption_ids: list[str], records, selfgen_path, digests=None) -> list[str]:
     """The text of each caption id: a trusted caption's (``i#j``, of ``records``) as preprocessed, a
-    self-generated one's as written in ``selfgen_path`` (read again: the tables keep tokens, not text)."""
+    self-generated one's as written in ``selfgen_path`` (read again: the tables keep tokens, not text).
+    ``digests`` (the table's :func:`text_digest` of each caption): a file changed since the table was read
+    is refused, never mixed."""
     from clid.files import read_jsonl
 
     texts = {f"{r.image_id}#{j}": text for r in records for j, text in enumerate(r.captions)}
     wanted = set(caption_ids) - texts.keys()
     texts.update((str(r["id"]), r["caption"]) for r in read_jsonl(selfgen_path, required=("id", "image_id", "caption"))
                  if str(r["id"]) in wanted)
+    missing = next((c for c in caption_ids if c not in texts), None)
+    changed = missing or next((c for c, d in zip(caption_ids, digests if digests is not None else ())
+                               if text_digest(texts[c]) != int(d)), None)
+    if changed is not None:
+        raise DataError(selfgen_path, f"caption {changed}", "the file changed since this run read it (its text is "
+                                                            "not the one trained on); run again once nothing writes it")
     return [texts[c] for c in caption_ids]
 
 
