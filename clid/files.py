@@ -196,6 +196,24 @@ def text_lines(path) -> Iterator[tuple[int, str]]:
                 yield number, text
 
 
+def read_state(path) -> tuple:
+    """What shows that a file was replaced or rewritten: its device, inode, size and modification time."""
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def check_unchanged(path, before: tuple) -> None:
+    """Refuse ``path`` (a DataError) when it is no longer the file :func:`read_state` saw as ``before``."""
+    try:
+        now = read_state(path)
+    except OSError:
+        now = None
+    if now != before:
+        what = "was removed" if now is None else "was replaced" if now[:2] != before[:2] else "was rewritten"
+        raise DataError(path, None, f"the file {what} while it was read, so what was read may mix two versions; "
+                                    "run again once nothing writes it")
+
+
 def write_jsonl(path, records: Iterable[dict]) -> int:
     """Write records atomically, one JSON object a line. Returns the number written."""
     count = 0

@@ -48,7 +48,7 @@ from clid import runs, shard
 from clid.cli import HelpFormatter, positive_int, whole_number
 from clid.data.scenegraphs import image_key_to_id, load_sizes
 from clid.features.store import Regions, region_problem, write_features
-from clid.files import DataError, open_h5, read_json
+from clid.files import DataError, check_unchanged, open_h5, read_json, read_state
 
 FORMATS = ("vlp", "butd", "vinvl")
 KINDS = {"vlp": "vlp-fc6", "butd": "butd", "vinvl": "vinvl"}
@@ -450,8 +450,9 @@ class TSV(Converter):
 
     def index(self) -> list:
         """(file number, byte offset, line number, key) of every record (not blank lines or a header)."""
-        items = []
+        items, self.states = [], {}
         for n, path in enumerate(self.files):
+            self.states[n] = read_state(path)  # (each chunk's read checks that the file is still this one)
             with open(path, "rb") as f:
                 for offset, line in line_index(path):
                     f.seek(offset)
@@ -474,6 +475,7 @@ class TSV(Converter):
                 n, offset = item[:2]
                 if n not in handles:
                     handles[n] = open(self.files[n], "rb")
+                    check_unchanged(self.files[n], self.states[n])
                 handles[n].seek(offset)
                 text = handles[n].readline().rstrip(b"\r\n")
                 path, where, _ = self.place(item)

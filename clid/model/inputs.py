@@ -319,7 +319,7 @@ def read_jsonl_table(path, tokenizer, keep_sentences: bool) -> tuple[Examples, t
     """Every record of our JSONL captions (``id``, ``image_id``, ``caption``), tokenised, and (record number,
     problem) of the first record without a valid ``id`` (None when every record has one). A long file is
     read by several processes (clid/model/parallel_read.py), a file with a fault by this one."""
-    from clid.files import read_jsonl
+    from clid.files import check_unchanged, read_jsonl, read_state
     from clid.model import parallel_read
     from clid.progress import Progress
 
@@ -340,7 +340,7 @@ def read_jsonl_table(path, tokenizer, keep_sentences: bool) -> tuple[Examples, t
             n = len(caption_ids)
             return Examples(image_ids, caption_ids, token_ids, offsets, np.zeros(n, np.int64), ["selfgen"] * n,
                             digests), None
-    before = parallel_read.read_state(path)
+    before = read_state(path)
     with Progress(lines, f"reading {Path(path).name}", "line", disable=lines < PROGRESS_FROM) as bar:
         for record in read_jsonl(path, required=("image_id", "caption"), unique_id=True):
             caption_id = record.get("id")
@@ -354,7 +354,7 @@ def read_jsonl_table(path, tokenizer, keep_sentences: bool) -> tuple[Examples, t
             digests.append(text_digest(record["caption"]))
             if len(digests) % 10_000 == 0:
                 bar.update(10_000)
-    parallel_read.check_unchanged(path, before)
+    check_unchanged(path, before)
     token_ids, offsets = encoder.finish()
     n = len(caption_ids)
     table = Examples(image_ids, caption_ids, token_ids, offsets, np.zeros(n, np.int64), ["selfgen"] * n,

@@ -24,7 +24,7 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from clid.files import DataError, record_problem
+from clid.files import DataError, check_unchanged, read_state, record_problem
 from clid.text import FlatEncoder, caption_words
 
 MOST_PROCESSES = 8
@@ -127,24 +127,6 @@ def line_of(handle, offset: int) -> int:
             break
         lines, left = lines + block.count(b"\n"), left - len(block)
     return lines
-
-
-def read_state(path) -> tuple:
-    """What shows that a file was replaced or rewritten: its device, inode, size and modification time."""
-    stat = os.stat(path)
-    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
-
-
-def check_unchanged(path, before: tuple) -> None:
-    """Refuse ``path`` (a DataError) when it is no longer the file :func:`read_state` saw as ``before``."""
-    try:
-        now = read_state(path)
-    except OSError:
-        now = None
-    if now != before:
-        what = "was removed" if now is None else "was replaced" if now[:2] != before[:2] else "was rewritten"
-        raise DataError(path, None, f"the file {what} while it was read, so what was read may mix two versions; "
-                                    "run again once nothing writes it")
 
 
 def read_parts(path, tokenizer, keep_sentences: bool, progress=None):
