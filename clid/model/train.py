@@ -355,10 +355,6 @@ def recipe_schedule(args, start_step: int = 0, horizon_factor: int = 1) -> None:
     (0: the cosine ends at --max-steps)."""
     if args.max_steps is None:
         args.max_steps = start_step + demo_steps()
-        if args.warmup == DEMO_RECIPE["warmup"] and args.warmup >= args.max_steps - start_step:
-            args.warmup = max(1, (args.max_steps - start_step) // 10)  # (the recipe's own warm-up, to its steps)
-            print(f"note: --recipe demo of {args.max_steps - start_step} steps ({DEMO_STEPS_ENV}): a warm-up of "
-                  f"{args.warmup} steps (a tenth of them; {DEMO_RECIPE['warmup']} for {DEMO_STEPS})", flush=True)
     if args.lr_horizon is None:
         args.lr_horizon = horizon_factor * args.max_steps if horizon_factor > 1 else 0
 
@@ -481,7 +477,10 @@ def check_train_args(p, args) -> None:
     if args.lr_horizon and args.lr_horizon < args.max_steps:
         p.error(f"--lr-horizon {args.lr_horizon} is below --max-steps {args.max_steps}: the learning rate would be 0 "
                 "for the last steps (0: the horizon is --max-steps)")
-    if args.warmup >= args.max_steps:
+    if args.warmup >= args.max_steps and args.recipe == "demo" and args.warmup == DEMO_RECIPE["warmup"]:
+        print(f"note: --recipe demo of {args.max_steps} steps ({DEMO_STEPS_ENV}): the learning rate stays in the "
+              f"recipe's {args.warmup}-step warm-up for the whole run, as a smoke test needs no more", flush=True)
+    elif args.warmup >= args.max_steps:
         print(f"warning: --warmup {args.warmup} is not below --max-steps {args.max_steps}: the learning rate rises for "
               f"the whole run and never reaches --lr {args.lr:g}; give a shorter --warmup (--recipe demo: 100)",
               file=sys.stderr)
