@@ -477,7 +477,8 @@ def check_train_args(p, args) -> None:
     if args.lr_horizon and args.lr_horizon < args.max_steps:
         p.error(f"--lr-horizon {args.lr_horizon} is below --max-steps {args.max_steps}: the learning rate would be 0 "
                 "for the last steps (0: the horizon is --max-steps)")
-    if args.warmup >= args.max_steps and args.recipe == "demo" and args.warmup == DEMO_RECIPE["warmup"]:
+    recipe_steps = args.recipe == "demo" and args.warmup == DEMO_RECIPE["warmup"] and args.max_steps == demo_steps()
+    if args.warmup >= args.max_steps and recipe_steps:  # (both set by the recipe, the steps by CLID_DEMO_STEPS)
         print(f"note: --recipe demo of {args.max_steps} steps ({DEMO_STEPS_ENV}): the learning rate stays in the "
               f"recipe's {args.warmup}-step warm-up for the whole run, as a smoke test needs no more", flush=True)
     elif args.warmup >= args.max_steps:
