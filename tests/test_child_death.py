@@ -249,3 +249,43 @@ def test_captions_read_again_after_the_file_changed_are_refused(tmp_path):
     path.write_text(path.read_text().replace("number 3 ", "number three "))
     with pytest.raises(DataError, match="caption 3: the file changed since this run read it"):
         caption_texts(table.caption_ids, [], path, table.digests)
+
+
+# -- 00's drawing processes (--workers) ---------------------------------------------------------------------
+DRAWER = r"""
+import os, runpy, sys, time
+from pathlib import Path
+from clid.demo import worker
+
+how, pid_file = os.environ["CLID_TEST_CHILD"], os.environ["CLID_TEST_PID_FILE"]
+make_chunk = worker.make_chunk
+def chunk(jobs):
+    if jobs[0][0] == 5:
+        if how == "exit":
+            os._exit(3)
+        Path(pid_file).write_text(str(os.getpid()))
+        time.sleep(300)
+    return make_chunk(jobs)
+chunk.__module__, chunk.__qualname__ = worker.__name__, "make_chunk"  # (pickled by name, as the pool sends it)
+worker.make_chunk = chunk
+sys.argv = ["00_demo_data.py", *sys.argv[1:]]
+runpy.run_path(os.path.join(os.environ["PYTHONPATH"], "00_demo_data.py"), run_name="__main__")
+"""
+DEMO_ARGS = ["--skip-features", "--n-train", "8", "--n-val", "2", "--n-test", "2", "--size", "96", "--workers", "2",
+             "--chunk", "4"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_drawing_process_killed_ends_the_demo_in_one_line(tmp_path, sig):
+    process = start(["-c", DRAWER, "--out", tmp_path / "demo", *DEMO_ARGS], tmp_path, CLID_TEST_CHILD="sleep")
+    sent = kill_child(process, tmp_path / "child.pid", sig)
+    output = finish(process)
+    assert time.monotonic() - sent < 20 and process.returncode == 1, output
+    line = one_error_line(output)
+    assert "a process drawing the images" in line and "run the same command again" in line, line
+    assert not (tmp_path / "demo" / "world.json").exists() and not list((tmp_path / "demo").rglob("*tmp*"))
+
+
+def test_a_drawing_process_that_exits_ends_the_demo_in_one_line(tmp_path):
+    output = finish(start(["-c", DRAWER, "--out", tmp_path / "demo", *DEMO_ARGS], tmp_path, CLID_TEST_CHILD="exit"))
+    assert "a process drawing the images" in one_error_line(output)
