@@ -750,6 +750,8 @@ class Trainer:
             why = f"a loader process ended while it handed over a batch ({err})"
         elif str(err).startswith("DataLoader"):
             why = str(err).replace("DataLoader worker", "a loader process").split(". ")[0].strip().rstrip(".")
+        elif "in DataLoader worker process" in str(err):  # (an error inside it: a full /dev/shm, a read-only one)
+            why = "a loader process failed: " + str(err).strip().splitlines()[-1][:300]
         else:
             return err
         return SystemExit(f"error: training stopped at step {self.step + 1}: {why} (--workers {self.workers}); nothing "
