@@ -136,7 +136,9 @@ class StepBatches(torch.utils.data.Dataset):
         return (*regions, input_ids, levels), masked.flatten().nonzero()[:, 0], classes
 
     def open_in_worker(self, worker_id: int) -> None:
-        """A loader worker's own handle on the feature file (an HDF5 handle must not cross a fork)."""
+        """A loader worker's own handle on the feature file (an HDF5 handle must not cross a fork); the tokenizer's
+        thread pool, started before the fork, is never waited for here, whatever TOKENIZERS_PARALLELISM says."""
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
         features = self.regions.features
         self.regions = RegionCache(FeatureStore(features.path, bad=features.bad), self.regions.num_classes,
                                    self.regions.box_input, cache=False)
