@@ -289,3 +289,9 @@ def test_a_drawing_process_killed_ends_the_demo_in_one_line(tmp_path, sig):
 def test_a_drawing_process_that_exits_ends_the_demo_in_one_line(tmp_path):
     output = finish(start(["-c", DRAWER, "--out", tmp_path / "demo", *DEMO_ARGS], tmp_path, CLID_TEST_CHILD="exit"))
     assert "a process drawing the images" in one_error_line(output)
+
+
+def test_tokenizers_parallelism_does_not_deadlock_the_loader(tmp_path, toy):
+    args = [ROOT / "04_train_base.py", *train_args(toy, tmp_path / "out")]
+    output = finish(start(args, tmp_path, TOKENIZERS_PARALLELISM="true"), limit=120)
+    assert "Traceback" not in output and (tmp_path / "out" / "config.json").exists(), output
