@@ -2143,6 +2143,14 @@ row("04", "selfgen-non-utf8-on-line-1500", lambda w, d: w.train_args(d / "out", 
 row("04", "token-cache-name-too-long", lambda w, d: w.train_args(d / "out", "--data", "extended", "--token-cache", "--selfgen", write(
     d, "s" * 236 + ".jsonl", w.selfgen.read_text())), "going on without it", "ok")
 row("00", "rebuilt-smaller-in-the-same-folder", demo_then_smaller, "removed 5 images of an earlier, larger world", "ok")
+DATASET_12 = lambda f: (f.__delitem__("12"), f.create_dataset("12", data=np.zeros((3, 16), np.float32)))  # noqa: E731
+row("04", "features-test-image-a-dataset-found-at-open", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
+    w.features, d, DATASET_12)), "image 12: is a dataset, not a group")
+row("07", "features-test-image-a-dataset-found-at-open", lambda w, d: ["--refs", w.captions, "--checkpoint", w.trusted, "--out", d / "out",
+                                                                      "--spice", "off", "--features", h5_changed(w.features, d, DATASET_12)],
+    "image 12: is a dataset, not a group")
+row("04", "features-test-image-a-dataset-skipped", lambda w, d: w.train_args(d / "out", "--bad-features", "skip", "--features", h5_changed(
+    w.features, d, DATASET_12)), "bad region features", "skip")
 
 
 # ---------------------------------------------------------------------------------------------
