@@ -95,23 +95,95 @@ def bytes_per_piece(config, num_beams: int, max_length: int, precision: str) -> 
     return 2 * num_beams * layers * 4 * max_length * width * (2 if precision == "bf16" else 4)
 
 
+ENGINES = ("auto", "transformers", "ctranslate2")
+
+
+def choose_engine(engine: str, device: str) -> str:
+    """``auto``: CTranslate2 where it is installed and runs on ``device`` (its beam search is faster, see
+    bench/bench_gpu.py), else transformers; a named engine that cannot run here is an error."""
+    from clid.selfgen import ct2_pegasus
+
+    why_not = ct2_pegasus.available(device) if engine != "transformers" else None
+    if engine == "auto":
+        return "transformers" if why_not else "ctranslate2"
+    if engine == "ctranslate2" and why_not:
+        raise SystemExit(f"error: --engine ctranslate2: {why_not} (docs/gpu.md); use --engine transformers")
+    return engine
+
+
+def pad_vocabulary(model, multiple: int = 64):
+    """The output layer padded to a multiple of ``multiple`` ids (so that its product runs on the GPU's fast
+    kernels: 96,103 rows ran on an sm75 one), the padding's logits at -inf through ``final_logits_bias``: no
+    padded id is ever chosen and the real ids' scores are unchanged. Models without that bias are left as
+    they are."""
+    import torch
+
+    real = model.config.vocab_size
+    bias = getattr(model, "final_logits_bias", None)
+    if real % multiple == 0 or bias is None:
+        return model
+    model.resize_token_embeddings(real, pad_to_multiple_of=multiple, mean_resizing=False)
+    with torch.no_grad():
+        model.final_logits_bias.data = model.final_logits_bias.data.to(bias.dtype)
+        model.final_logits_bias[:, real:] = float("-inf")
+    return model
+
+
+def reorder_self_attention_only(model):
+    """Beam search reorders only the decoder's self-attention cache: the cross-attention cache holds the encoder's
+    keys and values, the same for every beam of a piece, and beams move only among their piece's rows, so its
+    reorder (a copy of it each step) changes nothing. transformers asks a model's ``_reorder_cache`` first."""
+    def reorder(cache, beam_idx):
+        if getattr(cache, "self_attention_cache", None) is None:  # (another cache: reordered whole)
+            cache.reorder_cache(beam_idx)
+            return cache
+        cache.self_attention_cache.reorder_cache(beam_idx)
+        model.cache_reorders = getattr(model, "cache_reorders", 0) + 1
+        return cache
+    model._reorder_cache = reorder
+    return model
+
+
 class ModelParaphraser:
     """A transformers seq2seq paraphraser (Pegasus and the like), beam search, batched.
 
+    ``engine`` "transformers" runs transformers' ``generate``, the cross-attention cache left in place
+    (:func:`reorder_self_attention_only`), on a GPU with the output layer padded to a multiple of 64
+    (:func:`pad_vocabulary`); "ctranslate2" the same checkpoint converted into CTranslate2 (clid.selfgen.ct2_pegasus: Pegasus only), with the same tokenizer and ids.
     ``precision`` "bf16" holds the model in bfloat16 (Pegasus was trained in it); ``batch_size`` "auto"
     (clid.runtime): 32 on the CPU, on a GPU as many pieces as half its free memory holds for their beams'
     caches, at most 256."""
 
-    def __init__(self, name: str, device: str, num_beams: int, batch_size, max_length: int, precision: str = "fp32"):
+    def __init__(self, name: str, device: str, num_beams: int, batch_size, max_length: int, precision: str = "fp32",
+                 engine: str = "transformers"):
         import torch
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
+        from clid.selfgen import ct2_pegasus
+
         hf_logging.set_verbosity_error()
-        self.name, self.device, self.num_beams = name, device, num_beams
+        self.name, self.device, self.num_beams, self.engine = name, device, num_beams, engine
+        self.model = None
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(name)
-            self.model = AutoModelForSeq2SeqLM.from_pretrained(name).to(device).eval()
+            if engine == "ctranslate2":
+                load = lambda: AutoModelForSeq2SeqLM.from_pretrained(name).eval()  # noqa: E731 (on the CPU)
+                path = ct2_pegasus.converted(name, load)
+                from transformers import AutoConfig, GenerationConfig
+
+                self.config = AutoConfig.from_pretrained(name)
+                try:
+                    self.generation_config = GenerationConfig.from_pretrained(name)
+                except OSError:  # (none saved: the model config's defaults, as transformers does)
+                    self.generation_config = GenerationConfig.from_model_config(self.config)
+                self.translator = ct2_pegasus.Translator(path, device, precision, torch.get_num_threads())
+            else:
+                self.model = AutoModelForSeq2SeqLM.from_pretrained(name).to(device).eval()
+                self.config = self.model.config
+                reorder_self_attention_only(self.model)
+                if runtime.device_type(device) == "cuda":  # (on the CPU the padding would only cost time)
+                    pad_vocabulary(self.model)
         except Exception as err:  # OSError (not found), ValueError / ImportError (cannot convert)
             from clid.hub import is_local, load_problem
 
@@ -123,10 +195,10 @@ class ModelParaphraser:
                 f"error: the paraphraser '{name}' cannot be loaded: {detail}. Use --model rules, or download it once "
                 f"with --allow-download (its source: {hub} on the Hugging Face hub; where there is internet: "
                 f"huggingface-cli download {hub} --local-dir DIR, then --model DIR).") from None
-        if precision == "bf16":
+        if precision == "bf16" and self.model is not None:
             self.model = self.model.to(torch.bfloat16)
         self.max_length = min(max_length, getattr(self.tokenizer, "model_max_length", max_length) or max_length)
-        per_piece = bytes_per_piece(self.model.config, num_beams, self.max_length, precision)
+        per_piece = bytes_per_piece(self.config, num_beams, self.max_length, precision)
         self.batch_size = runtime.batch_size(batch_size, device, per_piece, BATCH_SIZE, most=256)
         self.torch = torch
         self.calls = 0  # generate() calls, for the log
@@ -134,20 +206,29 @@ class ModelParaphraser:
     def count_tokens(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(texts)["input_ids"]]
 
+    def generate(self, texts: list[str]) -> list[str]:
+        """One batch's best beams, decoded."""
+        if self.engine == "ctranslate2":
+            ids = self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
+            generated = self.translator.generate(ids, self.num_beams, self.max_length, self.generation_config,
+                                                 self.batch_size)
+        else:
+            batch = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
+                                   max_length=self.max_length).to(self.device)
+            with self.torch.no_grad():
+                generated = self.model.generate(**batch, num_beams=self.num_beams, num_return_sequences=1,
+                                                max_length=self.max_length)
+        return [text.strip() for text in self.tokenizer.batch_decode(generated, skip_special_tokens=True)]
+
     def __call__(self, pieces: list[str]) -> list[str]:
         """Paraphrase pieces in batches (sorted by length to limit padding), in the input order."""
         order = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
         out = [""] * len(pieces)
         for start in range(0, len(order), self.batch_size):
             idx = order[start:start + self.batch_size]
-            batch = self.tokenizer([pieces[i] for i in idx], return_tensors="pt", padding=True,
-                                   truncation=True, max_length=self.max_length).to(self.device)
-            with self.torch.no_grad():
-                generated = self.model.generate(**batch, num_beams=self.num_beams, num_return_sequences=1,
-                                                max_length=self.max_length)
             self.calls += 1
-            for i, text in zip(idx, self.tokenizer.batch_decode(generated, skip_special_tokens=True)):
-                out[i] = text.strip()
+            for i, text in zip(idx, self.generate([pieces[i] for i in idx])):
+                out[i] = text
         return out
 
 
@@ -197,6 +278,9 @@ def parse_args(argv=None):
                             "name (the paper: Pegasus; a hub name needs --allow-download or a copy in the hub cache)")
     add_download_arg(model)
     model.add_argument("--num-beams", type=positive_int, default=10, help="beam width")
+    model.add_argument("--engine", choices=ENGINES, default="auto",
+                       help="the beam search: transformers' generate(), or CTranslate2's (Pegasus, converted once into a "
+                            "folder beside the model; faster); auto: ctranslate2 where it is installed and runs here")
     runtime.add_batch_size_arg(run, BATCH_SIZE, "pieces per generate() call")
     runtime.add_precision_arg(run)
     model.add_argument("--max-length", type=positive_int, default=60, help="model tokens read and written per piece")
@@ -219,10 +303,12 @@ def main(argv=None) -> int:
     if args.model != "rules":  # what --precision auto means on this device (recorded: it changes the paraphrases)
         import torch
 
-        args.precision = runtime.use_precision(args.precision, args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        args.precision = runtime.use_precision(args.precision, device)
+        args.engine = choose_engine(args.engine, device)  # (recorded: the engines' beams can differ)
     record = runs.run_record(args, inputs=("inp", "tokenizer"), settings=(
         "model", "num_beams", "max_length", "piece_tokens", "min_ratio", "levels", "tokenizer")
-        + (("precision",) if args.model != "rules" else ()))
+        + (("precision", "engine") if args.model != "rules" else ()))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".jsonl",))
     if job.done:
         print(f"{job.written()} already exists; nothing to do")
@@ -283,7 +369,9 @@ def make_paraphraser(args, tokenizer, counts: Counter):
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = ModelParaphraser(args.model, device, args.num_beams, args.batch_size, args.max_length, args.precision)
+    model = ModelParaphraser(args.model, device, args.num_beams, args.batch_size, args.max_length, args.precision,
+                             args.engine)
+    print(f"beam search: {args.engine}")
     if args.batch_size == "auto" and runtime.device_type(device) == "cuda":
         print(f"--batch-size auto: {model.batch_size} pieces a batch")
     return args.model.rstrip("/"), lambda captions: paraphrase_captions(

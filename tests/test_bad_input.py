@@ -2017,6 +2017,34 @@ for stage, valid in [("caption", lambda w, d: w.caption_args(d)[:-4]), ("01", la
 row("caption", "ids-with-a-space", lambda w, d: w.caption_args(d, "--ids", write(d, "ids.txt", "my photo\n"), "--features", h5_changed(
     w.features, d, lambda f: f.copy(f["11"], "my photo"))), "captions of 1 images", "ok")
 
+# -- issue 49: 03's --engine, bench/bench_gpu.py's flags, bench/gpu_check.sh's arguments ------------------
+SCRIPTS["bench_gpu"] = "bench/bench_gpu.py"
+row("03", "engine-unknown", lambda w, d: para_args(w, d, w.selfgen, "--engine", "onnx"), "argument --engine")
+row("03", "engine-ctranslate2-model-not-found", lambda w, d: ["--in", w.selfgen, "--out", d / "out.jsonl", "--model",
+                                                              d / "no-model", "--engine", "ctranslate2"], "rules")
+row("bench_gpu", "repeats-zero", lambda w, d: ["--smoke", "--repeats", "0"], "argument --repeats")
+row("bench_gpu", "repeats-text", lambda w, d: ["--smoke", "--repeats", "five"], "argument --repeats")
+row("bench_gpu", "budget-negative", lambda w, d: ["--smoke", "--budget", "-5"], "--budget must be a positive")
+row("bench_gpu", "budget-text", lambda w, d: ["--smoke", "--budget", "soon"], "argument --budget")
+row("bench_gpu", "section-unknown", lambda w, d: ["--smoke", "--sections", "train05"], "argument --sections")
+row("bench_gpu", "cuda-without-a-gpu", lambda w, d: ["--device", "cuda", "--budget", "-1"], "no gpu here|--budget must be")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--cpu-dry-run", "OUT", "soon"], "SECONDS must be a whole number of seconds, at least 60, not 'soon'"),
+    (["OUT", "30"], "SECONDS must be a whole number of seconds, at least 60, not '30'"),
+    (["--cpu-dry-run"], "usage: bash bench/gpu_check.sh [--cpu-dry-run] OUTDIR [SECONDS]"),
+])
+def test_gpu_check_arguments(tmp_path, args, message):
+    """bench/gpu_check.sh refuses a bad time budget or a missing OUTDIR in one line, before it writes anything."""
+    import subprocess
+
+    argv = [str(tmp_path / a) if a == "OUT" else a for a in args]
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), *argv], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode != 0 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "OUT").exists()
+
 
 # -- issue 47: numbers as people type them, ids that collide, dtypes said, moved inputs, models not found ---------
 def photos(d: Path, *names) -> Path:

@@ -1,25 +1,49 @@
 """bench/bench_gpu.py, the GPU table's one command, at tiny size on the CPU: every section runs and gives its
-rows, the GPU-only rows are left out, and the recipe's GPU-hours are printed."""
+rows, each beside its bound or peer measured in the same interleaved rounds, the GPU-only rows are left out,
+and the recipe's GPU-hours are printed as their two sums."""
 import json
+import statistics
 
 from conftest import run_one_thread
 
 
 def test_bench_gpu_smoke_on_the_cpu(tmp_path):
     out = tmp_path / "rows.json"
-    proc = run_one_thread("bench/bench_gpu.py", "--smoke", "--json", out)
+    proc = run_one_thread("bench/bench_gpu.py", "--smoke", "--repeats", "2", "--json", out)
     rows = {row["path"]: row for row in json.loads(out.read_text())}
-    for start in ("seq_logprob [", "token_logprob_hidden P=", "host share", "training step (Trainer.train_step), before",
-                  "training step, --precision auto", "training step, staged bound", "training step as 04 runs it from",
-                  "05 prefix scoring, levels 1-7", "05 with linear + log_softmax + gather", "05, the authors' eager loop",
-                  "caption decoding, L7", "03 Pegasus, 10 beams", "03 Pegasus, --precision auto"):
+    for start in ("seq_logprob [", "token_logprob_hidden P=64 H=16 V=301", "token_logprob_hidden P=64 H=16 V=320",
+                  "host share", "training step (Trainer.train_step), before", "training step, Trainer.train_step, --precision auto",
+                  "training step, staged bound", "loader alone: batches/s from the HDF5 file",
+                  "training step as 04 runs it from", "05 prefix scoring, levels 1-7", "05 head, one level-1 pass",
+                  "05, the authors' eager loop", "caption decoding, labert, L7", "03 Pegasus, 2 beams, 4 new tokens"):
         assert any(path.startswith(start) for path in rows), f"no row {start!r}:\n{proc.stdout}"
-    assert all(row["ours"] > 0 for row in rows.values() if "ours" in row)
     assert not any("extra memory" in path or "read of the logits" in path for path in rows)  # GPU-only rows
-    score = next(row for path, row in rows.items() if path.startswith("05 prefix scoring, --precision auto"))
+    assert rows["training step under torchrun --nproc_per_node N"]["note"] == "skipped: 0 GPUs"
+    measured = [row for row in rows.values() if "ours" in row and row["ours_rounds"]]
+    assert len(measured) >= 14 and all(row["ours"] > 0 for row in measured)
+    for row in measured:  # every round of a row beside a round of its peer; the median printed, the ratio of medians
+        assert len(row["ours_rounds"]) >= 2 and row["ours"] == statistics.median(row["ours_rounds"])
+        if row["peer_rounds"] and row["ratio"] is not None:
+            assert len(row["peer_rounds"]) == len(row["ours_rounds"]), row["path"]
+            assert abs(row["ratio"] - row["ours"] / row["peer_value"]) < 1e-9 * row["ratio"], row["path"]
+    padded = next(row for path, row in rows.items() if path.startswith("token_logprob_hidden P=64 H=16 V=320 bf16"))
+    assert padded["max_difference_from_unpadded"] < 0.05  # the -inf bias: the padding changes no log p beyond bf16
+    score = next(row for path, row in rows.items() if path.startswith("05 prefix scoring"))
     assert score["max_logp_difference"] == 0.0  # auto is float32 on the CPU: the same scores
-    hours = rows["recipe GPU-hours (now)"]
-    assert hours["04+06"] > 0 and hours["05"] > 0 and hours["03"] > 0 and "GPU-hours per million" in proc.stdout
+    ct2 = next(row for path, row in rows.items() if path.endswith(": CTranslate2"))
+    assert ct2["same_beams"] == ct2["pieces"]  # float32 on the CPU: the two engines' best beams are the same
+    hours = rows["recipe GPU-hours"]
+    assert hours["04+06 fixed"] > 0 and hours["05"] > 0 and hours["03"] > 0
+    assert abs(hours["per million"] - hours["03"] - hours["05"]) < 1e-9
+    assert "fixed: 04 + 06, 300,000 steps" in proc.stdout and "per million self-generated captions" in proc.stdout
+
+
+def test_one_section_keeps_its_bound(tmp_path):
+    """--sections train04 alone still measures the staged bound beside 04."""
+    out = tmp_path / "rows.json"
+    run_one_thread("bench/bench_gpu.py", "--smoke", "--repeats", "2", "--sections", "train04", "--json", out)
+    row = next(r for r in json.loads(out.read_text()) if r["path"].startswith("training step as 04 runs it"))
+    assert row["peer"] == "staged bound" and row["peer_value"] > 0 and len(row["peer_rounds"]) == 2
 
 
 def test_gpu_profile_smoke_on_the_cpu():
