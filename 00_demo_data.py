@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -164,6 +165,16 @@ def describe_world(records: list, splits: list, out: Path, args, seconds: float)
     return counts
 
 
+def remove_other_images(folder: Path, kept: set) -> None:
+    """Remove the images an earlier, larger world of this command left in ``folder`` (its names, demo_NNNNNN.png,
+    outside ``kept``), so that a command reading the folder whole reads this world alone."""
+    earlier = [p for p in folder.glob("demo_*.png") if re.fullmatch(r"demo_\d{6}\.png", p.name) and p.name not in kept]
+    for path in earlier:
+        path.unlink()
+    if earlier:
+        print(f"removed {len(earlier)} images of an earlier, larger world from {folder}")
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     out = Path(args.out)
@@ -202,6 +213,7 @@ def main(argv=None) -> None:
     #    graphs, captions, references and features come back in id order
     records = make_images(jobs, config, args.workers, args.chunk)
     t_draw = time.time() - t_start
+    remove_other_images(out / "images", {r["filename"] for r in records})
 
     # 2. region features: one HDF5 group per caption id
     if not args.skip_features:

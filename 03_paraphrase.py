@@ -185,13 +185,16 @@ class ModelParaphraser:
                 if runtime.device_type(device) == "cuda":  # (on the CPU the padding would only cost time)
                     pad_vocabulary(self.model)
         except Exception as err:  # OSError (not found), ValueError / ImportError (cannot convert)
-            detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-            if "protobuf" in str(err) or "tiktoken" in str(err):
+            from clid.hub import is_local, load_problem
+
+            detail = load_problem(name, err)
+            if ("protobuf" in str(err) or "tiktoken" in str(err)) and "folder" not in detail:
                 detail = "its sentencepiece tokenizer needs the 'protobuf' package to load"
+            hub = DEFAULT_MODEL if is_local(name) else name
             raise SystemExit(
-                f"error: the paraphraser '{name}' cannot be loaded ({detail}). Use --model rules, or "
-                f"download it once with --allow-download (or where there is internet: huggingface-cli download {name} "
-                f"--local-dir DIR, then --model DIR).") from None
+                f"error: the paraphraser '{name}' cannot be loaded: {detail}. Use --model rules, or download it once "
+                f"with --allow-download (its source: {hub} on the Hugging Face hub; where there is internet: "
+                f"huggingface-cli download {hub} --local-dir DIR, then --model DIR).") from None
         if precision == "bf16" and self.model is not None:
             self.model = self.model.to(torch.bfloat16)
         self.max_length = min(max_length, getattr(self.tokenizer, "model_max_length", max_length) or max_length)

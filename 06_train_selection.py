@@ -147,7 +147,8 @@ def main(argv=None):
                           config.num_levels)
     val, _ = usable(items.val, config.levels, "val", features)
     check = same_on_every_rank(world)
-    texts = (caption_texts(examples.caption_ids, files.records(args.captions)[0], args.selfgen)
+    texts = (caption_texts(examples.caption_ids, files.records(args.captions)[0], args.selfgen,
+                           examples.digests)
              if (args.difficulty or "").startswith("clip:") else None)  # (CLIP reads the text, not the tokens)
     strategy = selection.make_strategy(args, data, examples, model, regions, device, out, u, val, texts,
                                        items.filenames, check, rank)

@@ -53,6 +53,37 @@ class WrappedHelpFormatter(HelpFormatter):
 # "argument --lr: must be a positive finite number, got 'nan'".
 
 
+def is_whole_number(text) -> bool:
+    """Whether ``text`` is a whole number written as people type it: digits 0-9 only, after an optional sign.
+    (``str.isdigit`` also passes "10²", which ``int`` refuses; ``int`` also reads "١٢" and "１２".)"""
+    text = str(text).strip()
+    body = text[1:] if text[:1] in ("+", "-") else text
+    return bool(body) and body.isascii() and body.isdigit()
+
+
+def whole_number(text) -> int:
+    """A number typed by a person (a level, an id, a shard index, a count) as an int; a ValueError that says
+    it must be written in the digits 0-9 otherwise (:func:`is_whole_number`)."""
+    if not is_whole_number(text):
+        raise ValueError(f"must be a whole number written in the digits 0-9, got {str(text)!r}")
+    return int(text)
+
+
+def level_numbers(values) -> list[int]:
+    """Level numbers from 1 as typed: "1 3 6", "1,3,6", "L3" (a leading L, as the reports name levels); a
+    ValueError names the value that is not one."""
+    out = []
+    for value in values:
+        for part in str(value).replace(",", " ").split():
+            number = part[1:] if part[:1] in ("L", "l") else part
+            if not is_whole_number(number) or int(number) < 1:
+                raise ValueError(f"takes level numbers from 1 written in the digits 0-9 (1 3 6, 1,3,6 or L3), got {part!r}")
+            out.append(int(number))
+    if not out:
+        raise ValueError("takes level numbers from 1 (1 3 6, 1,3,6 or L3), got none")
+    return out
+
+
 def number(kind=float, low=None, high=None, low_open=False, high_open=False, what: str | None = None):
     """An argparse ``type=`` for a finite ``kind`` (int or float) within [low, high] (a bound open with
     ``low_open`` / ``high_open``; None: unbounded). ``what`` words the error ("a positive integer")."""
@@ -69,9 +100,10 @@ def number(kind=float, low=None, high=None, low_open=False, high_open=False, wha
 
     def parse(text):
         try:
-            value = kind(text)
+            value = whole_number(text) if kind is int else kind(text)
         except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+            digits = " in the digits 0-9" if kind is int else ""
+            raise argparse.ArgumentTypeError(f"must be {what}{digits}, got {text!r}") from None
         if kind is float and not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
         if low is not None and (value < low or (low_open and value == low)):
@@ -138,12 +170,23 @@ def stay_offline(argv) -> bool:
     allowed downloads: ``--allow-download`` in ``argv``, or ``CLID_ALLOW_DOWNLOAD=1``. A value the user set
     for either variable is kept. Returns whether this run is offline.
 
-    Runs before the command imports a hub library, which reads the variables once, at import."""
-    if ALLOW_DOWNLOAD in argv or os.environ.get(ALLOW_DOWNLOAD_ENV) == "1":
+    Runs before the command imports a hub library, which reads the variables once, at import. The flag is
+    seen as argparse reads it: also abbreviated ("--allow-d"), as argparse accepts it."""
+    if allows_download(argv) or os.environ.get(ALLOW_DOWNLOAD_ENV) == "1":
         return False
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     return True
+
+
+def allows_download(argv) -> bool:
+    """Whether ``argv`` gives ``--allow-download``, whole or abbreviated to at least "--al" (before any "--")."""
+    for arg in map(str, argv):
+        if arg == "--":
+            return False
+        if len(arg) >= 4 and ALLOW_DOWNLOAD.startswith(arg):
+            return True
+    return False
 
 
 def is_offline() -> bool:

@@ -153,30 +153,65 @@ def read_jsonl(path, required: Iterable[str] = (), unique_id: bool | None = None
     required = tuple(required)
     unique_id = "id" in required if unique_id is None else unique_id
     seen: dict[str, tuple[int, object]] = {}
+    for number, line in text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(path, f"line {number}", f"not valid JSON ({err.msg})") from None
+        if problem := record_problem(record, required):
+            raise DataError(path, f"line {number}", problem)
+        if unique_id and "id" in record:
+            key = str(record["id"])
+            if key in seen:
+                line, first = seen[key]
+                shown = json.dumps(record["id"])
+                also = f"line {line}" + (f" (written {json.dumps(first)})" if first != record["id"] else "")
+                raise DataError(path, f"line {number}", f"id {shown} appears twice (also at {also}); "
+                                                        "every record needs its own id")
+            seen[key] = (number, record["id"])
+        yield record
+
+
+def text_lines(path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of a UTF-8 file (a BOM dropped; \\n, \\r\\n and \\r end a line, as in
+    text mode). Each line is decoded on its own, so a byte that is not UTF-8 is named on its own line."""
     number = 0
+    with open(path, "rb") as f:
+        for raw in f:
+            if number == 0 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DataError(path, f"line {number + 1}", "not UTF-8 text (is this the right file?)") from None
+            if "\r" in text:  # (a line ended by \r alone, or several)
+                parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+                for part in parts[:-1] if parts[-1] == "" else parts:
+                    number += 1
+                    yield number, part
+            else:
+                number += 1
+                yield number, text
+
+
+def read_state(path) -> tuple:
+    """What shows that a file was replaced or rewritten: its device, inode, size and modification time."""
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def check_unchanged(path, before: tuple) -> None:
+    """Refuse ``path`` (a DataError) when it is no longer the file :func:`read_state` saw as ``before``."""
     try:
-        with open(path, encoding="utf-8-sig") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise DataError(path, f"line {number}", f"not valid JSON ({err.msg})") from None
-                if problem := record_problem(record, required):
-                    raise DataError(path, f"line {number}", problem)
-                if unique_id and "id" in record:
-                    key = str(record["id"])
-                    if key in seen:
-                        line, first = seen[key]
-                        shown = json.dumps(record["id"])
-                        also = f"line {line}" + (f" (written {json.dumps(first)})" if first != record["id"] else "")
-                        raise DataError(path, f"line {number}", f"id {shown} appears twice (also at {also}); "
-                                                                "every record needs its own id")
-                    seen[key] = (number, record["id"])
-                yield record
-    except UnicodeDecodeError:
-        raise DataError(path, f"line {number + 1}", "not UTF-8 text (is this the right file?)") from None
+        now = read_state(path)
+    except OSError:
+        now = None
+    if now != before:
+        what = "was removed" if now is None else "was replaced" if now[:2] != before[:2] else "was rewritten"
+        raise DataError(path, None, f"the file {what} while it was read, so what was read may mix two versions; "
+                                    "run again once nothing writes it")
 
 
 def write_jsonl(path, records: Iterable[dict]) -> int:

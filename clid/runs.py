@@ -63,11 +63,17 @@ def run_record(args, inputs: Sequence[str] = (), settings: Sequence[str] = ()) -
 def record_differences(old: dict, new: dict) -> list[str]:
     """What differs between an earlier run's record and this run's, in words. A setting the earlier
     record lacks (a flag added to the code since) is not a difference, nor are the files of a flag it
-    recorded as a setting alone (an earlier version did not record them): its value is compared."""
+    recorded as a setting alone (an earlier version did not record them): its value is compared. A flag
+    that names files is compared by their state, not their path: a checkout moved elsewhere resumes."""
     out = []
+    old_inputs, new_inputs = old.get("inputs", {}), new.get("inputs", {})
     for flag in sorted(old.get("settings", {})):
         a, b = old["settings"][flag], new.get("settings", {}).get(flag)
         if json.loads(json.dumps(a)) != json.loads(json.dumps(b)):
+            files = [k for k in old_inputs if k == flag or k.startswith(flag + "[")]
+            if files and all(old_inputs[k] == new_inputs.get(k) for k in files) and set(files) == {
+                    k for k in new_inputs if k == flag or k.startswith(flag + "[")}:
+                continue  # (a file's path, moved with the checkout: its size and modification time are the same)
             out.append(f"{flag} {a} then, {b} now")
     for flag in sorted(set(old.get("inputs", {})) | set(new.get("inputs", {}))):
         a, b = old.get("inputs", {}).get(flag), new.get("inputs", {}).get(flag)
@@ -101,6 +107,10 @@ def check_own_output(out, command: str, replace: bool, flag: str = "--force") ->
     except (OSError, DataError):
         earlier = None
     if not isinstance(earlier, dict) or earlier.get("command") != command:
+        if isinstance(earlier, dict):  # (another command's record: a sharded stage's names no command)
+            writer = earlier.get("command") or "another command (a sharded stage, such as convert)"
+            raise SystemExit(f"error: --out {out} exists and {writer} wrote it, not {command} (its run record "
+                             f"{record_path(out).name} says so): give another --out, or {flag} to replace it")
         raise SystemExit(f"error: --out {out} exists and {command} did not write it (no run record "
                          f"{record_path(out).name} of it beside the file): give another --out, or {flag} to replace it")
 
@@ -123,8 +133,21 @@ BOTH = ("init", "continue_from")  # input flags whose value is recorded too ("--
 def training_record(args) -> dict:
     """The run record of a training run: its input files and its other flags."""
     names = [name for name in vars(args) if name not in NOT_RECORDED]
-    return run_record(args, inputs=[n for n in names if n in INPUT_FLAGS],
-                      settings=[n for n in names if n not in INPUT_FLAGS or n in BOTH])
+    return resolve_precision(run_record(args, inputs=[n for n in names if n in INPUT_FLAGS],
+                                        settings=[n for n in names if n not in INPUT_FLAGS or n in BOTH]))
+
+
+def resolve_precision(record: dict) -> dict:
+    """``record`` with its ``--precision`` as it resolves on this machine's device ("auto" is float32 on the
+    CPU, bfloat16 on a GPU: clid.runtime), as 05 records it; an earlier record's "auto" is read the same way."""
+    import torch
+
+    from clid import runtime
+
+    value = record.get("settings", {}).get("--precision")
+    if value in runtime.PRECISIONS:
+        record["settings"]["--precision"] = runtime.resolve(value, "cuda" if torch.cuda.is_available() else "cpu")
+    return record
 
 
 def earlier_record(config: dict) -> dict:
@@ -132,7 +155,7 @@ def earlier_record(config: dict) -> dict:
     its flags under "train" or as {"flags", "inputs"}: its flags are compared, not its files."""
     record = config.get("run")
     if isinstance(record, dict) and "settings" in record:
-        return record
+        return resolve_precision(record)
     flags = record.get("flags", {}) if isinstance(record, dict) else config["train"]
     return {"settings": {flag_name(k): v for k, v in flags.items() if k not in NOT_RECORDED and k not in INPUT_FLAGS}}
 
@@ -175,9 +198,16 @@ def check_resume(args, rank: int, world: int) -> None:
     if not isinstance(config, dict) or not isinstance(config.get("run", config.get("train")), dict):
         raise DataError(out / "config.json", None, "no run record: a damaged checkpoint (give --restart)")
     differences = record_differences(earlier_record(config), training_record(args))
+    fix = "Give --restart to start it over, or another --out"
+    if getattr(args, "recipe", None) == "demo" and any(d.startswith("--max-steps ") for d in differences):
+        from clid.model.train import DEMO_STEPS_ENV
+
+        differences = [d.replace("--max-steps", f"the steps (--max-steps, or {DEMO_STEPS_ENV} under --recipe demo)", 1)
+                       for d in differences]
+        fix = (f"Set {DEMO_STEPS_ENV} as then to resume it, or start it over: --restart, or remove {out} (make passes "
+               "no flags), or another --out")
     if differences:
-        raise SystemExit(f"error: {out} holds a run with other settings: {'; '.join(differences)}. "
-                         "Give --restart to start it over, or another --out")
+        raise SystemExit(f"error: {out} holds a run with other settings: {'; '.join(differences)}. {fix}")
 
 
 def already_trained(args, rank: int) -> bool:

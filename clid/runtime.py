@@ -20,6 +20,8 @@ import contextlib
 
 import torch
 
+from clid.cli import whole_number
+
 PRECISIONS = ("auto", "fp32", "bf16")
 PRECISION_HELP = ("auto: bfloat16 autocast on a GPU (TF32 for its float32 parts), float32 on the CPU; fp32: float32 "
                   "everywhere; bf16: bfloat16 autocast on any device")
@@ -69,9 +71,9 @@ def batch_size_arg(text: str):
     if text == "auto":
         return text
     try:
-        value = int(text)
+        value = whole_number(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive integer (digits 0-9) or 'auto', got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {value}")
     return value

@@ -564,7 +564,9 @@ def clip_similarity(folder, images, texts: list[str], image_ids: list[str], file
         model = CLIPModel.from_pretrained(str(folder)).to(device).eval()
         processor = CLIPProcessor.from_pretrained(str(folder))
     except (OSError, ValueError, TypeError) as err:
-        raise DataError(folder, None, f"not a transformers CLIP model folder ({str(err).splitlines()[0][:200]})") from None
+        from clid.hub import load_problem
+
+        raise DataError(folder, None, f"not a transformers CLIP model folder ({load_problem(str(folder), err)})") from None
     image_embeds = {}
     unique = list(dict.fromkeys(image_ids))
     with torch.no_grad():

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from clid import files
-from clid.cli import HelpFormatter, non_negative_int, positive_int, run_main
+from clid.cli import HelpFormatter, is_whole_number, non_negative_int, positive_int, run_main
 from clid.runs import record_differences, record_path
 
 
@@ -197,7 +197,7 @@ class Job:
                 tmp.unlink(missing_ok=True)
         for tmp in self.out.parent.glob(f".{self.out.name}.*tmp-*"):  # a killed merge's, when its writer is gone
             pid = tmp.name.rsplit(".tmp-", 1)[-1]
-            if not others(tmp, self.out.name) and ".chunk-" not in tmp.name and pid.isdigit() and not _alive(int(pid)):
+            if not others(tmp, self.out.name) and ".chunk-" not in tmp.name and is_whole_number(pid) and not _alive(int(pid)):
                 tmp.unlink(missing_ok=True)
 
     def _check_earlier_run(self, restart: bool) -> None:

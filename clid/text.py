@@ -96,8 +96,10 @@ def load_tokenizer(name_or_path: str | None = None):
         if len(tokenizer.vocab) <= len(tokenizer.all_special_tokens):  # (transformers 5 makes an empty one)
             raise OSError("no vocabulary there: no vocab.txt or tokenizer.json on disk")
     except OSError as err:
+        from clid.hub import load_problem
+
         raise SystemExit(
-            f"error: cannot load the tokenizer {source!r} ({err}). Give a local folder holding "
+            f"error: cannot load the tokenizer {source!r}: {load_problem(source, err)}. Give a local folder holding "
             "vocab.txt, leave the tokenizer unset to use the offline bert-base-uncased vocabulary, or let a hub "
             "name download (--allow-download, or CLID_ALLOW_DOWNLOAD=1)."
         ) from None

@@ -2046,6 +2046,141 @@ def test_gpu_check_arguments(tmp_path, args, message):
     assert not (tmp_path / "OUT").exists()
 
 
+# -- issue 47: numbers as people type them, ids that collide, dtypes said, moved inputs, models not found ---------
+def photos(d: Path, *names) -> Path:
+    """A folder of small PNG images named ``names``."""
+    from PIL import Image
+
+    folder = d / "photos"
+    folder.mkdir()
+    for k, name in enumerate(names):
+        Image.fromarray(np.full((32, 40, 3), 40 * k, np.uint8)).save(folder / name)
+    return folder
+
+
+def butd16(d: Path, dim: int = 2048) -> Path:
+    """Two bottom-up lines whose features are ``dim``-d float16 (2,048-d also reads as 1,024-d float32)."""
+    import base64
+
+    boxes = np.array([[1, 2, 30, 40], [5, 5, 20, 20]], np.float32)
+    features = np.abs(np.random.default_rng(0).normal(size=(2, dim))).astype(np.float16)
+    return tsv(d, ["\t".join([str(i), "64", "48", "2", base64.b64encode(boxes.tobytes()).decode(),
+                              base64.b64encode(features.tobytes()).decode()]) for i in (1, 2)])
+
+
+def late_bad_byte(w: World, d: Path, at: int = 1500) -> Path:
+    """The self-generated captions, repeated to 2,000 lines (new ids), with a byte that is not UTF-8 on line ``at``."""
+    records = SELFGEN_RECORDS(w)
+    lines = [json.dumps(dict(records[k % len(records)], id=f"x{k}")).encode() for k in range(2000)]
+    lines[at - 1] = lines[at - 1].replace(b"a dog", b"a d\xe9g")
+    return write(d, "s.jsonl", b"\n".join(lines) + b"\n")
+
+
+def trained_then(w: World, d: Path, *extra) -> list:
+    """04's arguments of a run already trained into d/out, given again with ``extra``."""
+    _must(run_stage("04", w.train_args(d / "out")))
+    return w.train_args(d / "out", *extra)
+
+
+def moved_inputs(w: World, d: Path) -> list:
+    """03 (rules) run on inputs in d/a, then the folder moved to d/b: the same command in the new place."""
+    (d / "a").mkdir()
+    shutil.copy(w.selfgen, d / "a" / "s.jsonl")
+    _must(run_stage("03", ["--in", d / "a" / "s.jsonl", "--out", d / "a" / "p.jsonl", "--model", "rules"]))
+    (d / "a").rename(d / "b")
+    return ["--in", d / "b" / "s.jsonl", "--out", d / "b" / "p.jsonl", "--model", "rules"]
+
+
+def demo_then_smaller(w: World, d: Path) -> list:
+    _must(run_stage("00", ["--out", d / "demo", "--skip-features", "--n-train", "6", "--n-val", "2", "--n-test", "2",
+                           "--size", "96", "--workers", "1"]))
+    return ["--out", d / "demo", "--skip-features", "--n-train", "3", "--n-val", "1", "--n-test", "1", "--size", "96",
+            "--workers", "1"]
+
+
+GRID = ["--boxes", "grid", "2"]
+row("features", "ids-auto-two-photos-one-id", lambda w, d: ["--images", photos(d, "9.png", "COCO_val2014_000000000009.png"),
+                                                            *GRID, "--out", d / "f.h5"], "gets the image id 9")
+row("features", "ids-keep-two-extensions-one-id", lambda w, d: ["--images", photos(d, "a.png", "a.jpg"), *GRID, "--ids", "keep",
+                                                                "--out", d / "f.h5"], "differ only in the extension")
+row("features", "ids-auto-two-photos-one-id-detections", lambda w, d: ["--images", photos(d, "9.png", "000000000009.png"), "--detections",
+                                                                       write(d, "det.json", {"9": [{"rect": [1, 2, 20, 20], "conf": 0.9}]}),
+                                                                       "--out", d / "f.h5"], "gets the image id 9")
+row("features", "ids-auto-two-detection-keys-one-id", lambda w, d: ["--images", photos(d, "9.png"), "--detections", write(
+    d, "det.json", {"9.jpg": [{"rect": [1, 2, 20, 20], "conf": 0.9}], "COCO_val2014_000000000009.jpg": [
+        {"rect": [3, 3, 20, 20], "conf": 0.8}]}), "--out", d / "f.h5"], "gets the image id 9")
+row("features", "ids-auto-superscript-file-name", lambda w, d: ["--images", photos(d, "10\u00b2.png"), *GRID, "--out", d / "f.h5"],
+    "0 of 1 images mapped from coco file names", "ok")
+row("features", "ids-auto-said-out-loud", lambda w, d: ["--images", photos(d, "COCO_val2014_000000000009.png", "x.png"), *GRID,
+                                                        "--out", d / "f.h5"], "1 of 2 images mapped from coco file names", "ok")
+row("features", "grid-superscript", lambda w, d: ["--images", w.images, "--boxes", "grid", "2\u00b2", "--out", d / "f.h5"],
+    "digits 0-9|whole number")
+row("features", "grid-over-a-converted-file", lambda w, d: (_must(run_stage("features", convert_args(d, "butd", tsv(d, butd_lines())))),
+                                                            ["--images", w.images, *GRID, "--out", d / "f.h5"])[1],
+    "wrote it, not python -m clid.features")
+row("features", "convert-butd-float16-2048", lambda w, d: convert_args(d, "butd", butd16(d)), "2048-d float16 features", "ok")
+row("features", "convert-butd-float16-dim-2048", lambda w, d: convert_args(d, "butd", butd16(d), extra=["--dim", "2048"]),
+    "2048-d float16 features (--dim 2048)", "ok")
+row("features", "convert-butd-float16-dim-1024", lambda w, d: convert_args(d, "butd", butd16(d), extra=["--dim", "1024"]),
+    "1024-d float32 features (--dim 1024)", "ok")
+row("features", "convert-butd-float16-dim-wrong", lambda w, d: convert_args(d, "butd", butd16(d), extra=["--dim", "999"]),
+    "not 999 float16, float32 or float64 values")
+row("features", "convert-butd-float16-not-2048", lambda w, d: convert_args(d, "butd", butd16(d, 512)), "256-d float32", "ok")
+row("features", "convert-butd-float32-said", lambda w, d: convert_args(d, "butd", tsv(d, butd_lines())), "16-d float32 features", "ok")
+row("features", "convert-butd-float64-dim", lambda w, d: convert_args(d, "butd", tsv(d, butd64()), extra=["--dim", "16"]),
+    "16-d float64 features (--dim 16)", "ok")
+row("features", "convert-dim-superscript", lambda w, d: convert_args(d, "butd", tsv(d, butd_lines()), extra=["--dim", "16\u00b2"]),
+    "argument --dim")
+row("features", "convert-butd-num-boxes-superscript", lambda w, d: convert_args(d, "butd", tsv(d, butd_lines(
+    lambda lines: [lines[0].replace("\t2\t", "\t2\u00b2\t", 1), lines[1]]))), "num_boxes must be numbers")
+row("07", "generated-level-superscript", lambda w, d: w.eval_args(d / "out", "--generated", jsonl_lines(
+    w.generated, d, first(level="1\u00b2"), "g.jsonl")), "'level' must be a level number")
+row("07", "generated-level-arabic-indic", lambda w, d: w.eval_args(d / "out", "--generated", jsonl_lines(
+    w.generated, d, first(level="\u0661"), "g.jsonl")), "'level' must be a level number")
+row("07", "generated-image-id-superscript", lambda w, d: w.eval_args(d / "out", "--generated", jsonl_lines(
+    w.generated, d, first(image_id="11\u00b2"), "g.jsonl")), "left out 1 captions of images that are not test images", "ok")
+for stage, valid in [("caption", lambda w, d: w.caption_args(d)), ("shard", lambda w, d: ["merge", d / "o.jsonl"])]:
+    for flag, value in [("--num-shards", "2\u00b2"), ("--num-shards", "\uff12"), ("--shard-id", "\u0661")][:3 if stage == "caption" else 2]:
+        row(stage, f"{flag[2:]}-{value.encode('unicode_escape').decode()}",
+            lambda w, d, valid=valid, flag=flag, value=value: valid(w, d) + [flag, value], f"argument {flag}")
+row("caption", "levels-L1", lambda w, d: w.caption_args(d, "--levels", "L1"), "captions of", "ok")
+row("caption", "levels-comma-list", lambda w, d: w.caption_args(d, "--levels", "1,1"), "captions of", "ok")
+row("caption", "levels-superscript", lambda w, d: w.caption_args(d, "--levels", "1\u00b2"), "digits 0-9")
+row("caption", "levels-zero", lambda w, d: w.caption_args(d, "--levels", "L0"), "level numbers from 1")
+row("caption", "limit-superscript", lambda w, d: w.caption_args(d, "--limit", "3\u00b2"), "argument --limit")
+row("04", "max-steps-fullwidth", lambda w, d: w.train_args(d / "out", "--max-steps", "\uff12"), "argument --max-steps")
+row("04", "batch-size-superscript", lambda w, d: w.train_args(d / "out", "--batch-size", "4\u00b2"), "argument --batch-size")
+row("04", "workers-above-the-cores", lambda w, d: w.train_args(d / "out", "--workers", "4096"), "argument --workers")
+row("06", "workers-above-the-cores", lambda w, d: w.selection_args(d / "out", "--workers", "4096"), "argument --workers")
+row("04", "resume-precision-fp32-after-auto", lambda w, d: trained_then(w, d, "--precision", "fp32"), "already trained", "ok")
+row("04", "bert-folder-not-found", lambda w, d: w.train_args(d / "out", "--preset", "labert", "--bert", d / "nope"),
+    "not found: there is no folder")
+row("04", "bert-folder-empty", lambda w, d: w.train_args(d / "out", "--preset", "minilm", "--bert", (d / "e").mkdir() or d / "e"),
+    "is empty")
+row("03", "model-folder-empty", lambda w, d: ["--in", w.selfgen, "--out", d / "p.jsonl", "--model", (d / "e").mkdir() or d / "e"],
+    "is empty. use --model rules")
+row("03", "model-folder-not-found", lambda w, d: ["--in", w.selfgen, "--out", d / "p.jsonl", "--model", d / "nope"],
+    "tuner007/pegasus_paraphrase on the hugging face hub")
+row("03", "model-hub-name-offline", lambda w, d: ["--in", w.selfgen, "--out", d / "p.jsonl", "--model", "some-org/some-model"],
+    "not on disk, and this run is offline")
+row("03", "inputs-moved-with-the-checkout", moved_inputs, "nothing to do|already", "ok")
+row("05", "selfgen-non-utf8-on-line-1500", lambda w, d: w.score_args(d / "q.h5", "--selfgen", late_bad_byte(w, d)),
+    "line 1500: not utf-8")
+row("04", "selfgen-non-utf8-on-line-1500", lambda w, d: w.train_args(d / "out", "--data", "extended", "--selfgen", late_bad_byte(w, d)),
+    "line 1500: not utf-8")
+row("04", "token-cache-name-too-long", lambda w, d: w.train_args(d / "out", "--data", "extended", "--token-cache", "--selfgen", write(
+    d, "s" * 236 + ".jsonl", w.selfgen.read_text())), "going on without it", "ok")
+row("00", "rebuilt-smaller-in-the-same-folder", demo_then_smaller, "removed 5 images of an earlier, larger world", "ok")
+DATASET_12 = lambda f: (f.__delitem__("12"), f.create_dataset("12", data=np.zeros((3, 16), np.float32)))  # noqa: E731
+row("04", "features-test-image-a-dataset-found-at-open", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
+    w.features, d, DATASET_12)), "image 12: is a dataset, not a group")
+row("07", "features-test-image-a-dataset-found-at-open", lambda w, d: ["--refs", w.captions, "--checkpoint", w.trusted, "--out", d / "out",
+                                                                      "--spice", "off", "--features", h5_changed(w.features, d, DATASET_12)],
+    "image 12: is a dataset, not a group")
+row("04", "features-test-image-a-dataset-skipped", lambda w, d: w.train_args(d / "out", "--bad-features", "skip", "--features", h5_changed(
+    w.features, d, DATASET_12)), "bad region features", "skip")
+
+
 # ---------------------------------------------------------------------------------------------
 # The test
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from clid import runs, runtime, shard
 from clid.caption import CaptionWriter, add_decoding_args, caption_records, decode_steps, default_device, describe_levels
 from clid.caption.gallery import THUMBNAIL_SIDE, image_files, is_gallery, thumbnail, write_gallery
-from clid.cli import HelpFormatter, device, positive_int, run_main
+from clid.cli import HelpFormatter, device, level_numbers, positive_int, run_main
 from clid.features.store import FeatureStore, add_bad_features_arg
 from clid.files import DataError, check_not_input, natural_key, read_jsonl, write_jsonl
 
@@ -63,9 +63,10 @@ def parse_args(argv=None):
     if args.levels in (None, ["all"]):
         args.levels = "all"
     else:
-        if not all(level.isdigit() and int(level) >= 1 for level in args.levels):
-            p.error(f"--levels takes level numbers from 1, or 'all'; got {' '.join(args.levels)}")
-        args.levels = [int(level) for level in args.levels]
+        try:
+            args.levels = level_numbers(args.levels)
+        except ValueError as err:
+            p.error(f"--levels {err}, or 'all'")
     if Path(args.out).suffix != ".jsonl":
         p.error(f"--out {args.out}: the captions file must end in .jsonl")
     if not args.gallery and (args.images or args.compare):

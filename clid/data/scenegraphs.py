@@ -15,6 +15,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
+from clid.cli import is_whole_number
 from clid.data.records import Relation, SceneGraph, SGObject, _first_time, _image_id, _list, _need, _number, _show, _string
 from clid.data.splits import COCO_FILE_NAME
 from clid.files import DataError, id_problem, read_json
@@ -166,7 +167,7 @@ def image_key_to_id(key: str) -> str:
     match = COCO_FILE_NAME.fullmatch(stem)
     if match:
         return str(int(match.group(2)))
-    return str(int(stem)) if stem.isdigit() else stem
+    return str(int(stem)) if is_whole_number(stem) and stem.isdigit() else stem
 
 
 def load_labelmap(path) -> dict[str, dict[int, str]]:

@@ -7,6 +7,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from clid.cli import is_whole_number
 from clid.data.captions import load_any, load_coco_captions, load_karpathy, read_id_list
 from clid.data.records import ImageCaptions
 from clid.files import DataError, natural_key, read_json
@@ -94,7 +95,7 @@ def convert_coco(caption_paths, karpathy_path=None, val_size: int = 5000) -> tup
     images = []
     for image_id in sorted(records, key=natural_key):
         r = records[image_id]
-        images.append({"cocoid": int(image_id) if image_id.isdigit() else image_id,
+        images.append({"cocoid": int(image_id) if is_whole_number(image_id) and image_id.isdigit() else image_id,
                        "filepath": coco_folder(r.filename), "filename": Path(r.filename).name,
                        "split": split_of[image_id],
                        "sentences": [{"raw": raw, "tokens": text.split()} for raw, text in zip(r.raw, r.captions)]})

@@ -73,11 +73,30 @@ def make_images(jobs: list, config: dict, workers: int, chunk: int) -> list[dict
     with Progress(len(jobs), "drawing and encoding", "img") as progress:
         if workers > 1:
             import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+            from concurrent.futures.process import BrokenProcessPool
 
-            with multiprocessing.get_context("fork").Pool(workers, init_worker, (config, 1)) as pool:
-                for part in pool.imap(make_chunk, chunks):
-                    records += part
-                    progress.update(len(part))
+            from clid.model.parallel_read import how_it_died
+
+            # (unlike multiprocessing.Pool, whose lost chunk is waited for forever, a process that dies breaks the
+            # pool at once)
+            ends = []
+            try:
+                with ProcessPoolExecutor(workers, multiprocessing.get_context("fork"), init_worker, (config, 1)) as pool:
+                    try:
+                        for part in pool.map(make_chunk, chunks):
+                            records += part
+                            progress.update(len(part))
+                    except BrokenProcessPool:
+                        ends = [p.exitcode for p in (getattr(pool, "_processes", None) or {}).values() if p.exitcode]
+                        raise
+            except BrokenProcessPool:
+                for tmp in (Path(config["out"]) / "images").glob(".demo_*.png.tmp-*"):  # (the other processes' writes,
+                    tmp.unlink(missing_ok=True)                                          # cut short: they have ended)
+                raise SystemExit(f"error: {config['out']}: a process drawing the images "
+                                 f"{how_it_died(ends[0]) if ends else 'ended'}; every image written is whole and no "
+                                 "world.json was written: run the same command again (--workers 1: this process "
+                                 "alone)") from None
         else:
             init_worker(config, 1)  # one thread, as in the workers: features do not depend on --workers
             for jobs_of_chunk in chunks:

@@ -39,7 +39,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clid.cli import is_offline
+from clid.cli import is_offline, is_whole_number
 from clid.data.captions import (
     detect_format,
     load_coco_captions,
@@ -427,7 +427,7 @@ def read_generated(path, num_levels: int | None = None, with_filled: bool = Fals
     for number, record in enumerate(read_jsonl(path, required=("image_id", "level", "caption")), 1):
         where = f"record {number} (image {record['image_id']})"
         level = record["level"]
-        if isinstance(level, bool) or not (isinstance(level, int) or (isinstance(level, str) and level.isdigit())):
+        if isinstance(level, bool) or not (isinstance(level, int) or (isinstance(level, str) and is_whole_number(level))):
             raise DataError(path, where, f"'level' must be a level number, got {level!r}")
         level = int(level)
         if level < 1 or (num_levels is not None and level > num_levels):

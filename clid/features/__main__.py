@@ -35,7 +35,7 @@ import numpy as np
 from PIL import Image
 
 from clid import runs
-from clid.cli import HelpFormatter, number, positive_int, run_main, unit_interval
+from clid.cli import HelpFormatter, number, positive_int, run_main, unit_interval, whole_number
 from clid.data.scenegraphs import image_key_to_id
 from clid.features.encoder import (
     RegionFeatures,
@@ -57,7 +57,7 @@ MAX_GRID = math.isqrt(MAX_REGIONS - 1)  # N x N boxes and the whole image: at mo
 def grid_size(text: str) -> int:
     """argparse type of N in ``--boxes grid N``: a whole number in 1..MAX_GRID."""
     try:
-        n = int(text)
+        n = whole_number(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"N must be a whole number, not {text!r}") from None
     if not 1 <= n <= MAX_GRID:

@@ -45,10 +45,10 @@ from pathlib import Path
 import numpy as np
 
 from clid import runs, shard
-from clid.cli import HelpFormatter, positive_int
+from clid.cli import HelpFormatter, positive_int, whole_number
 from clid.data.scenegraphs import image_key_to_id, load_sizes
 from clid.features.store import Regions, region_problem, write_features
-from clid.files import DataError, open_h5, read_json
+from clid.files import DataError, check_unchanged, open_h5, read_json, read_state
 
 FORMATS = ("vlp", "butd", "vinvl")
 KINDS = {"vlp": "vlp-fc6", "butd": "butd", "vinvl": "vinvl"}
@@ -57,6 +57,7 @@ CLS_FILE = re.compile(r"_cls(\d{3})\.h5$")
 PROGRESS_SECONDS = 10
 KEY_BYTES = 4096  # a TSV line's first bytes, read for its key when the file is indexed
 FLOAT64 = "records of float64 values, converted to float32"  # (a count of the summary)
+BUTD_DIM = 2048  # the bottom-up release's feature dimension (ResNet-101 pool5), as documented
 
 
 
@@ -75,6 +76,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--bad-records", choices=["error", "skip"], default="error",
                    help="a malformed record: error (stop, naming the file and the record) or skip (left out, "
                         "counted, listed in OUT.skipped.tsv)")
+    p.add_argument("--dim", type=positive_int, default=None, metavar="D",
+                   help=f"butd: the features' dimension; the byte count of a record then says float16, float32 or "
+                        f"float64 (default: the dtype read from the values, {BUTD_DIM} as released where a payload "
+                        "fits two)")
     p.add_argument("--chunk-size", type=positive_int, default=1000, help="images per resumable chunk")
     shard.add_shard_args(p)
     args = p.parse_args(argv)
@@ -131,6 +136,29 @@ def float_rows(raw: bytes, rows: int, path, where, what: str, width: int | None 
             return wide.astype(np.float32).reshape(rows, -1), "float64"
     raise DataError(path, where, f"'{what}' read as float32 holds values like {values[~(np.abs(values) <= 1e6)][0]:g}, "
                                  "and as float64 no plausible values either: not float32 or float64 features")
+
+
+def butd_feature_rows(raw: bytes, rows: int, path, where, dim: int | None) -> tuple[np.ndarray, str]:
+    """``([rows, D] float32, dtype)`` of a bottom-up record's features, written as float16, float32 or float64.
+    With ``dim`` (--dim) the byte count says which. Otherwise :func:`float_rows` reads float32 or float64, and a
+    payload that also reads as finite float16 values of the release's dimension (:data:`BUTD_DIM`) is float16:
+    its float32 reading, of half that width, looks as plausible."""
+    readings = {dtype: len(raw) // (rows * np.dtype(dtype).itemsize) for dtype in ("float16", "float32", "float64")
+                if len(raw) % (rows * np.dtype(dtype).itemsize) == 0}
+    if dim is not None:
+        dtype = next((t for t, d in readings.items() if d == dim), None)
+        if dtype is None:
+            raise DataError(path, where, f"'features' holds {len(raw)} bytes: not {dim} float16, float32 or float64 "
+                                         f"values (--dim {dim}) for each of {rows} rows")
+        values = np.frombuffer(raw, dtype)
+        if not np.isfinite(values).all() or implausible(values):
+            raise DataError(path, where, f"'features' read as {dim}-d {dtype} (--dim {dim}) holds values that no "
+                                         "detector writes (NaN, inf or beyond 1e6): is --dim right?")
+        return values.astype(np.float32).reshape(rows, dim), dtype
+    half = np.frombuffer(raw, np.float16) if readings.get("float16") == BUTD_DIM else None
+    if half is not None and np.isfinite(half).all() and not implausible(half):
+        return half.astype(np.float32).reshape(rows, BUTD_DIM), "float16"
+    return float_rows(raw, rows, path, where, "features")
 
 
 def load_size_table(path) -> dict[str, tuple[float, float]]:
@@ -422,8 +450,9 @@ class TSV(Converter):
 
     def index(self) -> list:
         """(file number, byte offset, line number, key) of every record (not blank lines or a header)."""
-        items = []
+        items, self.states = [], {}
         for n, path in enumerate(self.files):
+            self.states[n] = read_state(path)  # (each chunk's read checks that the file is still this one)
             with open(path, "rb") as f:
                 for offset, line in line_index(path):
                     f.seek(offset)
@@ -446,6 +475,7 @@ class TSV(Converter):
                 n, offset = item[:2]
                 if n not in handles:
                     handles[n] = open(self.files[n], "rb")
+                    check_unchanged(self.files[n], self.states[n])
                 handles[n].seek(offset)
                 text = handles[n].readline().rstrip(b"\r\n")
                 path, where, _ = self.place(item)
@@ -472,7 +502,7 @@ class BUTD(TSV):
                                          + ", ".join(self.FIELDS))
         key = fields[0].strip()
         try:
-            width, height, count = float(fields[1]), float(fields[2]), int(fields[3])
+            width, height, count = float(fields[1]), float(fields[2]), whole_number(fields[3])
         except ValueError:
             raise DataError(path, where, f"image_w, image_h, num_boxes must be numbers, got {fields[1:4]}") from None
         raw_boxes = decode_base64(fields[4], path, where, "boxes")
@@ -480,9 +510,12 @@ class BUTD(TSV):
         if count < 1 or len(raw_boxes) not in (16 * count, 32 * count):  # 4 float32 or float64 values a box
             raise DataError(path, where, f"num_boxes {count}, but 'boxes' holds {len(raw_boxes) // 4} values (4 a box)")
         boxes, box_type = float_rows(raw_boxes, count, path, where, "boxes", width=4)
-        features, feature_type = float_rows(raw_features, count, path, where, "features")
-        wide = [FLOAT64] if "float64" in (box_type, feature_type) else []
-        return self.regions(path, where, key, features, boxes, given_size=(width, height), notes=wide)
+        features, feature_type = butd_feature_rows(raw_features, count, path, where, self.args.dim)
+        notes = [FLOAT64] if "float64" in (box_type, feature_type) else []
+        notes.append(f"records of {features.shape[1]}-d {feature_type} features"
+                     + (f" (--dim {self.args.dim})" if self.args.dim else " (the dtype read from the values and the "
+                        "byte count; --dim D says it)"))
+        return self.regions(path, where, key, features, boxes, given_size=(width, height), notes=notes)
 
 
 class VinVL(TSV):
@@ -561,6 +594,7 @@ def summary(out: Path) -> list[str]:
     lines.append("image sizes from " + ", ".join(sources))
     if counts[FLOAT64]:
         lines.append(f"{counts[FLOAT64]} {FLOAT64}")
+    lines += [f"{n} {what}" for what, n in sorted(counts.items()) if what.startswith("records of ") and what != FLOAT64]
     skipped = shard.read_table(shard.side_path(out, "skipped.tsv"))
     if skipped:
         lines.append(f"skipped {len(skipped)} malformed record(s), listed in {shard.side_path(out, 'skipped.tsv')}; "
@@ -570,7 +604,7 @@ def summary(out: Path) -> list[str]:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    record = runs.run_record(args, inputs=("inputs", "sizes"), settings=("format", "ids", "bad_records"))
+    record = runs.run_record(args, inputs=("inputs", "sizes"), settings=("format", "ids", "bad_records", "dim"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     converter = CONVERTERS[args.format](args)
     items = [] if job.done else converter.index()

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from clid.cli import is_whole_number
 from clid.data.scenegraphs import load_image_data, load_scene_graphs
 from clid.features.store import MAX_REGIONS
 from clid.files import DataError, natural_key, read_json
@@ -194,15 +195,22 @@ def grid_regions(images: Path, n: int, to_id=keep_key) -> tuple[list, list]:
     """``(image id, image file, boxes, None)`` of every image in the folder, its boxes an n x n grid; the
     id is ``to_id`` of the file name (:func:`keep_key`: the file-name stem). (Boxes are made from the
     image's size when it is read.)"""
-    items, skipped, seen = [], [], {}
+    items, seen = [], {}
     for path in image_files(images):
         image_id = to_id(path.name)
         if image_id in seen:
-            skipped.append((image_id, f"{path} has the id of {seen[image_id]}"))
-            continue
+            raise collision(seen[image_id], path, image_id, to_id)
         seen[image_id] = path
         items.append((image_id, path, ("grid", n), None))
-    return items, skipped
+    return items, []
+
+
+def collision(first, second, image_id: str, to_id) -> DataError:
+    """Two inputs (files or image keys) whose ids are one after mapping: refused, naming both."""
+    how = ("--ids auto reads a COCO file name or a zero-padded number as the COCO id; give --ids keep, or rename one"
+           if to_id is not keep_key else "their names differ only in the extension: rename one")
+    return DataError(second, None, f"gets the image id {image_id}, as {first} does ({how}); two inputs never make "
+                                   "one image's regions")
 
 
 def _detection_box(value, path, where) -> tuple[list[float], float]:
@@ -241,13 +249,20 @@ def load_detections(path, to_id=None) -> dict[str, list[tuple[list[float], float
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         head = f.read(65536).lstrip()
     out: dict[str, list] = {}
+    keys: dict[str, str] = {}  # image id -> the first key read as it
+
+    def id_of(key: str, where: str) -> str:
+        image_id = to_id(key)
+        if keys.setdefault(image_id, key) != key:
+            raise collision(f"image key {keys[image_id]!r}", f"{path}: {where}: image key {key!r}", image_id, to_id)
+        return image_id
     if head[:1] in "{[":
         data = read_json(path)
         if isinstance(data, dict):
             for key, boxes in data.items():
                 if not isinstance(boxes, list):
                     raise DataError(path, f"image {key}", "expected a list of boxes")
-                out.setdefault(to_id(str(key)), []).extend(
+                out.setdefault(id_of(str(key), f"image {key}"), []).extend(
                     _detection_box(b, path, f"image {key} box {n}") for n, b in enumerate(boxes))
             return out
         for n, record in enumerate(data):
@@ -259,7 +274,7 @@ def load_detections(path, to_id=None) -> dict[str, list[tuple[list[float], float
             except (TypeError, ValueError):
                 raise DataError(path, where, f"'bbox' must be four numbers [x, y, w, h], got {record['bbox']!r}") from None
             box, conf = _detection_box({"rect": [x, y, x + w, y + h], "score": record.get("score", 1.0)}, path, where)
-            out.setdefault(to_id(str(record["image_id"])), []).append((box, conf))
+            out.setdefault(id_of(str(record["image_id"]), where), []).append((box, conf))
         return out
     for number, line in tsv_lines(path):
         if line is NOT_UTF8:
@@ -281,7 +296,7 @@ def load_detections(path, to_id=None) -> dict[str, list[tuple[list[float], float
         elif len(fields) == 6:  # the bottom-up TSV: image_id, image_w, image_h, num_boxes, boxes, features
             if key == "image_id":
                 continue
-            if not fields[3].strip().isdigit() or int(fields[3]) < 1:
+            if not is_whole_number(fields[3]) or int(fields[3]) < 1:
                 raise DataError(path, where, f"num_boxes must be a positive whole number, got {fields[3]!r}")
             raw = decode_base64(fields[4], path, where, "boxes")
             boxes, _ = float_rows(raw, int(fields[3]), path, where, "boxes", width=4)
@@ -289,7 +304,7 @@ def load_detections(path, to_id=None) -> dict[str, list[tuple[list[float], float
         else:
             raise DataError(path, where, f"{len(fields)} tab-separated fields: neither the bottom-up TSV (6) nor "
                                          "a Scene Graph Benchmark TSV (an image key, a tab, JSON)")
-        out.setdefault(to_id(key), []).extend(found)
+        out.setdefault(id_of(key, f"line {number}"), []).extend(found)
     return out
 
 
@@ -301,9 +316,13 @@ def detection_regions(detections, images: Path, min_conf: float, max_boxes: int,
 
     to_id = to_id or image_key_to_id
     found = load_detections(detections, to_id)
-    files = {}
+    files, by_id = {}, {}
     for path in image_files(images):
-        for key in (to_id(path.name), path.name, path.stem):
+        image_id = to_id(path.name)
+        if image_id in by_id and image_id in found:
+            raise collision(by_id[image_id], path, image_id, to_id)
+        by_id.setdefault(image_id, path)
+        for key in (image_id, path.name, path.stem):
             files.setdefault(key, path)
     items, skipped = [], []
     for image_id in sorted(found, key=natural_key):

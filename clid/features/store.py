@@ -232,6 +232,9 @@ def add_bad_features_arg(parser) -> None:
                              "skip (leave the image out, counted and reported)")
 
 
+NOT_A_GROUP = "is a dataset, not a group (features, boxes, width, height)"
+
+
 class FeatureStore:
     """Read-only access to the region-feature HDF5 (one group per image id).
 
@@ -257,6 +260,11 @@ class FeatureStore:
             raise DataError(self.path, None, "holds no image (expected one group per image id)")
         check_image_groups(self._file, self.path, "region-feature")
         self._verdicts: dict[str, str | None] = {}  # image id -> its problem (None: good)
+        for key in self.entries_not_groups():  # (found now, not when the image is first read, hours in)
+            if bad == "error":
+                raise DataError(self.path, f"image {key}", f"{NOT_A_GROUP}: the file's layout is wrong for this "
+                                                           "image; rewrite it, or give --bad-features skip")
+            self._verdicts[key] = NOT_A_GROUP
         self._shape: tuple[int, int] | None = None  # (D, C) of the file's first well-formed image
         kind = self._file.attrs.get("feature_kind")
         #: what the features are (``feature_kind``), or None for a file written before it was recorded
@@ -267,6 +275,12 @@ class FeatureStore:
         except (TypeError, ValueError):
             raise DataError(self.path, "attribute 'feature_dim'", f"{dim!r} is not a whole number") from None
         self._file_shape()  # (a file with no features at all is refused now)
+
+    def entries_not_groups(self) -> list[str]:
+        """The file's top-level entries that are not groups (one link lookup each, no object opened: about a
+        second for COCO's 123,287 images)."""
+        root = self._file.id
+        return [name for name in self._file.keys() if h5py.h5g.get_objinfo(root, name.encode()).type != h5py.h5g.GROUP]
 
     def __contains__(self, image_id) -> bool:
         key = str(image_id)
@@ -315,7 +329,7 @@ class FeatureStore:
         """The stored arrays of one image; a missing dataset or attribute is a DataError."""
         group = self._file[key]
         if not isinstance(group, h5py.Group):
-            raise DataError(self.path, f"image {key}", "is a dataset, not a group (features, boxes, width, height)")
+            raise DataError(self.path, f"image {key}", NOT_A_GROUP)
         for name in ("features", "boxes", "cls_prob"):
             if name not in group:
                 if name == "cls_prob":

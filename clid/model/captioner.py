@@ -34,6 +34,7 @@ tokenizer files, so the folder alone rebuilds the model; loading never unpickles
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -137,7 +138,7 @@ def preset_config(preset: str, region_dim: int, levels="caption", bert: str | No
     init_from = options.pop("init_from", None)
     if init_from is not None:
         init_from = bert or (minilm_path() if init_from == "minilm" else init_from)
-        bert_config = _bert_config(init_from)
+        bert_config = _bert_config(init_from, BERT_SOURCES["labert" if preset == "labert" else "minilm"])
         options.update(hidden_size=bert_config.hidden_size, num_layers=bert_config.num_hidden_layers,
                        num_heads=bert_config.num_attention_heads, intermediate_size=bert_config.intermediate_size,
                        max_position=bert_config.max_position_embeddings, vocab_size=bert_config.vocab_size,
@@ -150,15 +151,23 @@ def preset_config(preset: str, region_dim: int, levels="caption", bert: str | No
                            box_input=box_input, region_dropout=region_dropout, tie_head=tie_head, **options)
 
 
-def _bert_config(name_or_path: str):
+BERT_SOURCES = {"labert": "bert-base-uncased", "minilm": "sentence-transformers/all-MiniLM-L6-v2"}  # (hub names)
+
+
+def _bert_config(name_or_path: str, source: str = BERT_SOURCES["labert"]):
+    """The BERT config of a folder or hub name; one line naming ``source`` (the hub name it comes from) otherwise."""
     from transformers import BertConfig
 
+    from clid.hub import is_local, load_problem
+
     try:
+        if is_local(name_or_path) and not (Path(name_or_path).expanduser() / "config.json").is_file():
+            raise OSError("no config.json")
         return BertConfig.from_pretrained(name_or_path)
     except OSError as err:
-        raise SystemExit(f"error: cannot load the BERT config of {name_or_path!r} ({err}). Give a local "
-                         "BERT folder with --bert, use --preset minilm (offline) or tiny, or let the hub name "
-                         "download (--allow-download).") from None
+        raise SystemExit(f"error: cannot load the BERT config of {name_or_path!r}: {load_problem(name_or_path, err)}. "
+                         f"Give a local BERT folder with --bert (its source: {source} on the Hugging Face hub), use "
+                         "--preset minilm (offline) or tiny, or let the hub name download (--allow-download).") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,7 +541,11 @@ def load_bert_weights(model: Captioner, name_or_path: str) -> None:
     try:
         bert = BertModel.from_pretrained(name_or_path)
     except OSError as err:
-        raise SystemExit(f"error: cannot load BERT weights from {name_or_path!r} ({err})") from None
+        from clid.hub import load_problem
+
+        raise SystemExit(f"error: cannot load BERT weights from {name_or_path!r}: {load_problem(name_or_path, err)}. "
+                         "Give a local BERT folder with --bert (the paper's: bert-base-uncased on the Hugging Face "
+                         "hub), or let the hub name download (--allow-download).") from None
     source = bert.state_dict()
     target = model.state_dict()
     copied = 0

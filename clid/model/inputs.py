@@ -319,7 +319,7 @@ def read_jsonl_table(path, tokenizer, keep_sentences: bool) -> tuple[Examples, t
     """Every record of our JSONL captions (``id``, ``image_id``, ``caption``), tokenised, and (record number,
     problem) of the first record without a valid ``id`` (None when every record has one). A long file is
     read by several processes (clid/model/parallel_read.py), a file with a fault by this one."""
-    from clid.files import read_jsonl
+    from clid.files import check_unchanged, read_jsonl, read_state
     from clid.model import parallel_read
     from clid.progress import Progress
 
@@ -327,14 +327,20 @@ def read_jsonl_table(path, tokenizer, keep_sentences: bool) -> tuple[Examples, t
     encoder, id_fault = FlatEncoder(tokenizer), None
     with open(path, "rb") as f:  # (the bar's total: lines, counted fast)
         lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
+    found = None
     if lines >= PARALLEL_FROM and parallel_read.processes() > 1:
-        with Progress(lines, f"reading {Path(path).name} ({parallel_read.processes()} processes)", "line") as bar:
-            found = parallel_read.read_parts(path, tokenizer, keep_sentences, bar.update)
+        try:
+            with Progress(lines, f"reading {Path(path).name} ({parallel_read.processes()} processes)", "line") as bar:
+                found = parallel_read.read_parts(path, tokenizer, keep_sentences, bar.update)
+        except OSError as err:  # (no process could start: read by this one, as on one core)
+            print(f"note: {path}: cannot start the reading processes ({err.strerror or err}); this process reads "
+                  "the file alone", flush=True)
         if found is not None:
             caption_ids, image_ids, token_ids, offsets, digests = found
             n = len(caption_ids)
             return Examples(image_ids, caption_ids, token_ids, offsets, np.zeros(n, np.int64), ["selfgen"] * n,
                             digests), None
+    before = read_state(path)
     with Progress(lines, f"reading {Path(path).name}", "line", disable=lines < PROGRESS_FROM) as bar:
         for record in read_jsonl(path, required=("image_id", "caption"), unique_id=True):
             caption_id = record.get("id")
@@ -348,6 +354,7 @@ def read_jsonl_table(path, tokenizer, keep_sentences: bool) -> tuple[Examples, t
             digests.append(text_digest(record["caption"]))
             if len(digests) % 10_000 == 0:
                 bar.update(10_000)
+    check_unchanged(path, before)
     token_ids, offsets = encoder.finish()
     n = len(caption_ids)
     table = Examples(image_ids, caption_ids, token_ids, offsets, np.zeros(n, np.int64), ["selfgen"] * n,
@@ -417,15 +424,23 @@ def training_items(captions_path, selfgen_path=None, test_ids=None, split_check:
                         filenames)
 
 
-def caption_texts(caption_ids: list[str], records, selfgen_path) -> list[str]:
+def caption_texts(caption_ids: list[str], records, selfgen_path, digests=None) -> list[str]:
     """The text of each caption id: a trusted caption's (``i#j``, of ``records``) as preprocessed, a
-    self-generated one's as written in ``selfgen_path`` (read again: the tables keep tokens, not text)."""
+    self-generated one's as written in ``selfgen_path`` (read again: the tables keep tokens, not text).
+    ``digests`` (the table's :func:`text_digest` of each caption): a file changed since the table was read
+    is refused, never mixed."""
     from clid.files import read_jsonl
 
     texts = {f"{r.image_id}#{j}": text for r in records for j, text in enumerate(r.captions)}
     wanted = set(caption_ids) - texts.keys()
     texts.update((str(r["id"]), r["caption"]) for r in read_jsonl(selfgen_path, required=("id", "image_id", "caption"))
                  if str(r["id"]) in wanted)
+    missing = next((c for c in caption_ids if c not in texts), None)
+    changed = missing or next((c for c, d in zip(caption_ids, digests if digests is not None else ())
+                               if text_digest(texts[c]) != int(d)), None)
+    if changed is not None:
+        raise DataError(selfgen_path, f"caption {changed}", "the file changed since this run read it (its text is "
+                                                            "not the one trained on); run again once nothing writes it")
     return [texts[c] for c in caption_ids]
 
 

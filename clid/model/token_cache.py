@@ -100,7 +100,10 @@ def load(path, key: dict, vocab_size: int):
     from clid.model.inputs import Examples
 
     target = cache_path(path, key["levels"])
-    if not target.exists():
+    try:
+        if not target.exists():
+            return None
+    except OSError:  # (a name too long for the file system: save() says the run goes on without a cache)
         return None
     try:
         with np.load(target, allow_pickle=False) as data:

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import math
@@ -135,7 +136,9 @@ class StepBatches(torch.utils.data.Dataset):
         return (*regions, input_ids, levels), masked.flatten().nonzero()[:, 0], classes
 
     def open_in_worker(self, worker_id: int) -> None:
-        """A loader worker's own handle on the feature file (an HDF5 handle must not cross a fork)."""
+        """A loader worker's own handle on the feature file (an HDF5 handle must not cross a fork); the tokenizer's
+        thread pool, started before the fork, is never waited for here, whatever TOKENIZERS_PARALLELISM says."""
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
         features = self.regions.features
         self.regions = RegionCache(FeatureStore(features.path, bad=features.bad), self.regions.num_classes,
                                    self.regions.box_input, cache=False)
@@ -456,10 +459,14 @@ def add_train_args(groups: dict) -> None:
 
 
 def workers_arg(text: str):
-    """argparse type of --workers: a whole number >= 0 or "auto"."""
+    """argparse type of --workers: a whole number from 0 to the cores this job may use, or "auto"."""
     if text == "auto":
         return text
-    return non_negative_int(text)
+    workers, cores = non_negative_int(text), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if workers > (cores or 1):
+        raise argparse.ArgumentTypeError(f"{workers} loader processes on {cores} core(s) would only wait for each other: "
+                                         f"give at most {cores}, or auto")
+    return workers
 
 
 def check_train_args(p, args) -> None:
@@ -472,7 +479,11 @@ def check_train_args(p, args) -> None:
     if args.lr_horizon and args.lr_horizon < args.max_steps:
         p.error(f"--lr-horizon {args.lr_horizon} is below --max-steps {args.max_steps}: the learning rate would be 0 "
                 "for the last steps (0: the horizon is --max-steps)")
-    if args.warmup >= args.max_steps:
+    recipe_steps = args.recipe == "demo" and args.warmup == DEMO_RECIPE["warmup"] and args.max_steps == demo_steps()
+    if args.warmup >= args.max_steps and recipe_steps:  # (both set by the recipe, the steps by CLID_DEMO_STEPS)
+        print(f"note: --recipe demo of {args.max_steps} steps ({DEMO_STEPS_ENV}): the learning rate stays in the "
+              f"recipe's {args.warmup}-step warm-up for the whole run, as a smoke test needs no more", flush=True)
+    elif args.warmup >= args.max_steps:
         print(f"warning: --warmup {args.warmup} is not below --max-steps {args.max_steps}: the learning rate rises for "
               f"the whole run and never reaches --lr {args.lr:g}; give a shorter --warmup (--recipe demo: 100)",
               file=sys.stderr)
@@ -566,6 +577,9 @@ class StopRequest:
     def restore(self) -> None:
         if self.previous is not None:
             signal.signal(signal.SIGTERM, self.previous)
+
+
+WORKER_TIMEOUT = 600  # seconds a loader process may take over one batch before the run stops
 
 
 class Trainer:
@@ -707,9 +721,44 @@ class Trainer:
             return (data[i] for i in range(len(data)))
         # (the tokenizer's own threads must not cross the fork either: said before it, the workers stay quiet)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        return torch.utils.data.DataLoader(data, batch_size=None, num_workers=self.workers,
-                                           pin_memory=self.device.type == "cuda", worker_init_fn=data.open_in_worker,
-                                           multiprocessing_context="fork", prefetch_factor=4)
+        loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=self.workers,
+                                             pin_memory=self.device.type == "cuda", worker_init_fn=data.open_in_worker,
+                                             multiprocessing_context="fork", prefetch_factor=4, timeout=WORKER_TIMEOUT)
+        return self.watched(loader)
+
+    def watched(self, loader):
+        """The batches of ``loader``; a loader process that dies (a signal, an exit) or stops answering ends the
+        run in one line naming the step whose batch it made and how it died (torch's own words)."""
+        batches = iter(loader)
+        try:
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                except (RuntimeError, ConnectionError, EOFError) as err:
+                    raise self.loader_failure(err) from None
+                yield batch
+        finally:  # (the other processes are ended here, quietly, not at exit by torch, which would print their fate)
+            try:
+                batches._shutdown_workers()
+            except Exception:  # noqa: BLE001 - a process already dead
+                pass
+
+    def loader_failure(self, err: Exception) -> BaseException:
+        """The one-line stop for a loader process's death (torch raises it in this process, at any point of a
+        step: its SIGCHLD handler; or the batch's pipe breaks), or ``err`` itself when it is another error."""
+        if isinstance(err, (ConnectionError, EOFError)):
+            why = f"a loader process ended while it handed over a batch ({err})"
+        elif str(err).startswith("DataLoader"):
+            why = str(err).replace("DataLoader worker", "a loader process").split(". ")[0].strip().rstrip(".")
+        elif "in DataLoader worker process" in str(err):  # (an error inside it: a full /dev/shm, a read-only one)
+            why = "a loader process failed: " + str(err).strip().splitlines()[-1][:300]
+        else:
+            return err
+        return SystemExit(f"error: training stopped at step {self.step + 1}: {why} (--workers {self.workers}); nothing "
+                          f"was left half-written, {self.kept()}. The same command resumes (--workers 0 makes the "
+                          "batches in this process)")
 
     def run(self, end_step: int, batch_for: Callable[[int], np.ndarray], desc: str = "train",
             state_for: Callable[[int], dict] | None = None) -> None:
@@ -723,8 +772,9 @@ class Trainer:
         bar = Progress(end_step, desc, "step", initial=self.step, disable=self.rank != 0)
         started, losses = time.time(), []
         terminated = StopRequest()
+        batches = self.batches(batch_for, range(self.step, end_step))
         try:  # the bar closes before an error stops the run, so the error is the last line
-            for batch in self.batches(batch_for, range(self.step, end_step)):
+            for batch in batches:
                 # (every DDP rank stops at the same step; under deferred checks they agree at the log steps only,
                 # as agreeing waits for them all)
                 agree = not self.defer_checks or self.world == 1 or self.step % settings.log_every == 0
@@ -758,7 +808,11 @@ class Trainer:
                     bar.write(f"step {self.step}: " + " ".join(f"{k}={v}" for k, v in result.items()))
                 if save_now:
                     self.save(state_for(self.step) if state_for else None)
+        except RuntimeError as err:
+            raise self.loader_failure(err) from None
         finally:
+            if hasattr(batches, "close"):
+                batches.close()
             bar.close()
             terminated.restore()
 
