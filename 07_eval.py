@@ -181,6 +181,8 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     """(levels, {level: {image_id: caption}}, {level: filled image ids}, number of test images without features)."""
     meta_path = cache.with_suffix(".meta.json")
     decoding = {"steps": args.decode_steps, "eos_decay": args.eos_decay, "labert_average": args.labert_average}
+    if args.block_ngram:  # (a key without it: the cache of the authors' decoding stays valid)
+        decoding["block_ngram"] = args.block_ngram
     if args.precision != "fp32":  # (float32 captions keep the key they had before --precision)
         decoding["precision"] = args.precision
     if not Path(checkpoint).exists():
@@ -198,7 +200,7 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
 
     writer = CaptionWriter.from_checkpoint(checkpoint, device=args.device, batch_size=args.batch_size,
                                            eos_decay=args.eos_decay, labert_average=args.labert_average,
-                                           precision=args.precision)
+                                           precision=args.precision, block_ngram=args.block_ngram)
     levels = check_levels(checkpoint, writer.levels, wanted_levels)
     writer.steps = decode_steps(args.decode_steps, len(levels))
     writer.use_features(features)

@@ -22,7 +22,9 @@ from clid.files import DataError
 
 
 def shows_default(action: argparse.Action) -> bool:
-    return action.default is not argparse.SUPPRESS and action.default is not None and action.default != []
+    """Whether --help shows the flag's default: not for none, nor for a switch that is off unless given."""
+    switch_off = action.nargs == 0 and action.default is False
+    return action.default is not argparse.SUPPRESS and action.default is not None and action.default != [] and not switch_off
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
