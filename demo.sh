@@ -89,7 +89,6 @@ $PY 02_scenegraph_captions.py --scene-graphs "$DEMO/scene_graphs.json" --image-d
 
 banner "03 paraphrase (rule-based, offline)"
 $PY 03_paraphrase.py --in "$RUNS/selfgen.jsonl" --out "$RUNS/paraphrased.jsonl" --model rules --seed "$SEED" "${levels[@]}"
-$PY -m clid.stats "$RUNS/paraphrased.jsonl" "${levels[@]}"
 
 if [ -n "$QUICK" ]; then
     banner "04 a quick checkpoint: M_theta~ on trusted + self-generated captions, --recipe demo"

@@ -75,6 +75,8 @@ class Progress:
                 self.bar.set_postfix({k: shown(v) for k, v in self.stats.items()}, refresh=False)
             self.bar.update(n)
             return
+        if self.done == self.last_count:  # nothing new since the last line (an update of 0): no line twice
+            return
         now = time.time()
         if (self.last_count == self.start_count or now - self.last_time >= self.seconds
                 or (self.every and self.done // self.every > self.last_count // self.every) or self.done >= self.total):

@@ -43,11 +43,14 @@ def feature_record(store) -> dict:
     return {"feature_kind": store.kind, "feature_dim": store.feature_dim()}
 
 
+MISSING_HINT = "`make checkpoint` trains a quick one in runs/quick/model; 04 and 06 train the others"
+
+
 def read_config(folder) -> dict:
     """A checkpoint's config.json; a damaged one is one DataError naming it."""
     path = Path(folder) / "config.json"
     if not Path(folder).exists():
-        raise SystemExit(f"error: {folder}: no such checkpoint folder")
+        raise SystemExit(f"error: {folder}: no such checkpoint folder ({MISSING_HINT})")
     if not path.is_file() or not (Path(folder) / "model.safetensors").is_file():
         raise SystemExit(f"error: {folder} is not a checkpoint (needs config.json and model.safetensors)")
     saved = read_json(path)
