@@ -12,7 +12,8 @@ Out: a Markdown table on stdout, one row per (--block-ngram, level); the first r
 Columns: control precision (the share of captions inside their level, counted as 07 counts); CIDEr of
 the in-range captions against the trusted test references and against that level's long references
 (07's scorer, SPICE off); rep3: the share of captions with a 3-gram twice or more; max4: the most
-times one 4-gram occurs in one caption (clid.eval.repetition); s: seconds of decoding.
+times one 4-gram occurs in one caption (clid.eval.repetition); s: CPU seconds of decoding per level
+(this process's CPU time, which a busy machine changes much less than wall-clock time; OMP_NUM_THREADS=1).
 """
 from __future__ import annotations
 
@@ -22,31 +23,13 @@ import time
 from pathlib import Path
 
 from clid.cli import HelpFormatter
-from clid.eval.repetition import repetition
+from clid.eval.repetition import reference_texts, repetition
 
 
 def reference_rows(demo: Path, levels) -> list[dict]:
-    """The repetition of the world's own texts at each level: its long descriptions (levels 3 on), and
-    its trusted test captions whose length falls in the level."""
-    from clid.eval.metrics import load_long_refs, load_refs
-    from clid.text import caption_length, length_to_level, load_tokenizer
-
-    rows = []
-    long_refs = load_long_refs(demo / "long_refs.json")
-    refs = load_refs(demo / "captions.json", "test", None)[0]
-    tokenizer = load_tokenizer()
-    trusted = {}
-    for texts in refs.values():
-        for text in texts:
-            level = length_to_level(caption_length(text, tokenizer), levels)
-            if level:
-                trusted.setdefault(level, []).append(text)
-    for level in range(1, len(levels) + 1):
-        texts = [t for by_image in long_refs.get(level, {}).values() for t in by_image] or trusted.get(level, [])
-        kind = "long references" if level in long_refs else "trusted captions"
-        if texts:
-            rows.append({"decoding": f"references ({kind})", "level": level, **repetition(texts)})
-    return rows
+    """The repetition of the world's own texts at each level (clid.eval.repetition.reference_texts)."""
+    return [{"decoding": f"references ({kind})", "level": level, **repetition(texts)}
+            for level, (kind, texts) in reference_texts(demo, levels).items()]
 
 
 def main(argv=None) -> None:
@@ -70,9 +53,9 @@ def main(argv=None) -> None:
     scorer = CocoScorer(spice="off")
     for n in args.block_ngram:
         writer.block_ngram = n
-        start = time.perf_counter()
+        start = time.process_time()
         generated, filled = writer.decode(sorted(refs), levels)
-        seconds = time.perf_counter() - start
+        seconds = time.process_time() - start
         result = evaluate(generated, refs, writer.levels, long_refs=long_refs, scorer=scorer, filled=filled)
         for level in levels:
             row = result["levels"][level]

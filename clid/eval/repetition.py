@@ -1,20 +1,17 @@
 """Repeated phrases in captions: the share of captions that repeat a 3-gram, and the most times any
 4-gram occurs in one caption ("a dress and a dress and a dress and a" holds "a dress and a" three times).
 
-Words are the caption's lower-cased words with punctuation set apart, so "the road." and "the road"
-are the same words. A reference text is measured as a caption is, so the two compare.
+Words are the caption's lower-cased, whitespace-separated words (a full stop stays on its word). A
+reference text is measured as a caption is, so the two compare.
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
-
-WORD = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
 
 
 def words(caption: str) -> list[str]:
-    """The caption's lower-cased words and punctuation marks."""
-    return WORD.findall(caption.lower())
+    """The caption's lower-cased, whitespace-separated words."""
+    return caption.lower().split()
 
 
 def most_repeated(caption: str, n: int) -> int:
@@ -31,3 +28,28 @@ def repetition(captions) -> dict:
     repeated = sum(most_repeated(c, 3) >= 2 for c in captions)
     return {"n": len(captions), "repeats_3gram": repeated / len(captions) if captions else 0.0,
             "max_4gram": max((most_repeated(c, 4) for c in captions), default=0)}
+
+
+def reference_texts(world, levels="caption") -> dict[int, tuple[str, list[str]]]:
+    """The demo world's own texts at each level, to hold captions against: ``{level: (kind, texts)}``, its
+    true long descriptions of the test images (``long_refs.json``) where the level has them, else its
+    trusted test captions whose length falls in the level (``captions.json``)."""
+    from pathlib import Path
+
+    from clid.eval.metrics import load_long_refs, load_refs
+    from clid.text import caption_length, get_levels, length_to_level, load_tokenizer
+
+    world = Path(world)
+    long_refs = load_long_refs(world / "long_refs.json")
+    tokenizer = load_tokenizer()
+    trusted: dict[int, list[str]] = {}
+    for texts in load_refs(world / "captions.json", "test", None)[0].values():
+        for text in texts:
+            trusted.setdefault(length_to_level(caption_length(text, tokenizer), levels), []).append(text)
+    out = {}
+    for level in range(1, len(get_levels(levels)) + 1):
+        if long_refs.get(level):
+            out[level] = ("long references", [t for by_image in long_refs[level].values() for t in by_image])
+        elif trusted.get(level):
+            out[level] = ("trusted captions", trusted[level])
+    return out

@@ -78,8 +78,9 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
             full_conf = torch.zeros(B, high, k, device=device, dtype=top_conf.dtype)
             full_ids = torch.zeros(B, high, k, device=device, dtype=torch.long)
             full_conf[where], full_ids[where] = top_conf, model.from_output(top_classes)
+            end_token = int(eos_id(model.tokenizer))
             chosen_conf, chosen_ids = fill_without_repeats(ids, ids == mask_id, full_ids, full_conf, block_ngram,
-                                                           {mask_id, int(eos_id(model.tokenizer))})
+                                                           {mask_id, end_token}, end_token, low - 1)
             fill = (ids == mask_id)[where]
             confidence, predicted = confidence.clone(), predicted.clone()
             confidence[fill], predicted[fill] = chosen_conf[where][fill], chosen_ids[where][fill]
@@ -108,10 +109,13 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
 
 
 def fill_without_repeats(tokens: torch.Tensor, holes: torch.Tensor, candidates: torch.Tensor,
-                         candidate_conf: torch.Tensor, n: int, exempt: set[int]) -> tuple[torch.Tensor, torch.Tensor]:
+                         candidate_conf: torch.Tensor, n: int, exempt: set[int], end: int | None = None,
+                         first_end: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(confidence [B, T], token id [B, T]) for the ``holes`` of ``tokens`` [B, T], filled left to right:
     at each hole the first of its ``candidates`` [B, T, K] (best first) that completes no n-gram already
-    in the row (n-grams holding a token of ``exempt`` do not count); the best one when all do."""
+    in the row (n-grams holding a token of ``exempt`` do not count) and is not ``end`` before position
+    ``first_end`` (a blocked phrase is not replaced by a caption shorter than its level); the first that
+    is not such an ``end`` when every candidate repeats an n-gram."""
     rows, holes_at = tokens.tolist(), holes.tolist()
     options, option_conf = candidates.tolist(), candidate_conf.tolist()
     out_ids = [[0] * len(row) for row in rows]
@@ -131,9 +135,10 @@ def fill_without_repeats(tokens: torch.Tensor, holes: torch.Tensor, candidates: 
             if not exempt.intersection(gram):
                 seen[gram] = seen.get(gram, 0) + 1
         for at in (i for i in range(length) if holes_at[b][i]):
-            pick = 0
-            for j, token in enumerate(options[b][at]):
-                row[at] = token
+            allowed = [j for j, token in enumerate(options[b][at]) if token != end or at >= first_end] or [0]
+            pick = allowed[0]
+            for j in allowed:
+                row[at] = options[b][at][j]
                 grams = list(windows(at))
                 if all(seen.get(g, 0) == 0 for g in grams) and len(set(grams)) == len(grams):
                     pick = j
