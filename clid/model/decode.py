@@ -23,7 +23,10 @@ positions independently, so mask-predict tends to repeat a phrase ("a dress and 
 Trigram blocking (Paulus et al., 2018, "A Deep Reinforced Model for Abstractive Summarization", for
 beam search) is carried over to mask-predict: whenever positions are (re-)predicted, they are filled
 left to right, each with its most confident candidate (of the ``BLOCK_CANDIDATES`` best) that completes
-no n-gram already in the sequence. N-grams holding a [MASK] or "." (the end and the padding) do not count.
+no n-gram already in the sequence and doubles no word. A blocked word is replaced by a word, never by
+"." (the end), and before the level's shortest length "." is no candidate at all, so that a blocked
+phrase does not turn into a shorter caption, nor one too short for its level. N-grams
+holding a [MASK] or "." (the end and the padding) do not count.
 docs/decoding.md has its measurements on the demo world.
 """
 from __future__ import annotations
@@ -113,9 +116,10 @@ def fill_without_repeats(tokens: torch.Tensor, holes: torch.Tensor, candidates: 
                          first_end: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(confidence [B, T], token id [B, T]) for the ``holes`` of ``tokens`` [B, T], filled left to right:
     at each hole the first of its ``candidates`` [B, T, K] (best first) that completes no n-gram already
-    in the row (n-grams holding a token of ``exempt`` do not count) and is not ``end`` before position
-    ``first_end`` (a blocked phrase is not replaced by a caption shorter than its level); the first that
-    is not such an ``end`` when every candidate repeats an n-gram."""
+    in the row (n-grams holding a token of ``exempt`` do not count), doubles no neighbour ("a a", which
+    the caption's clean-up would collapse to a shorter caption) and is not ``end`` before position
+    ``first_end``, nor ``end`` in place of a better candidate that was blocked (a blocked phrase does not
+    shorten the caption); the first candidate that is not such an ``end`` when every one repeats."""
     rows, holes_at = tokens.tolist(), holes.tolist()
     options, option_conf = candidates.tolist(), candidate_conf.tolist()
     out_ids = [[0] * len(row) for row in rows]
@@ -138,9 +142,12 @@ def fill_without_repeats(tokens: torch.Tensor, holes: torch.Tensor, candidates: 
             allowed = [j for j, token in enumerate(options[b][at]) if token != end or at >= first_end] or [0]
             pick = allowed[0]
             for j in allowed:
-                row[at] = options[b][at][j]
+                row[at] = token = options[b][at][j]
+                if token == end and j != allowed[0]:  # a blocked word is replaced by a word, not by the end
+                    continue
+                doubled = token not in exempt and token in row[max(0, at - 1):at] + row[at + 1:at + 2]
                 grams = list(windows(at))
-                if all(seen.get(g, 0) == 0 for g in grams) and len(set(grams)) == len(grams):
+                if not doubled and all(seen.get(g, 0) == 0 for g in grams) and len(set(grams)) == len(grams):
                     pick = j
                     break
             row[at] = options[b][at][pick]
