@@ -20,7 +20,8 @@ Out: ``--out captions.jsonl``, one line per image and level: ``image_id``, ``lev
 Only the levels asked for are decoded (``--levels all``: every level of the checkpoint), in batches, on
 ``--device``. Sharded like 01/02/03/05: ``--shard-id/--num-shards`` (SLURM array defaults), resumable
 chunks, ``python -m clid.shard merge OUT --num-shards N``; a resume with other inputs or settings is
-refused unless ``--restart``. Decoding defaults are the authors' (see ``07_eval.py``).
+refused unless ``--restart``. Decoding defaults are the authors' (see ``07_eval.py``) but
+for ``--block-ngram 3``: no 3-gram twice in a caption (docs/decoding.md; 0: the authors' decoding).
 """
 from __future__ import annotations
 
