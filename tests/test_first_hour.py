@@ -251,6 +251,38 @@ def test_offline_unless_the_user_allows_downloads(tmp_path, hub):
     assert "Traceback" not in allowed.stderr and "error: cannot load the tokenizer" in allowed.stderr
 
 
+def test_without_the_venv_one_line_names_the_fix():
+    """An interpreter without the requirements (here: torch hidden from it) gets one line, not a traceback."""
+    hide_torch = "import runpy, sys; sys.modules['torch'] = None; runpy.run_module('clid.features', run_name='__main__')"
+    proc = subprocess.run([sys.executable, "-c", hide_torch, "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "has no module 'torch'" in proc.stderr and "source .venv/bin/activate" in proc.stderr
+
+
+@pytest.mark.parametrize("rank", ["0", "1", None])
+def test_under_torchrun_rank_0_alone_prints_a_data_error(rank, monkeypatch, capsys):
+    """Every rank meets the same bad file: the job shows its line once (rank 0), and every rank exits 1."""
+    from clid.cli import run_main
+    from clid.files import DataError
+
+    for name in ("TORCHELASTIC_RUN_ID", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    if rank is not None:
+        monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+        monkeypatch.setenv("RANK", rank)
+
+    def bad_file(argv):
+        raise DataError("captions.json", "images[3]", "no 'sentences'")
+
+    with pytest.raises(SystemExit) as stop:
+        run_main(bad_file, [])
+    assert stop.value.code == 1
+    printed = capsys.readouterr().err
+    assert printed == ("" if rank == "1" else "error: captions.json: images[3]: no 'sentences'\n")
+
+
 def test_stay_offline_is_the_default(monkeypatch):
     from clid.cli import ALLOW_DOWNLOAD_ENV, is_offline, stay_offline
 
