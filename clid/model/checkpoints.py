@@ -271,6 +271,9 @@ def remove_checkpoint(folder) -> None:
 # The model card written beside a finished checkpoint
 
 
+CARD_TITLE = "# Model card:"
+
+
 def write_model_card(folder, stage: str) -> Path:
     """Write ``MODEL_CARD.md`` into a finished checkpoint folder of ``stage`` (04 or 06): the data, the
     recipe, the steps trained, the control precision measured during training (if any), and what the
@@ -298,7 +301,7 @@ def write_model_card(folder, stage: str) -> Path:
         return default if value in (None, "", []) else value
 
     data = {"trusted": "the trusted captions alone", "extended": "the trusted and the self-generated captions"}
-    lines = [f"# Model card: {folder.name}", "",
+    lines = [f"{CARD_TITLE} {folder.name}", "",
              f"Written by {stage} when it finished training this checkpoint; every figure comes from the files beside it.",
              "", "## Model", "",
              f"- A length-controllable captioner (LaBERT-style non-autoregressive BERT), preset `{flag('preset', model.get('preset', '-'))}`, "
@@ -334,7 +337,17 @@ def write_model_card(folder, stage: str) -> Path:
               "- Guarantee a length: the control precision above is a share, not a promise, and a caption can end "
               "mid-phrase when its level is longer than what the model has to say.", ""]
     card = folder / "MODEL_CARD.md"
+    if card.exists() and not card.read_text(errors="replace").startswith(CARD_TITLE):  # a file of the user's
+        print(f"note: {card} was not written by a training stage; the model card is not written")
+        return card
     tmp = card.with_name(card.name + ".tmp")
     tmp.write_text("\n".join(lines))
     os.replace(tmp, card)
+    state_path = folder / "train_state.json"
+    state = read_train_state(folder)
+    if isinstance(state.get("files"), list) and card.name not in state["files"]:  # the manifest names it too
+        state["files"] = sorted(state["files"] + [card.name])
+        tmp = state_path.with_name(state_path.name + ".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        os.replace(tmp, state_path)
     return card
