@@ -194,7 +194,7 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
         for level in levels:
             with runtime.autocast(precision, device):
                 ids = mask_predict(model, feats, pos, mask, level, steps[level - 1], eos_decay, labert_average,
-                                   block_ngram)
+                                   block_ngram=block_ngram)
             for image_id, row in zip(batch, ids.tolist()):
                 text = decode(row, model.tokenizer, keep_sentences=paragraphs)
                 out[level][str(image_id)] = remove_doubled_words(text) if dedupe else text
