@@ -25,7 +25,8 @@ beam search) is carried over to mask-predict: whenever positions are (re-)predic
 left to right, each with its most confident candidate (of the ``BLOCK_CANDIDATES`` best) that completes
 no n-gram already in the sequence and doubles no word. A blocked word is replaced by a word, never by
 "." (the end), and before the level's shortest length "." is no candidate at all, so that a blocked
-phrase does not turn into a shorter caption, nor one too short for its level. N-grams
+phrase does not turn into a shorter caption, nor one too short for its level (captions only: in a
+paragraph "." also ends a sentence). N-grams
 holding a [MASK] or "." (the end and the padding) do not count.
 docs/decoding.md has its measurements on the demo world.
 """
@@ -82,8 +83,9 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
             full_ids = torch.zeros(B, high, k, device=device, dtype=torch.long)
             full_conf[where], full_ids[where] = top_conf, model.from_output(top_classes)
             end_token = int(eos_id(model.tokenizer))
+            ends = None if keeps_sentences(model.levels) else end_token  # (in a paragraph "." also ends a sentence)
             chosen_conf, chosen_ids = fill_without_repeats(ids, ids == mask_id, full_ids, full_conf, block_ngram,
-                                                           {mask_id, end_token}, end_token, low - 1)
+                                                           {mask_id, end_token}, ends, low - 1)
             fill = (ids == mask_id)[where]
             confidence, predicted = confidence.clone(), predicted.clone()
             confidence[fill], predicted[fill] = chosen_conf[where][fill], chosen_ids[where][fill]
