@@ -48,6 +48,7 @@ from clid.model.checkpoints import (
     load_init_weights,
     read_config,
     read_train_state,
+    write_model_card,
 )
 from clid.model.inputs import CaptionFiles, report_skipped, training_examples, training_items
 from clid.model.train import (
@@ -178,6 +179,8 @@ def main(argv=None):
     batch_for = (balanced_batches(examples.levels, args.batch_size, args.seed) if args.balanced
                  else lambda step: epoch_batches(n, args.batch_size, step, args.seed))
     trainer.run(args.max_steps, batch_for, desc=f"04 {args.data}")
+    if rank == 0:
+        write_model_card(args.out, "04_train_base.py")
     finish_distributed(args.out, rank, world)
 
 

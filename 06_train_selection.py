@@ -49,7 +49,7 @@ import torch
 from clid import selection
 from clid.cli import HelpFormatter, number, positive_float, positive_int, run_main
 from clid.features.store import RegionCache, check_features_match
-from clid.model.checkpoints import load_init_weights, read_config
+from clid.model.checkpoints import load_init_weights, read_config, write_model_card
 from clid.model.inputs import CaptionFiles, caption_texts, report_skipped, training_examples, training_items, usable
 from clid.model.train import (
     add_train_args,
@@ -175,6 +175,8 @@ def main(argv=None):
         trainer.run(rnd.end, batch_for, desc=f"06 {rnd.key[0]} {rnd.key[1]}", state_for=lambda step, rnd=rnd: rnd.state)
     if rank == 0 and hasattr(strategy, "seconds"):
         print(f"curation time: {strategy.seconds():.1f} s")
+    if rank == 0:
+        write_model_card(out, "06_train_selection.py")
     finish_distributed(out, rank, world)
 
 

@@ -131,9 +131,11 @@ def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_
             raise DataError(path, None, "holds no captions")
         raise DataError(path, None, f"none of its captions is of a test image (first unmatched image id: {first!r}; "
                                     f"test image ids look like {image_ids[0]!r})")
-    everywhere = sum(1 for i in image_ids if all(i in captions.get(n, {}) for n in range(1, num_levels + 1)))
-    print(f"{name}: {len(captioned)} of {len(image_ids)} {what} have a caption ({everywhere} at every level), "
-          f"{len(image_ids) - len(captioned)} have none (they count as misses)")
+    held = [n for n in range(1, num_levels + 1) if captions.get(n)]  # the levels this run has captions at
+    everywhere = sum(1 for i in image_ids if all(i in captions[n] for n in held))
+    print(f"{name}: {len(captioned)} of {len(image_ids)} {what} have a caption, {everywhere} at each of the "
+          f"{len(held)} levels it holds ({', '.join(f'L{n}' for n in held)}); {len(image_ids) - len(captioned)} "
+          "have none (they count as misses)")
 
 
 def run_list(args) -> list[tuple[str, str, str]]:
@@ -181,10 +183,14 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     """(levels, {level: {image_id: caption}}, {level: filled image ids}, number of test images without features)."""
     meta_path = cache.with_suffix(".meta.json")
     decoding = {"steps": args.decode_steps, "eos_decay": args.eos_decay, "labert_average": args.labert_average}
+    if args.block_ngram:  # (a key without it: the cache of the authors' decoding stays valid)
+        decoding["block_ngram"] = args.block_ngram
     if args.precision != "fp32":  # (float32 captions keep the key they had before --precision)
         decoding["precision"] = args.precision
     if not Path(checkpoint).exists():
-        raise SystemExit(f"error: {checkpoint}: checkpoint not found")
+        from clid.model.checkpoints import MISSING_HINT
+
+        raise SystemExit(f"error: {checkpoint}: checkpoint not found ({MISSING_HINT})")
     key = {"checkpoint": str(checkpoint), "files": file_state(checkpoint), "features": file_state(features.path),
            "images": hashlib.sha1("\n".join(image_ids).encode()).hexdigest(), "decoding": decoding}
     if not args.regenerate and cache.exists() and meta_path.exists():
@@ -198,7 +204,7 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
 
     writer = CaptionWriter.from_checkpoint(checkpoint, device=args.device, batch_size=args.batch_size,
                                            eos_decay=args.eos_decay, labert_average=args.labert_average,
-                                           precision=args.precision)
+                                           precision=args.precision, block_ngram=args.block_ngram)
     levels = check_levels(checkpoint, writer.levels, wanted_levels)
     writer.steps = decode_steps(args.decode_steps, len(levels))
     writer.use_features(features)

@@ -5,8 +5,9 @@
 #               (data/demo-paragraph, runs/demo-paragraph)
 #   make demo-compare   CLID against loss-based curation and a curriculum on the demo world, with its ground
 #               truth (runs/demo-compare; SEEDS=3 as for make demo)
-#   make checkpoint   a quick checkpoint (about 5 minutes on 2 cores): the demo world, its self-generated
-#               captions, then one model trained with 04 --recipe demo (runs/quick/model)
+#   make checkpoint   a quick checkpoint: the demo world, its self-generated captions, then one model trained
+#               with 04 --recipe demo on one thread (runs/quick/model). Measured on 2 cores loaded by other jobs
+#               (load 5 to 7): 18 minutes; on a quiet machine about 11 (an estimate from one thread's 2.6 steps/s)
 #   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
 #   make slurm-check   the SLURM recipe (slurm/) on a real one-machine Slurm, started and stopped here: as root,
 #               installs Debian's slurmctld, slurmd, slurm-client and munge where missing (tests/slurm/check.sh;

@@ -27,6 +27,12 @@ What the numbered stage scripts share, one home per idea:
   ``progress`` (progress bars and plain log lines), ``stats`` (``python -m clid.stats``);
   ``demo/``: the demo world's simulator and its ground truth (``truth``).
 """
-import torch  # noqa: F401,E402  (loads the libraries the compiled kernels, clid._C, link against)
+try:
+    import torch  # noqa: F401,E402  (loads the libraries the compiled kernels, clid._C, link against)
+except ModuleNotFoundError as _missing:  # an interpreter without the pinned requirements: one line, the fix
+    import sys as _sys
+
+    raise SystemExit(f"error: this Python ({_sys.executable}) has no module {_missing.name!r}: run "
+                     "`source .venv/bin/activate` first (`make venv` creates .venv)") from None
 
 __version__ = "0.1.0"

@@ -22,7 +22,9 @@ from clid.files import DataError
 
 
 def shows_default(action: argparse.Action) -> bool:
-    return action.default is not argparse.SUPPRESS and action.default is not None and action.default != []
+    """Whether --help shows the flag's default: not for none, nor for a switch that is off unless given."""
+    switch_off = action.nargs == 0 and action.default is False
+    return action.default is not argparse.SUPPRESS and action.default is not None and action.default != [] and not switch_off
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -201,7 +203,8 @@ def run_main(main, argv=None):
     ``error: ...`` and exit status 1.
 
     A :class:`DataError` names the file, the record and the problem; an ``OSError`` (a missing
-    file, a folder where a file belongs) names the path.
+    file, a folder where a file belongs) names the path. Under ``torchrun`` every rank reads the same
+    files, so only rank 0 prints the line (:func:`error_exit`).
     """
     stay_offline(sys.argv[1:] if argv is None else list(argv))
     try:
@@ -209,8 +212,27 @@ def run_main(main, argv=None):
     except OSError as err:
         if err.errno == errno.ENOSPC:  # (atomic writes leave no half-written file behind)
             where = f" writing {err.filename}" if err.filename else ""
-            sys.exit(f"error: no space left on the device{where}; no output was left half-written: free some space "
-                     "and run the same command again (a sharded stage resumes)")
-        sys.exit(f"error: {err}")
+            error_exit(f"error: no space left on the device{where}; no output was left half-written: free some "
+                       "space and run the same command again (a sharded stage resumes)")
+        error_exit(f"error: {err}")
     except DataError as err:
-        sys.exit(f"error: {err}")
+        error_exit(f"error: {err}")
+    except SystemExit as stop:
+        if isinstance(stop.code, str):  # an "error: ..." line of the command itself
+            error_exit(stop.code)
+        raise
+
+
+def torchrun_rank() -> int | None:
+    """This process's rank when ``torchrun`` started it (it sets TORCHELASTIC_RUN_ID), else None."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return None
+    return int(os.environ.get("RANK", "0"))
+
+
+def error_exit(line: str) -> None:
+    """Exit with status 1 after printing ``line`` to stderr; under torchrun only rank 0 prints it (the
+    other ranks meet the same error in the same files), so a job shows it once."""
+    if torchrun_rank() in (None, 0):
+        print(line, file=sys.stderr, flush=True)
+    sys.exit(1)

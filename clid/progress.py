@@ -6,8 +6,9 @@
 
 On a terminal (stderr is a TTY) this is a tqdm bar, with the last values given to :meth:`update`
 after it. When the output goes to a file, as under SLURM, a ``\\r``-updated bar would be one endless
-line; instead a plain line is printed to stdout every ``seconds`` seconds (and every ``every`` items
-when given), and once at the end:
+line; instead a plain line is printed to stdout at the first update (so a log shows at once that the
+loop runs, and how fast), then every ``seconds`` seconds (and every ``every`` items when given), and
+once at the end:
 
     04 trusted: step 1200/100000 (1%), loss 3.214, lr 5.00e-05, 4.1 step/s, 4m53s elapsed, 6h41m left
 
@@ -74,9 +75,11 @@ class Progress:
                 self.bar.set_postfix({k: shown(v) for k, v in self.stats.items()}, refresh=False)
             self.bar.update(n)
             return
+        if self.done == self.last_count:  # nothing new since the last line (an update of 0): no line twice
+            return
         now = time.time()
-        if (now - self.last_time >= self.seconds or (self.every and self.done - self.last_count >= self.every)
-                or self.done >= self.total):
+        if (self.last_count == self.start_count or now - self.last_time >= self.seconds
+                or (self.every and self.done // self.every > self.last_count // self.every) or self.done >= self.total):
             self.line(now)
 
     def line(self, now: float | None = None) -> None:

@@ -2180,6 +2180,31 @@ row("07", "features-test-image-a-dataset-found-at-open", lambda w, d: ["--refs",
 row("04", "features-test-image-a-dataset-skipped", lambda w, d: w.train_args(d / "out", "--bad-features", "skip", "--features", h5_changed(
     w.features, d, DATASET_12)), "bad region features", "skip")
 
+# -- issue 50: captions of images without a feature file (--images, --grid), n-gram blocking (--block-ngram) -----------
+def no_features(w, d, *extra) -> list:
+    """The caption command's flags without --features."""
+    args = w.caption_args(d, *extra)
+    at = args.index("--features")
+    return args[:at] + args[at + 2:]
+
+
+row("caption", "neither-features-nor-images", lambda w, d: no_features(w, d), "give --features")
+row("caption", "images-of-a-checkpoint-on-foreign-features", lambda w, d: no_features(w, d, "--images", w.images),
+    "cannot compute from an image")  # the toy world's features: no kind an image encoder here computes
+row("caption", "images-sharded-without-features", lambda w, d: no_features(w, d, "--images", w.images, "--num-shards", "2"),
+    "a sharded run reads one feature file")
+row("caption", "images-missing-folder", lambda w, d: no_features(w, d, "--images", d / "nope"), "cannot compute|no such image folder")
+for value in ("0", "32", "x"):
+    row("caption", f"grid-{value}", lambda w, d, value=value: no_features(w, d, "--images", w.images, "--grid", value),
+        "argument --grid")
+for value in ("-1", "9", "two"):
+    row("caption", f"block-ngram-{value}", lambda w, d, value=value: w.caption_args(d, "--block-ngram", value),
+        "argument --block-ngram")
+    row("07", f"block-ngram-{value}", lambda w, d, value=value: w.eval_args(d / "out", "--block-ngram", value),
+        "argument --block-ngram")
+row("caption", "block-ngram-0", lambda w, d: w.caption_args(d, "--block-ngram", "0", "--levels", "1"), "captions of", "ok")
+row("caption", "block-ngram-2", lambda w, d: w.caption_args(d, "--block-ngram", "2", "--levels", "2"), "captions of", "ok")
+
 
 # ---------------------------------------------------------------------------------------------
 # The test

@@ -87,8 +87,8 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_in_a_file(monkeypatch, capsys
         for k in range(10):
             bar.update(1, loss=1.0 / (k + 1))
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(",")[0] for line in lines] == ["work: item 4/10 (40%)", "work: item 8/10 (80%)",
-                                                      "work: item 10/10 (100%)"]
+    assert [line.split(",")[0] for line in lines] == ["work: item 1/10 (10%)", "work: item 4/10 (40%)",
+                                                      "work: item 8/10 (80%)", "work: item 10/10 (100%)"]
     assert "loss 0.100" in lines[-1] and "left" not in lines[-1]
     monkeypatch.setattr(progress, "plain_output", lambda: False)
     with progress.Progress(3, "work", "item") as bar:

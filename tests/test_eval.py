@@ -183,9 +183,11 @@ def demo_like_world(coco_annotations, tmp_path):
 
 def install_fake_captioner(monkeypatch, pool, calls):
     def generate_captions(model, features, image_ids, levels, batch_size=64, device="cpu", steps=None,
-                          eos_decay=1.0, labert_average=True, progress=False, return_filled=False, precision="fp32"):
+                          eos_decay=1.0, labert_average=True, progress=False, return_filled=False, precision="fp32",
+                          block_ngram=0):
         assert isinstance(features, FeatureStore) and progress and return_filled
         assert precision == "fp32"  # (--precision auto on the CPU)
+        assert block_ngram == 0  # 07 decodes as the authors do
         calls.append((model.name, list(image_ids), list(levels), batch_size, device, steps, eos_decay, labert_average))
         captions = {level: {i: model.caption(i, level) for i in image_ids if features.get(i) is not None}
                     for level in levels}
@@ -424,7 +426,7 @@ def test_a_caption_filling_its_level_without_a_period_counts_as_the_authors_coun
     assert len(words) == 19 and dot not in words
     decoded = []
 
-    def fixed_mask_predict(model, feats, pos, mask, level, steps, eos_decay, labert_average):
+    def fixed_mask_predict(model, feats, pos, mask, level, steps, eos_decay, labert_average, block_ngram=0):
         high = model.levels[level - 1][1]
         row = words if level == 2 else short + [dot] * (high - len(short))
         decoded.append(level)

@@ -123,7 +123,11 @@ def test_a_new_users_path_as_the_readme_prints_it(tmp_path, hub):
     # make checkpoint: 00 to 03 on the tiny world, then M_theta~ with --recipe demo, for CLID_DEMO_STEPS steps
     train = json.loads((checkout / "runs/quick/model/config.json").read_text())["train"]
     assert (train["recipe"], train["preset"], train["max_steps"], train["lr"], train["data"]) == ("demo", "tiny", 2, 2e-3, "extended")
+    card = (checkout / "runs/quick/model/MODEL_CARD.md").read_text()  # the model card beside the checkpoint
+    assert "Steps trained: 2 of --max-steps 2" in card and "## What it cannot do" in card
     assert "ids (--ids auto): 0 of 4 images mapped from COCO file names" in printed
+    # one call: the photos' region features computed on the fly by the checkpoint's encoder, beside the captions
+    assert (checkout / "captions.features.h5").is_file()
     # one caption per photo and level asked for, with its length and whether it is in range
     records = [json.loads(line) for line in (checkout / "captions.jsonl").read_text().splitlines()]
     assert sorted((r["image_id"], r["level"]) for r in records) == [(n, level) for n in names for level in (1, 3, 6)]
@@ -143,12 +147,75 @@ def test_a_new_users_path_as_the_readme_prints_it(tmp_path, hub):
     assert "No references were given" in report and "CIDEr" not in report
     assert {p.name for p in (checkout / "eval").glob("*.png")} == {"control_precision.png", "length_histograms.png"}
 
-    # the README's Python lines, as printed
-    proc = subprocess.run([sys.executable, "-c", python[0] + "\nprint(writer.caption(ids[0], levels=[1, 3, 6]))"],
+    # the README's Python lines, as printed: images in, captions with their lengths out, as the command wrote them
+    shown = "\nprint(json.dumps([{n: [c[n], c[n].length, c[n].in_range] for n in c} for c in captions]))"
+    proc = subprocess.run([sys.executable, "-c", "import json\n" + python[0] + shown],
                           cwd=checkout, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert re.fullmatch(r"\{1: '.*', 3: '.*', 6: '.*'\}\n", proc.stdout)
+    in_python = json.loads(proc.stdout.strip().splitlines()[-1])
+    in_file = {(r["image_id"], r["level"]): [r["caption"], r["length"], r["in_range"]] for r in records}
+    assert in_python == [{str(n): in_file[(name, n)] for n in (1, 3, 6)} for name in sorted(names)]
+
+    check_the_quick_checkpoints_captions(checkout, env)
     assert requests == []
+
+
+def check_the_quick_checkpoints_captions(checkout: Path, env: dict) -> None:
+    """The quick checkpoint's captions of the demo world's test images, as `clid.caption` writes them by
+    default (n-gram blocking): at L1 to L4 no more captions repeat a 3-gram than the world's own texts of
+    the level do (its long descriptions; its trusted captions at L1 and L2), plus 5 points; no caption holds
+    a 4-gram three times; every length is inside its level. (That the blocking bites:
+    test_blocking_fills_a_repeated_phrase_with_other_words.)
+
+    The model is the one `make checkpoint` trains here: the tests' tiny world and CLID_DEMO_STEPS=2
+    (minutes of training do not fit the suite), a model that repeats far more than a trained one, so
+    the decoding alone must keep the targets. The real quick checkpoint's figures: docs/decoding.md."""
+    from clid.eval.metrics import load_refs
+    from clid.eval.repetition import reference_texts, repetition
+    from clid.text import get_levels
+
+    world = checkout / "data/demo"
+    refs = load_refs(world / "captions.json", "test", None)[0]
+    texts = reference_texts(world)
+    rates = {}
+    for block in ("3",):
+        out = checkout / f"quick-{block}.jsonl"
+        command = [sys.executable, "-m", "clid.caption", "--checkpoint", "runs/quick/model", "--features",
+                   str(world / "features.h5"), "--ids", str(world / "captions.json"), "--levels", "1", "2", "3", "4",
+                   "--out", str(out)]
+        proc = subprocess.run(command, cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+        assert {r["image_id"] for r in records} == set(refs)
+        for level in (1, 2, 3, 4):
+            at = [r for r in records if r["level"] == level]
+            rates[block, level] = repetition(r["caption"] for r in at)
+            low, high = get_levels("caption")[level - 1]
+            assert all(r["in_range"] and low <= r["length"] <= high for r in at), [r for r in at if not r["in_range"]]
+    for level in (1, 2, 3, 4):
+        own = repetition(texts[level][1])["repeats_3gram"] if level in texts else 0.0
+        assert rates["3", level]["repeats_3gram"] <= own + 0.05, (level, rates["3", level], own)
+        assert rates["3", level]["max_4gram"] < 3, (level, rates["3", level])
+
+
+
+def test_blocking_fills_a_repeated_phrase_with_other_words():
+    """The decoding remedy itself: where the model's best words would repeat a 3-gram ("a dress and a dress
+    and"), double a word, or end the caption before its level, the next best candidates are taken."""
+    import torch
+
+    from clid.model.decode import fill_without_repeats
+
+    MASK, END = 0, 99
+    a, dress, and_, woman, red, on = 5, 6, 7, 8, 9, 10
+    row = torch.tensor([[a, dress, and_, MASK, MASK, MASK, MASK, MASK]])
+    best = {3: [a, woman], 4: [dress, red], 5: [and_, on], 6: [on, a], 7: [END, woman]}  # best first
+    candidates = torch.tensor([[[t, t] for t in row[0].tolist()[:3]] + [best[i] for i in range(3, 8)]])
+    chosen = fill_without_repeats(row, row == MASK, candidates, torch.rand(1, 8, 2), 3, {MASK, END}, END, first_end=8)[1]
+    # "a dress and a dress" | "and" would repeat "a dress and": on | "on on": a | the end before the level: woman
+    assert chosen[0, 3:].tolist() == [a, dress, on, a, woman]
+    # the authors' decoding takes the best words, "a dress and a dress and on" and the end
+    assert [best[i][0] for i in range(3, 8)] == [a, dress, and_, on, END]
 
 
 def test_every_docs_command_runs_as_written(tmp_path, hub):
@@ -182,6 +249,38 @@ def test_offline_unless_the_user_allows_downloads(tmp_path, hub):
     allowed = subprocess.run(command + ["--allow-download"], env=env, capture_output=True, text=True, timeout=300)
     assert allowed.returncode == 1 and requests, allowed.stderr
     assert "Traceback" not in allowed.stderr and "error: cannot load the tokenizer" in allowed.stderr
+
+
+def test_without_the_venv_one_line_names_the_fix():
+    """An interpreter without the requirements (here: torch hidden from it) gets one line, not a traceback."""
+    hide_torch = "import runpy, sys; sys.modules['torch'] = None; runpy.run_module('clid.features', run_name='__main__')"
+    proc = subprocess.run([sys.executable, "-c", hide_torch, "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "has no module 'torch'" in proc.stderr and "source .venv/bin/activate" in proc.stderr
+
+
+@pytest.mark.parametrize("rank", ["0", "1", None])
+def test_under_torchrun_rank_0_alone_prints_a_data_error(rank, monkeypatch, capsys):
+    """Every rank meets the same bad file: the job shows its line once (rank 0), and every rank exits 1."""
+    from clid.cli import run_main
+    from clid.files import DataError
+
+    for name in ("TORCHELASTIC_RUN_ID", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    if rank is not None:
+        monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+        monkeypatch.setenv("RANK", rank)
+
+    def bad_file(argv):
+        raise DataError("captions.json", "images[3]", "no 'sentences'")
+
+    with pytest.raises(SystemExit) as stop:
+        run_main(bad_file, [])
+    assert stop.value.code == 1
+    printed = capsys.readouterr().err
+    assert printed == ("" if rank == "1" else "error: captions.json: images[3]: no 'sentences'\n")
 
 
 def test_stay_offline_is_the_default(monkeypatch):

@@ -193,7 +193,7 @@ def test_a_resumed_score_stage_keeps_the_skip_counts_of_earlier_chunks(setup, tm
     stage05.main(argv)
     printed = capsys.readouterr().out
     assert "resuming: 1 of 4 chunks already done" in printed
-    assert re.search(r"not scored 12: selfgen: length \d+ outside the levels", printed)  # 3 of them in chunk 1
+    assert "not scored 12: selfgen: a length outside the levels (tokens: captions) 97: 12" in printed  # 3 in chunk 1
     assert len(read_quality(out)["id"]) == 12
     assert [line.split("\t") for line in (tmp_path / "quality.h5.skipped.tsv").read_text().splitlines()][1:] == \
         [["selfgen: length 97 outside the levels", "3"]] * 4

@@ -215,7 +215,8 @@ def test_07_prints_how_many_test_images_have_a_caption(fixtures, tmp_path):
     mine = write_generated(tmp_path / "mine.jsonl", rows + [("522418", 1, "a woman cutting a cake")])
     proc = run_script(ROOT / "07_eval.py", "--refs", refs, "--generated", mine, "--levels", "labert",
                       "--out", tmp_path / "eval", "--spice", "off")
-    assert "mine: 2 of 4 test images have a caption (1 at every level), 2 have none (they count as misses)" in proc.stdout
+    assert ("mine: 2 of 4 test images have a caption, 1 at each of the 4 levels it holds (L1, L2, L3, L4); 2 have "
+            "none (they count as misses)") in proc.stdout
 
 
 def test_07_fails_on_an_empty_generated_file(fixtures, tmp_path):

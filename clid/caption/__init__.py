@@ -6,6 +6,11 @@
     writer.caption("42", levels=[1, 3, 6])     # {1: "a red car", 3: "...", 6: "..."}
     writer.caption(["42", "43"])               # {"42": {1: ..., ..., 7: ...}, "43": {...}}
     writer.caption(Regions(features, boxes, width, height), levels=[2])   # regions held in memory
+    writer.caption_images(["photo.jpg", pil_image], levels=[1, 3, 6])     # [{1: ..., 3: ..., 6: ...}, {...}]
+
+Each caption is a :class:`Caption`: its text (a ``str``), with its ``length`` (counted as 07 counts it)
+and ``in_range`` (inside its level). :meth:`CaptionWriter.caption_images` computes the region features
+of image files or PIL images on the fly, with the encoder the checkpoint was trained on (``clid.features``).
 
 :meth:`CaptionWriter.decode` is the batched form the caption command (``python -m clid.caption``,
 :mod:`clid.caption.__main__`) and ``07_eval.py`` use; :func:`caption_records` turns its output
@@ -14,16 +19,19 @@ into the lines of the generated-captions JSONL. Decoding itself (LaBERT's mask-p
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from clid.eval.metrics import length_control
 from clid.features.store import FeatureStore, Regions, check_features_match, region_problem
 from clid.files import DataError, natural_key
 from clid.text import get_levels, level_set_name
 
-__all__ = ["CaptionWriter", "MemoryRegions", "Regions", "add_decoding_args", "caption_records", "check_features",
-           "decode_steps", "default_device"]
+__all__ = ["Caption", "CaptionWriter", "MemoryRegions", "Regions", "add_decoding_args", "caption_records",
+           "check_features", "decode_steps", "default_device", "encoder_settings"]
 
 
 BATCH_SIZE = 64  # images decoded together (--batch-size auto on the CPU)
+BLOCK_NGRAM = 3  # the caption command's and the API's --block-ngram (07 keeps the authors' 0)
 
 
 def default_device() -> str:
@@ -33,10 +41,10 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def add_decoding_args(parser) -> None:
+def add_decoding_args(parser, block_ngram: int = 0) -> None:
     """The decoding flags of the caption command and ``07_eval.py``: ``--batch-size``, ``--precision``,
-    ``--decode-steps``, ``--eos-decay``, ``--labert-average``, ``--length-count`` (the defaults are the
-    authors')."""
+    ``--decode-steps``, ``--eos-decay``, ``--labert-average``, ``--block-ngram`` (default ``block_ngram``),
+    ``--length-count`` (the other defaults are the authors')."""
     import argparse
 
     from clid import runtime
@@ -53,6 +61,9 @@ def add_decoding_args(parser) -> None:
     parser.add_argument("--labert-average", action=argparse.BooleanOptionalAction, default=True,
                         help="decoding as LaBERT's and the authors' code: re-predict every position and "
                              "average the confidences; --no-labert-average: re-predict only the re-masked positions")
+    parser.add_argument("--block-ngram", type=number(int, low=0, high=8, what="an integer in 0..8"), default=block_ngram,
+                        metavar="N", help="fill re-masked positions so that no N-gram occurs twice (trigram blocking "
+                                          "carried over to mask-predict; docs/decoding.md); 0: off, as the authors")
     parser.add_argument("--length-count", choices=["authors", "strict"], default="authors",
                         help="the length of a caption that fills its level without '.': authors (the authors' code): "
                              "its tokens, no '.' (in range); strict: with a final '.' (one over)")
@@ -85,6 +96,39 @@ def check_features(config, store: FeatureStore, checkpoint=None) -> None:
         raise DataError(store.path, None, f"has {found}, but {model} reads {config.num_classes}")
 
 
+class Caption(str):
+    """A caption: its text, with ``level`` (from 1), ``length`` (tokens as 07 counts them), ``in_range``
+    (inside its level) and ``filled`` (it filled its level without ".")."""
+
+    level: int
+    length: int
+    in_range: bool
+    filled: bool
+
+    def __new__(cls, text: str, level: int, length: int, in_range: bool, filled: bool = False):
+        caption = super().__new__(cls, text)
+        caption.level, caption.length, caption.in_range, caption.filled = level, length, in_range, filled
+        return caption
+
+
+def encoder_settings(config: dict, checkpoint) -> dict:
+    """The ``clid.features`` settings that compute the region features a checkpoint was trained on
+    (``config``: its config.json): ``colour_bins``, from the recorded dimension. Features of another
+    kind (a detector's, converted) cannot be computed from pixels here: one SystemExit line."""
+    from clid.features.__main__ import KIND
+    from clid.features.encoder import RegionEncoder
+
+    kind, dim = config.get("feature_kind"), config.get("feature_dim", config["model"].get("region_dim"))
+    bins = next((b for b in range(17) if isinstance(dim, int) and RegionEncoder.dim + 2 * b ** 3 == dim), None)
+    if kind != KIND or bins is None or config["model"].get("num_classes"):
+        from clid.features.store import describe_features
+
+        raise SystemExit(f"error: the checkpoint {checkpoint} was trained on {describe_features(kind, dim)}, which "
+                         f"this package cannot compute from an image (it computes '{KIND}' features): compute them as "
+                         "for training, then caption by image id with --features")
+    return {"colour_bins": bins}
+
+
 class MemoryRegions:
     """Region features held in memory, read like a :class:`FeatureStore`: image id -> :class:`Regions`."""
 
@@ -104,8 +148,9 @@ class CaptionWriter:
     """A trained captioner that writes captions at chosen length levels.
 
     ``features``: the region-feature file (a path or a :class:`FeatureStore`) the image ids refer to.
-    Decoding options (the defaults are the authors'): ``steps`` (mask-predict iterations per level;
-    None: 10, 15, ..., 40), ``eos_decay`` and ``labert_average`` (see :mod:`clid.model.decode`).
+    Decoding options: ``steps`` (mask-predict iterations per level; None: 10, 15, ..., 40), ``eos_decay``
+    and ``labert_average`` (the authors' defaults), ``block_ngram`` (default 3: no 3-gram twice; 0: the
+    authors' decoding); see :mod:`clid.model.decode`.
     ``batch_size``: images decoded together, or "auto" (:mod:`clid.runtime`: 64 on the CPU, on a GPU as
     many as half its free memory holds); ``precision``: "auto" (bfloat16 autocast on a GPU, float32 on
     the CPU), "fp32" or "bf16".
@@ -113,14 +158,15 @@ class CaptionWriter:
 
     def __init__(self, model, features=None, device: str | None = None, batch_size="auto",
                  steps: tuple[int, ...] | None = None, eos_decay: float = 1.0, labert_average: bool = True,
-                 checkpoint=None, precision: str = "auto"):
+                 checkpoint=None, precision: str = "auto", block_ngram: int = BLOCK_NGRAM):
         from clid import runtime
 
         self.model, self.checkpoint = model, checkpoint
         self.device = device or default_device()
         self.precision = runtime.resolve(precision, self.device)
         self.batch_size, self.steps, self.eos_decay, self.labert_average = batch_size, steps, eos_decay, labert_average
-        self.features = None
+        self.block_ngram = block_ngram
+        self.features = self.encoder = None
         if features is not None:
             self.use_features(features)
 
@@ -171,7 +217,8 @@ class CaptionWriter:
         return decode.generate_captions(self.model, source, image_ids, levels,
                                         batch_size=self.decode_batch_size(source, image_ids, levels), device=self.device,
                                         steps=self.steps, eos_decay=self.eos_decay, labert_average=self.labert_average,
-                                        progress=progress, return_filled=True, precision=self.precision)
+                                        progress=progress, return_filled=True, precision=self.precision,
+                                        block_ngram=self.block_ngram)
 
     def decode_batch_size(self, source, image_ids, levels) -> int:
         """``batch_size``, or what "auto" picks: one image's activations at the longest level asked for
@@ -186,17 +233,60 @@ class CaptionWriter:
         return runtime.batch_size("auto", self.device, per_image, BATCH_SIZE)
 
     def caption(self, images, levels=None):
-        """Captions, by level, of one image (an image id or its :class:`Regions`): ``{level: text}``;
-        of a list of image ids: ``{image_id: {level: text}}``."""
+        """Captions (:class:`Caption`), by level, of one image (an image id or its :class:`Regions`):
+        ``{level: caption}``; of a list of image ids: ``{image_id: {level: caption}}``."""
         if isinstance(images, Regions):
-            captions, _ = self.decode(["image"], levels, features=MemoryRegions({"image": images},
-                                                                              self.model.config.region_dim))
-            return {level: by_image["image"] for level, by_image in captions.items()}
+            by_image = self.captions_of(["image"], levels, MemoryRegions({"image": images}, self.model.config.region_dim))
+            return by_image["image"]
         one = isinstance(images, (str, int))
         ids = [str(images)] if one else [str(i) for i in images]
-        captions, _ = self.decode(ids, levels)
-        by_image = {i: {level: captions[level][i] for level in captions} for i in ids}
+        by_image = self.captions_of(ids, levels)
         return by_image[ids[0]] if one else by_image
+
+    def caption_images(self, images, levels=None, grid: int = 4):
+        """Captions (:class:`Caption`), by level, of image files or PIL images, their region features
+        computed on the fly by the encoder the checkpoint was trained on (the whole image and a ``grid``
+        x ``grid`` grid of boxes, as ``python -m clid.features --boxes grid 4``): ``{level: caption}`` for
+        one image, else a list of them in order. An unreadable file is one ValueError naming it."""
+        from PIL import Image
+
+        from clid.features.encoder import RegionFeatures, grid_boxes
+        from clid.saliency.images import convert_image
+
+        one = isinstance(images, (str, Path, Image.Image))
+        items = [images] if one else list(images)
+        pictures = []
+        for item in items:
+            if isinstance(item, Image.Image):
+                pictures.append(convert_image(item, "RGB"))
+                continue
+            try:
+                with Image.open(item) as image:
+                    pictures.append(convert_image(image, "RGB"))
+            except (OSError, ValueError) as err:
+                raise ValueError(f"{item}: not a readable image ({err})") from None
+        if self.encoder is None:
+            from clid.model.checkpoints import read_config
+
+            config = read_config(self.checkpoint) if self.checkpoint else {"model": self.model.config.to_json()}
+            self.encoder = RegionFeatures(**encoder_settings(config, self.checkpoint or "(in memory)"))
+        regions = {}
+        for start in range(0, len(pictures), 16):  # a few images' crops encoded together
+            part = pictures[start:start + 16]
+            encoded = self.encoder(part, [grid_boxes(p.width, p.height, grid) for p in part])
+            for k, (picture, (features, boxes)) in enumerate(zip(part, encoded), start):
+                regions[str(k)] = Regions(features, boxes, picture.width, picture.height)
+        by_image = self.captions_of(list(regions), levels, MemoryRegions(regions, self.model.config.region_dim))
+        captions = [by_image[str(k)] for k in range(len(items))]
+        return captions[0] if one else captions
+
+    def captions_of(self, image_ids, levels, features=None) -> dict:
+        """``{image_id: {level: Caption}}`` of images of the feature file (or of ``features``)."""
+        captions, filled = self.decode(image_ids, levels, features=features)
+        by_image = {str(i): {} for i in image_ids}
+        for r in caption_records(captions, filled, self.levels, self.model.tokenizer):
+            by_image[r["image_id"]][r["level"]] = Caption(r["caption"], r["level"], r["length"], r["in_range"], r["filled"])
+        return by_image
 
 
 def describe_levels(levels) -> str:

@@ -3,8 +3,12 @@
     python -m clid.caption --checkpoint runs/clid --features features.h5 --levels 1 3 6 --out captions.jsonl
     python -m clid.caption --checkpoint runs/clid --features features.h5 --ids ids.txt --out captions.jsonl \\
         --gallery gallery.html --images photos/
+    python -m clid.caption --checkpoint runs/quick/model --images photos/ --out captions.jsonl   (no feature file)
 
-In:  a checkpoint folder (04, 06); the region-feature file of the images (``python -m clid.features``);
+In:  a checkpoint folder (04, 06); the region-feature file of the images (``python -m clid.features``),
+     or without ``--features`` the image folder ``--images``, whose features are computed first with the
+     encoder the checkpoint was trained on (the whole image and a ``--grid`` grid of boxes; written to
+     ``OUT.features.h5`` beside the captions, as ``python -m clid.features --boxes grid N`` writes them);
      optionally ``--ids``: the image ids to caption (one a line, a JSON list, or a captions file whose
      ``--split`` images are taken, default test); without it, every image of the feature file.
 Out: ``--out captions.jsonl``, one line per image and level: ``image_id``, ``level``, ``caption``,
@@ -16,7 +20,8 @@ Out: ``--out captions.jsonl``, one line per image and level: ``image_id``, ``lev
 Only the levels asked for are decoded (``--levels all``: every level of the checkpoint), in batches, on
 ``--device``. Sharded like 01/02/03/05: ``--shard-id/--num-shards`` (SLURM array defaults), resumable
 chunks, ``python -m clid.shard merge OUT --num-shards N``; a resume with other inputs or settings is
-refused unless ``--restart``. Decoding defaults are the authors' (see ``07_eval.py``).
+refused unless ``--restart``. Decoding defaults are the authors' (see ``07_eval.py``) but
+for ``--block-ngram 3``: no 3-gram twice in a caption (docs/decoding.md; 0: the authors' decoding).
 """
 from __future__ import annotations
 
@@ -24,9 +29,10 @@ import argparse
 from pathlib import Path
 
 from clid import runs, runtime, shard
-from clid.caption import CaptionWriter, add_decoding_args, caption_records, decode_steps, default_device, describe_levels
+from clid.caption import BLOCK_NGRAM, CaptionWriter, add_decoding_args, caption_records, decode_steps, default_device, describe_levels
 from clid.caption.gallery import THUMBNAIL_SIDE, image_files, is_gallery, thumbnail, write_gallery
-from clid.cli import HelpFormatter, device, level_numbers, positive_int, run_main
+from clid.cli import HelpFormatter, device, level_numbers, number, positive_int, run_main
+from clid.features.__main__ import MAX_GRID
 from clid.features.store import FeatureStore, add_bad_features_arg
 from clid.files import DataError, check_not_input, natural_key, read_jsonl, write_jsonl
 
@@ -34,31 +40,41 @@ from clid.files import DataError, check_not_input, natural_key, read_jsonl, writ
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m clid.caption", description=__doc__.split("\n\n")[0],
                                 formatter_class=HelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="checkpoint folder (04_train_base.py, 06_train_selection.py)")
-    p.add_argument("--features", required=True, help="region-feature HDF5 of the images")
-    add_bad_features_arg(p)
-    p.add_argument("--ids", default=None,
-                   help="image ids to caption: one a line, a JSON list, or a captions file (Karpathy, COCO or "
-                        "paragraphs JSON; its --split images). Default: every image of --features")
-    p.add_argument("--split", default="test", help="with a captions file as --ids: the split to caption")
-    p.add_argument("--limit", type=positive_int, default=None, metavar="N", help="caption only the first N ids")
-    p.add_argument("--levels", nargs="+", default=None, metavar="LEVEL",
-                   help="level numbers (from 1) to decode, or 'all' for every level of the checkpoint (default: all)")
-    p.add_argument("--out", required=True, help="captions JSONL to write")
-    p.add_argument("--device", type=device, default=None,
-                   help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
-    add_decoding_args(p)
-    p.add_argument("--chunk-size", type=positive_int, default=256, help="images per resumable chunk")
-    p.add_argument("--gallery", default=None, metavar="HTML", help="also write this self-contained HTML gallery")
-    p.add_argument("--images", default=None, metavar="DIR",
-                   help="image folder shown in the gallery (files named after the image ids, or as the "
-                        "captions file of --ids names them)")
-    p.add_argument("--name", default=None, help="this run's column in the gallery (default: the checkpoint's folder name)")
-    p.add_argument("--compare", action="append", default=[], metavar="NAME=FILE",
-                   help="also show these captions (JSONL of an earlier run, or 07's generated/) in the gallery, "
-                        "one column each, left of this run's (repeatable)")
-    p.add_argument("--thumbnail", type=positive_int, default=THUMBNAIL_SIDE, help="longer side of a gallery image, in pixels")
-    shard.add_shard_args(p)
+    inputs = p.add_argument_group("input", "the checkpoint and the images")
+    inputs.add_argument("--checkpoint", required=True, help="checkpoint folder (04_train_base.py, 06_train_selection.py)")
+    inputs.add_argument("--features", default=None,
+                        help="region-feature HDF5 of the images (without it: computed from the images of --images)")
+    inputs.add_argument("--images", default=None, metavar="DIR",
+                        help="image folder: shown in the gallery (files named after the image ids, or as the captions "
+                             "file of --ids names them); without --features, the images to caption")
+    inputs.add_argument("--grid", type=number(int, low=1, high=MAX_GRID, what=f"an integer in 1..{MAX_GRID}"), default=4,
+                        metavar="N", help="--images without --features: the boxes of each image, an N x N grid")
+    add_bad_features_arg(inputs)
+    inputs.add_argument("--ids", default=None,
+                        help="image ids to caption: one a line, a JSON list, or a captions file (Karpathy, COCO or "
+                             "paragraphs JSON; its --split images). Default: every image of --features")
+    inputs.add_argument("--split", default="test", help="with a captions file as --ids: the split to caption")
+    inputs.add_argument("--limit", type=positive_int, default=None, metavar="N", help="caption only the first N ids")
+    decoding = p.add_argument_group("decoding", "the levels and how they are decoded")
+    decoding.add_argument("--levels", nargs="+", default=None, metavar="LEVEL",
+                          help="level numbers (from 1) to decode, or 'all' for every level of the checkpoint "
+                               "(default: all)")
+    decoding.add_argument("--device", type=device, default=None,
+                          help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
+    add_decoding_args(decoding, block_ngram=BLOCK_NGRAM)
+    output = p.add_argument_group("output", "the captions file and the gallery")
+    output.add_argument("--out", required=True, help="captions JSONL to write")
+    output.add_argument("--gallery", default=None, metavar="HTML", help="also write this self-contained HTML gallery")
+    output.add_argument("--name", default=None,
+                        help="this run's column in the gallery (default: the checkpoint's folder name)")
+    output.add_argument("--compare", action="append", default=[], metavar="NAME=FILE",
+                        help="also show these captions (JSONL of an earlier run, or 07's generated/) in the gallery, "
+                             "one column each, left of this run's (repeatable)")
+    output.add_argument("--thumbnail", type=positive_int, default=THUMBNAIL_SIDE,
+                        help="longer side of a gallery image, in pixels")
+    run = p.add_argument_group("run", "shards and resumable chunks")
+    run.add_argument("--chunk-size", type=positive_int, default=256, help="images per resumable chunk")
+    shard.add_shard_args(run)
     args = p.parse_args(argv)
     if args.levels in (None, ["all"]):
         args.levels = "all"
@@ -69,8 +85,10 @@ def parse_args(argv=None):
             p.error(f"--levels {err}, or 'all'")
     if Path(args.out).suffix != ".jsonl":
         p.error(f"--out {args.out}: the captions file must end in .jsonl")
-    if not args.gallery and (args.images or args.compare):
-        p.error("--images and --compare are for the gallery: give --gallery FILE too")
+    if not args.features and not args.images:
+        p.error("give --features (the images' region features) or --images (a folder of images)")
+    if not args.gallery and args.compare:
+        p.error("--compare is for the gallery: give --gallery FILE too")
     for entry in args.compare:
         name, sep, path = entry.partition("=")
         if not sep or not name or not path:
@@ -130,6 +148,27 @@ def read_compare(entry: str, levels) -> tuple[str, dict]:
     return name, {(str(r["image_id"]), int(r["level"])): r for r in read_jsonl(path)}
 
 
+def compute_features(args) -> str:
+    """``--images`` without ``--features``: the region features of the folder's images, computed by the
+    encoder the checkpoint was trained on into ``OUT.features.h5`` (``python -m clid.features``); its path."""
+    from clid.caption import encoder_settings
+    from clid.features import __main__ as features
+    from clid.model.checkpoints import read_config
+
+    if shard.Shard.from_args(args).num_shards > 1:
+        raise SystemExit("error: a sharded run reads one feature file: compute it first (python -m clid.features "
+                         "--images DIR --boxes grid N --out FILE), then give --features FILE")
+    settings = encoder_settings(read_config(args.checkpoint), args.checkpoint)
+    path = str(Path(args.out).with_suffix(".features.h5"))
+    argv = ["--images", args.images, "--boxes", "grid", str(args.grid), "--out", path,
+            "--colour-bins", str(settings["colour_bins"])]
+    if features.up_to_date(features.parse_args(argv)):
+        print(f"{path}: the region features of {args.images} are up to date")
+    else:
+        features.main(argv)
+    return path
+
+
 # ---------------------------------------------------------------------------------------------
 
 def main(argv=None) -> None:
@@ -146,13 +185,15 @@ def main(argv=None) -> None:
     check_not_input(out, {"--compare": [e.partition("=")[2] for e in args.compare]})
 
     # 1. the images, the checkpoint and the levels to decode, all checked before any work
+    if not args.features:
+        args.features = compute_features(args)
     store = FeatureStore(args.features, bad=args.bad_features)
     ids, names = read_ids(args, store)
     device = args.device or default_device()
     args.precision = runtime.use_precision(args.precision, device)  # what auto means here: recorded
     writer = CaptionWriter.from_checkpoint(args.checkpoint, device, batch_size=args.batch_size,
                                            eos_decay=args.eos_decay, labert_average=args.labert_average,
-                                           precision=args.precision)
+                                           precision=args.precision, block_ngram=args.block_ngram)
     writer.steps = decode_steps(args.decode_steps, len(writer.levels))
     writer.use_features(store)
     try:
@@ -168,7 +209,7 @@ def main(argv=None) -> None:
     # 2. decode this shard's images in resumable chunks; the last shard to finish merges
     record = runs.run_record(args, inputs=("checkpoint", "features", "ids"), settings=(
         "levels", "split", "limit", "decode_steps", "eos_decay", "labert_average", "length_count", "bad_features",
-        "precision"))
+        "precision", "block_ngram"))
     job = shard.Job(out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     if not job.done:
         print(f"captioning {len(job.spec.select(ids))} of {len(ids)} images at levels "

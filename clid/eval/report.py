@@ -142,9 +142,11 @@ def write_report(path, meta, results, generated, refs, long_refs, levels, exampl
     scored = "in-range captions" if meta["score_captions"] == "in-range" else "all captions"
     images = (f"{meta['n_test_images']} test images (`{meta['refs']}`, {meta['evaluated']})" if refs is not None
               else f"{meta['n_test_images']} images ({meta['evaluated']})")
+    several = any(len(result["runs"]) > 1 for result in results.values())
     lines = ["# Length-controlled captioning: evaluation\n",
-             f"{images}, {meta['level_set']} levels. Methods (several runs: mean ± sample standard deviation over "
-             "the runs):\n"]
+             f"{images}, {meta['level_set']} levels. Methods "
+             + ("(several runs: mean ± sample standard deviation over the runs):\n" if several else
+                "(one run each: its own values):\n")]
     for name, result in results.items():
         runs = result["runs"]
         lines.append(f"- **{name}**" + (f" ({len(runs)} runs)" if len(runs) > 1 else "") + ": "

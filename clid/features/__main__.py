@@ -70,32 +70,38 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m clid.features", description=__doc__.split("\n\n")[0],
                                 epilog="python -m clid.features convert --help: the converters of released features",
                                 formatter_class=HelpFormatter)
-    p.add_argument("--images", required=True, help="image folder (searched recursively)")
-    source = p.add_mutually_exclusive_group(required=True)
+    inputs = p.add_argument_group("input", "the images and where their boxes come from (one of three)")
+    inputs.add_argument("--images", required=True, help="image folder (searched recursively)")
+    source = inputs.add_mutually_exclusive_group(required=True)
     source.add_argument("--scene-graphs", help="Visual Genome scene_graphs.json: the boxes")
     source.add_argument("--detections", help="a detector's boxes: JSON (image -> boxes, or COCO results) or a TSV "
                                              "that convert reads")
     source.add_argument("--boxes", nargs=2, metavar=("grid", "N"), help="an N x N grid of boxes on every image")
-    p.add_argument("--image-data", default=None, help="VG image_data.json: file names (url), sizes, COCO ids")
-    p.add_argument("--ids", choices=["auto", "keep"], default="auto",
-                   help="--boxes and --detections: how a file name (or a detection's key) becomes an image id: auto: "
-                        "a COCO file name or a zero-padded number gives the COCO id (COCO_val2014_000000000042.jpg -> "
-                        "42), as convert-coco keys its captions; keep: the file name without its extension. "
-                        "(--scene-graphs: the graphs' ids)")
-    p.add_argument("--min-conf", type=unit_interval, default=0.2, help="--detections: boxes under this confidence are left out")
-    p.add_argument("--max-boxes", default=100,
-                   type=number(int, low=1, high=MAX_REGIONS - 1, what=f"an integer in 1..{MAX_REGIONS - 1}"),
-                   help=f"--detections: the most confident boxes kept (with the whole image, at most {MAX_REGIONS} "
-                        "regions are read)")
-    p.add_argument("--out", required=True, help="the region-feature HDF5 to write")
-    p.add_argument("--force", action="store_true",
-                   help="replace an existing --out that this command did not write (without it, such a file is refused)")
-    p.add_argument("--crop", type=positive_int, default=64, help="boxes are resized to crop x crop for the encoder")
-    p.add_argument("--whole", type=positive_int, default=128, help="the whole image is resized to whole x whole")
-    p.add_argument("--colour-bins", type=number(int, low=0, high=16, what="an integer in 0..16"), default=4,
-                   help="colour histogram bins per channel (0: none)")
-    p.add_argument("--batch-size", type=positive_int, default=256, help="encoder batch size")
-    p.add_argument("--chunk", type=positive_int, default=16, help="images encoded together")
+    inputs.add_argument("--image-data", default=None, help="VG image_data.json: file names (url), sizes, COCO ids")
+    inputs.add_argument("--ids", choices=["auto", "keep"], default="auto",
+                        help="--boxes and --detections: how a file name (or a detection's key) becomes an image id: "
+                             "auto: a COCO file name or a zero-padded number gives the COCO id "
+                             "(COCO_val2014_000000000042.jpg -> 42), as convert-coco keys its captions; keep: the file "
+                             "name without its extension. (--scene-graphs: the graphs' ids)")
+    inputs.add_argument("--min-conf", type=unit_interval, default=0.2,
+                        help="--detections: boxes under this confidence are left out")
+    inputs.add_argument("--max-boxes", default=100,
+                        type=number(int, low=1, high=MAX_REGIONS - 1, what=f"an integer in 1..{MAX_REGIONS - 1}"),
+                        help=f"--detections: the most confident boxes kept (with the whole image, at most "
+                             f"{MAX_REGIONS} regions are read)")
+    output = p.add_argument_group("output", "the region-feature file")
+    output.add_argument("--out", required=True, help="the region-feature HDF5 to write")
+    output.add_argument("--force", action="store_true",
+                        help="replace an existing --out that this command did not write (without it, such a file "
+                             "is refused)")
+    encoder = p.add_argument_group("encoder", "what each region becomes (a checkpoint reads the settings it was "
+                                              "trained on)")
+    encoder.add_argument("--crop", type=positive_int, default=64, help="boxes are resized to crop x crop for the encoder")
+    encoder.add_argument("--whole", type=positive_int, default=128, help="the whole image is resized to whole x whole")
+    encoder.add_argument("--colour-bins", type=number(int, low=0, high=16, what="an integer in 0..16"), default=4,
+                         help="colour histogram bins per channel (0: none)")
+    encoder.add_argument("--batch-size", type=positive_int, default=256, help="encoder batch size")
+    encoder.add_argument("--chunk", type=positive_int, default=16, help="images encoded together")
     args = p.parse_args(argv)
     if args.image_data and not args.scene_graphs:
         p.error("--image-data goes with --scene-graphs")
@@ -125,6 +131,23 @@ def regions_of(args) -> tuple[list, list, str]:
     return items, skipped, f"a {args.grid} x {args.grid} grid on the images of {images}"
 
 
+def features_record(args) -> dict:
+    """The run record of a features file: its inputs and the settings that change what it holds."""
+    return runs.run_record(args, inputs=("images", "scene_graphs", "image_data", "detections"), settings=(
+        "boxes", "ids", "min_conf", "max_boxes", "crop", "whole", "colour_bins"))
+
+
+def up_to_date(args) -> bool:
+    """True when ``--out`` holds what these flags would write (this command wrote it, from the same inputs)."""
+    from clid.files import read_json
+
+    try:
+        return Path(args.out).is_file() and read_json(runs.record_path(args.out)) == {"command": COMMAND,
+                                                                                      **features_record(args)}
+    except (OSError, DataError):
+        return False
+
+
 def id_line(items, ids: str) -> str:
     """One line: how many images' ids were mapped from COCO file names (``--ids auto``), with an example."""
     mapped = [(image_id, path) for image_id, path, _, _ in items if image_id != keep_key(path.name)]
@@ -142,8 +165,7 @@ def main(argv=None) -> None:
     from clid.progress import Progress
 
     args = parse_args(argv)
-    record = runs.run_record(args, inputs=("images", "scene_graphs", "image_data", "detections"), settings=(
-        "boxes", "ids", "min_conf", "max_boxes", "crop", "whole", "colour_bins"))
+    record = features_record(args)
     runs.check_own_output(args.out, COMMAND, args.force)
     try:
         items, skipped, source = regions_of(args)

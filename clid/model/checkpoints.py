@@ -43,11 +43,14 @@ def feature_record(store) -> dict:
     return {"feature_kind": store.kind, "feature_dim": store.feature_dim()}
 
 
+MISSING_HINT = "`make checkpoint` trains a quick one in runs/quick/model; 04 and 06 train the others"
+
+
 def read_config(folder) -> dict:
     """A checkpoint's config.json; a damaged one is one DataError naming it."""
     path = Path(folder) / "config.json"
     if not Path(folder).exists():
-        raise SystemExit(f"error: {folder}: no such checkpoint folder")
+        raise SystemExit(f"error: {folder}: no such checkpoint folder ({MISSING_HINT})")
     if not path.is_file() or not (Path(folder) / "model.safetensors").is_file():
         raise SystemExit(f"error: {folder} is not a checkpoint (needs config.json and model.safetensors)")
     saved = read_json(path)
@@ -145,7 +148,7 @@ def read_train_state(folder) -> dict:
 
 
 # files a training stage writes into --out beside its checkpoint, and the checkpoint's own files
-STAGE_FILES = ("selection_log.jsonl", "difficulty.h5")
+STAGE_FILES = ("selection_log.jsonl", "difficulty.h5", "MODEL_CARD.md")
 
 
 CHECKPOINT_NAMES = ("model.safetensors", "config.json", "optimizer.pt", "train_state.json", "train_log.jsonl",
@@ -262,3 +265,89 @@ def remove_checkpoint(folder) -> None:
         (folder / name).unlink(missing_ok=True)
     if not any(folder.iterdir()):
         folder.rmdir()
+
+
+# ---------------------------------------------------------------------------------------------
+# The model card written beside a finished checkpoint
+
+
+CARD_TITLE = "# Model card:"
+
+
+def write_model_card(folder, stage: str) -> Path:
+    """Write ``MODEL_CARD.md`` into a finished checkpoint folder of ``stage`` (04 or 06): the data, the
+    recipe, the steps trained, the control precision measured during training (if any), and what the
+    model cannot do. Everything is read from the folder's own files."""
+    from clid.text import get_levels
+
+    folder = Path(folder)
+    config = read_config(folder)
+    train = config.get("train", {}) if isinstance(config.get("train"), dict) else {}
+    model = config["model"]
+    step = read_train_state(folder)["step"]
+    levels = get_levels([tuple(level) for level in model.get("levels")]) if model.get("levels") else get_levels("caption")
+    evals = []
+    log = folder / "train_log.jsonl"
+    for line in log.read_text().splitlines() if log.is_file() else []:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("eval"), dict):
+            evals.append(record)
+
+    def flag(name, default="-"):
+        value = train.get(name)
+        return default if value in (None, "", []) else value
+
+    data = {"trusted": "the trusted captions alone", "extended": "the trusted and the self-generated captions"}
+    lines = [f"{CARD_TITLE} {folder.name}", "",
+             f"Written by {stage} when it finished training this checkpoint; every figure comes from the files beside it.",
+             "", "## Model", "",
+             f"- A length-controllable captioner (LaBERT-style non-autoregressive BERT), preset `{flag('preset', model.get('preset', '-'))}`, "
+             f"{len(levels)} length levels: " + ", ".join(f"L{n} {low}-{high}" for n, (low, high) in enumerate(levels, 1))
+             + " tokens.",
+             f"- Region features: `{config.get('feature_kind') or 'unrecorded kind'}`, {config.get('feature_dim', model.get('region_dim'))} "
+             "dimensions; it reads those alone.", "", "## Data", "",
+             f"- Captions: `{flag('captions')}`" + (f"; self-generated: `{flag('selfgen')}`" if flag("selfgen") != "-" else ""),
+             f"- Trained on: {data.get(flag('data'), flag('data'))}" + (
+                 f"; selected by 06 (strategy `{flag('strategy')}`, eta {flag('eta')})" if stage.startswith("06") else ""),
+             f"- Features: `{flag('features')}`", "", "## Recipe", "",
+             f"- `--recipe {flag('recipe', 'paper')}`: lr {flag('lr')}, warm-up {flag('warmup')}, batch {flag('batch_size')}, "
+             f"dropout {flag('dropout')}, seed {flag('seed')}",
+             f"- Steps trained: {step} of --max-steps {flag('max_steps')}"
+             + (f" (continued from `{flag('continue_from')}`)" if flag("continue_from") != "-" else ""), "",
+             "## Measured control precision", ""]
+    if evals:
+        last = evals[-1]
+        shares = {k: v for k, v in last["eval"].items() if isinstance(v, (int, float))}
+        lines.append(f"- At step {last.get('step')}, on the validation images (authors' decoding): "
+                     + ", ".join(f"L{k} {100 * v:.0f}%" for k, v in shares.items()))
+    else:
+        lines.append("- Not measured while training (--eval-every 0). Measure it with `python 07_eval.py --checkpoint "
+                     f"{folder} --features FEATURES --refs CAPTIONS --out eval`; the demo's quick checkpoint: "
+                     "docs/decoding.md.")
+    lines += ["", "## What it cannot do", "",
+              "- Describe what its training images did not show: a model trained on the demo world knows its "
+              "flat-drawn objects and colours alone, and on a photograph writes a caption of about the right length "
+              "that seldom says what it shows.",
+              f"- Write beyond its last level ({levels[-1][1]} tokens), or read features of another kind or dimension.",
+              "- Avoid repeated phrases by itself: mask-predict decoding repeats words; `python -m clid.caption` and "
+              "`CaptionWriter` block a repeated 3-gram by default (`--block-ngram 0`: the authors' decoding).",
+              "- Guarantee a length: the control precision above is a share, not a promise, and a caption can end "
+              "mid-phrase when its level is longer than what the model has to say.", ""]
+    card = folder / "MODEL_CARD.md"
+    if card.exists() and not card.read_text(errors="replace").startswith(CARD_TITLE):  # a file of the user's
+        print(f"note: {card} was not written by a training stage; the model card is not written")
+        return card
+    tmp = card.with_name(card.name + ".tmp")
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, card)
+    state_path = folder / "train_state.json"
+    state = read_train_state(folder)
+    if isinstance(state.get("files"), list) and card.name not in state["files"]:  # the manifest names it too
+        state["files"] = sorted(state["files"] + [card.name])
+        tmp = state_path.with_name(state_path.name + ".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        os.replace(tmp, state_path)
+    return card

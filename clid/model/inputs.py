@@ -454,9 +454,17 @@ def training_examples(items: CaptionItems, levels, features: FeatureStore) -> tu
 
 
 def report_skipped(skipped: Counter, features: FeatureStore, word: str = "skipped") -> None:
-    """Print each skip count (``  skipped N: reason``, by reason), then the images of ``features`` with bad
-    region features, if any."""
+    """Print each skip count (``  skipped N: reason``, by reason; the lengths outside the levels of one
+    source in one line, ``length: count`` each), then the images of ``features`` with bad region features."""
+    lengths: dict[str, dict[int, int]] = {}  # source -> {length: count}
     for reason, count in sorted(skipped.items()):
-        print(f"  {word} {count}: {reason}")
+        source, _, why = reason.partition(": ")
+        if why.startswith("length ") and why.endswith(" outside the levels"):
+            lengths.setdefault(source, {})[int(why.split()[1])] = count
+        else:
+            print(f"  {word} {count}: {reason}")
+    for source, counts in lengths.items():
+        table = ", ".join(f"{length}: {n}" for length, n in sorted(counts.items()))
+        print(f"  {word} {sum(counts.values())}: {source}: a length outside the levels (tokens: captions) {table}")
     if bad_line := features.skip_report():
         print(f"  {bad_line}")
