@@ -234,8 +234,16 @@ def balanced_batches(levels, batch_size: int, seed: int) -> Callable[[int], np.n
 # Distributed set-up
 
 
-def init_distributed() -> tuple[int, int, torch.device]:
-    """(rank, world size, device); starts the process group under torchrun (gloo on CPU, NCCL on GPU)."""
+DIST_TIMEOUT_MINUTES = 60.0  # --dist-timeout: a rank may wait this long for the others (e.g. a checkpoint)
+
+
+def init_distributed(timeout_minutes: float = DIST_TIMEOUT_MINUTES) -> tuple[int, int, torch.device]:
+    """(global rank, world size, device); starts the process group under torchrun (gloo on CPU, NCCL on GPU).
+
+    The rank is the global one (``RANK``: checkpoints, logs and the output lock are rank 0's, on one node of
+    several); the GPU is the node's ``LOCAL_RANK``-th. A collective waits up to ``timeout_minutes`` for a
+    rank that is late, such as rank 0 writing a checkpoint to a slow shared file system, before it fails.
+    """
     world = int(os.environ.get("WORLD_SIZE", 1))
     rank = int(os.environ.get("RANK", 0))
     if torch.cuda.is_available():
@@ -244,7 +252,9 @@ def init_distributed() -> tuple[int, int, torch.device]:
     else:
         device = torch.device("cpu")
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        from datetime import timedelta
+
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(minutes=timeout_minutes))
     return rank, world, device
 
 
@@ -448,6 +458,9 @@ def add_train_args(groups: dict) -> None:
     run.add_argument("--workers", type=workers_arg, default=d.workers,
                      help="processes that make the batches (collate, read and pad the regions) while the model trains; "
                           "auto: none on the CPU, up to 4 with a GPU. The batches are the same for any number")
+    run.add_argument("--dist-timeout", type=positive_float, default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
+                     help="under torchrun: how long a process waits for the others (a checkpoint written to a slow "
+                          "shared file system, a rank restarting) before the run fails")
     run.add_argument("--restart", action="store_true",
                      help="remove a checkpoint in --out and start over (a re-run resumes only the same flags and inputs)")
     run.add_argument("--force", action="store_true",
@@ -484,7 +497,7 @@ def settings_from_args(args) -> TrainSettings:
 
 def start_run(args):
     """(rank, world, device, features) for a training stage; None when ``--out`` is already trained."""
-    rank, world, device = init_distributed()
+    rank, world, device = init_distributed(args.dist_timeout)
     if args.batch_size < world:
         raise SystemExit(f"error: --batch-size {args.batch_size} is the global batch, split over {world} processes: "
                          f"give at least {world}")
@@ -590,6 +603,11 @@ class Trainer:
         # the fused AdamW kernel: the same update rule as the default loop, several times faster on CPU
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.999),
                                            eps=settings.adam_eps, weight_decay=settings.weight_decay, fused=True)
+        # A key's bias adds the same number to all of a query's scores, which the softmax removes: its true
+        # gradient is 0, and the computed one is rounding noise that AdamW would scale up to full steps (noise
+        # that differs with the world size). It gets a gradient of 0: only the weight decay moves it.
+        for layer in model.encoder.layer:
+            layer.attention.self.key.bias.register_hook(torch.zeros_like)
         self.ddp = None
         if world > 1:  # DDP also starts every rank from rank 0's weights
             self.ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
