@@ -31,7 +31,7 @@ import torch.distributed as dist
 from clid import runtime
 from clid.cli import add_download_arg, non_negative_float, non_negative_int, positive_float, positive_int, probability
 from clid.data.splits import add_split_args
-from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
+from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg, add_region_cache_arg
 from clid.files import DataError
 from clid.model.captioner import BOX_INPUTS, REGION_NORMS, Captioner, count_parameters
 from clid.model.checkpoints import checkpoint_exists, feature_record, restore, save_checkpoint
@@ -102,7 +102,8 @@ class StepBatches(torch.utils.data.Dataset):
     of its masked positions, all on the CPU. A batch depends only on (seed, step), so loader workers in any
     number give the same batches, and a resumed run the rest of them.
 
-    A worker reads regions through its own HDF5 handle (:meth:`open_in_worker`), uncached. Bad input met in
+    A worker reads regions from the training process's cache when it holds every image (:meth:`RegionCache.preload`),
+    else through its own HDF5 handle (:meth:`open_in_worker`), uncached. Bad input met in
     a worker (an image's features, a token outside the head's vocabulary) comes back as a :class:`BadBatch`,
     raised in the training process as the one line it would have been there.
     """
@@ -135,10 +136,13 @@ class StepBatches(torch.utils.data.Dataset):
         return (*regions, input_ids, levels), masked.flatten().nonzero()[:, 0], classes
 
     def open_in_worker(self, worker_id: int) -> None:
-        """A loader worker's own handle on the feature file (an HDF5 handle must not cross a fork)."""
-        features = self.regions.features
-        self.regions = RegionCache(FeatureStore(features.path, bad=features.bad), self.regions.num_classes,
-                                   self.regions.box_input, cache=False)
+        """A loader worker's own handle on the feature file (an HDF5 handle must not cross a fork), and the
+        inherited cache when it is complete."""
+        features = FeatureStore(self.regions.features.path, bad=self.regions.features.bad)
+        if self.regions.complete:
+            self.regions.features = features
+        else:
+            self.regions = RegionCache(features, self.regions.num_classes, self.regions.box_input, cache=False)
 
 
 @dataclass
@@ -385,6 +389,7 @@ def add_train_args(groups: dict) -> None:
     data, model, optimisation, schedule, run = (groups[name] for name in TRAIN_GROUPS)
     data.add_argument("--features", required=True, help="region features HDF5")
     add_bad_features_arg(data)
+    add_region_cache_arg(data)
     data.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption",
                       help="the length levels: caption (the paper's 7 levels, 1-9, 10-19, ..., 60-69 tokens), "
                            "paragraph (13 levels up to 129 tokens), labert (LaBERT's 4 levels)")
@@ -723,6 +728,8 @@ class Trainer:
                            self.rank, self.world)
         if not self.workers:
             return (data[i] for i in range(len(data)))
+        if not self.regions.complete and self.regions.preload(self.examples.image_ids) and self.rank == 0:
+            print(self.regions.describe(), flush=True)
         # (the tokenizer's own threads must not cross the fork either: said before it, the workers stay quiet)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         return torch.utils.data.DataLoader(data, batch_size=None, num_workers=self.workers,
