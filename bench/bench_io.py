@@ -11,7 +11,8 @@ Out: a table on stdout (and --json FILE): per dtype and worker count, batches/s 
        padded; 0 workers: in this process, N: a torch DataLoader of N forked processes;
      - "pread": the bound, plain os.pread calls of the same byte ranges (each image's datasets), in the same
        order, from 0 (this thread) or N threads;
-     and the ratio loader / pread, at each worker count and best against best.
+     and the ratio loader / pread, at each worker count and best against best; with 0 workers also the CPU
+     time a batch costs (the loader is bound by it where cores are few: batches/s <= cores / that time).
 
     python bench/bench_io.py                      # 2 GB float32 + 1 GB float16, 20 batches of 64 per row
     python bench/bench_io.py --gb 40 --batches 60 # larger than this machine's page cache
@@ -168,7 +169,10 @@ def main(argv=None) -> None:
             for name, run in (("loader", lambda: loader(path, order, workers)),
                               ("pread", lambda: pread(path, order, ranges, workers))):
                 drop_cache(path)
+                cpu = time.process_time()
                 seconds = run()
+                if workers == 0:  # (this process's CPU time: what the loader costs a core, free of the machine's load)
+                    row[f"{name}_cpu_ms_per_batch"] = round((time.process_time() - cpu) * 1000 / args.batches, 1)
                 row[f"{name}_batches_s"] = round(args.batches / seconds, 2)
                 row[f"{name}_mb_s"] = round(megabytes / seconds, 1)
             row["ratio"] = round(row["loader_mb_s"] / row["pread_mb_s"], 3)
