@@ -136,7 +136,7 @@ def pread(path: Path, order: list[list[str]], ranges: dict, workers: int) -> flo
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--work", default="bench-io", help="folder for the feature files (kept for the next run)")
+    p.add_argument("--work", default="/tmp/clid-bench-io", help="folder for the feature files (kept for the next run)")
     p.add_argument("--gb", type=positive_float, default=2.0, help="size of the float32 file, in GB")
     p.add_argument("--batch", type=positive_int, default=64, help="images a batch (04's global batch)")
     p.add_argument("--batches", type=positive_int, default=20, help="batches a measurement")
