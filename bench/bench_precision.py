@@ -105,7 +105,8 @@ def feature_dtypes(args) -> dict:
         for dtype, store in stores.items():
             start = time.time()
             regions = RegionCache.for_model(store, models[0].config)
-            logp = [caption_logprobs(m, examples, regions, device=args.device, precision="fp32") for m in models]
+            logp = [caption_logprobs(m, examples, regions, mode=args.mode, device=args.device, precision="fp32")
+                    for m in models]
             u[dtype] = torch.from_numpy((logp[0] - logp[1]).astype(np.float32))
             drawn[dtype] = set(draw(u[dtype], DRAW_ITERATION, schedule)[0].tolist())
             row = {"file_bytes": os.path.getsize(files[dtype]), "seconds": round(time.time() - start, 1)}
@@ -126,7 +127,7 @@ def feature_dtypes(args) -> dict:
                            met=bool(np.corrcoef(*ranks)[0, 1] >= 0.9999 and overlap >= 0.99))
             result[dtype] = row
             print(f"{dtype}: {json.dumps(row)}", flush=True)
-    result.update(captions=len(examples), images=len(images), drawn_at_80=len(drawn["float32"]),
+    result.update(mode=args.mode, captions=len(examples), images=len(images), drawn_at_80=len(drawn["float32"]),
                   target="u rank correlation >= 0.9999 and overlap >= 0.99")
     print(json.dumps(result, indent=1))
     return result
@@ -180,6 +181,7 @@ def main(argv=None) -> None:
                        "float32", formatter_class=HelpFormatter)
     for action in s._actions[1:]:  # (the same flags as scores)
         f._add_action(action)
+    f.add_argument("--mode", choices=["prefix", "pseudo", "onepass"], default="prefix", help="05's --mode")
     t = sub.add_parser("train", help="short 04 runs: bf16's final loss against the fp32 seeds' range",
                        formatter_class=HelpFormatter)
     t.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fp32 seeds")
