@@ -111,17 +111,21 @@ def feature_dtypes(args) -> dict:
             drawn[dtype] = set(draw(u[dtype], DRAW_ITERATION, schedule)[0].tolist())
             row = {"file_bytes": os.path.getsize(files[dtype]), "seconds": round(time.time() - start, 1)}
             if dtype != "float32":
-                worst = {"features": 0.0, "cls_prob": 0.0}
-                for image_id in images:
+                worst = {f"{name} {how}": 0.0 for name in ("features", "cls_prob") for how in ("absolute", "relative")}
+                largest = 0.0
+                for image_id in images:  # (relative: to the value; tiny values lose their digits in float16)
                     a, b = stores["float32"].get(image_id), store.get(image_id)
-                    for name in worst:
+                    largest = max(largest, float(np.abs(a.features).max()))
+                    for name in ("features", "cls_prob"):
                         x, y = getattr(a, name), getattr(b, name)
                         if x is not None:
-                            worst[name] = max(worst[name], float(np.max(np.abs(x - y) / np.maximum(np.abs(x), 1e-30))))
+                            worst[f"{name} absolute"] = max(worst[f"{name} absolute"], float(np.abs(x - y).max()))
+                            worst[f"{name} relative"] = max(worst[f"{name} relative"], float(
+                                np.max(np.abs(x - y) / np.maximum(np.abs(x), 1e-30))))
                 overlap = len(drawn[dtype] & drawn["float32"]) / max(1, len(drawn["float32"]))
                 ranks = [np.argsort(np.argsort(u[p].numpy())) for p in ("float32", dtype)]
                 row.update(bytes_ratio=round(row["file_bytes"] / result["float32"]["file_bytes"], 3),
-                           largest_relative_input_difference=worst,
+                           largest_input_difference=worst, largest_feature=largest,
                            max_u_difference=float((u[dtype] - u["float32"]).abs().max()),
                            u_rank_correlation=float(np.corrcoef(*ranks)[0, 1]), overlap_at_80=round(overlap, 5),
                            met=bool(np.corrcoef(*ranks)[0, 1] >= 0.9999 and overlap >= 0.99))

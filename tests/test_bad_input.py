@@ -2045,6 +2045,19 @@ row("features", "convert-clid-missing", lambda w, d: convert_args(d, "clid", d /
 row("features", "convert-clid-a-saliency-file", lambda w, d: convert_args(d, "clid", w.saliency), "no image group holds")
 row("features", "convert-clid-bfloat16", lambda w, d: convert_args(d, "clid", w.features, extra=["--dtype", "bfloat16"]),
     "bfloat16", "ok")
+def beyond_float16(d: Path) -> Path:
+    """A bottom-up TSV whose second image has a feature of 1e5 (float32 holds it, float16 does not)."""
+    from feature_formats import butd_line
+
+    boxes = np.array([[1, 2, 30, 40], [5, 5, 20, 20]], np.float32)
+    return tsv(d, [butd_line(i, 64, 48, boxes, np.full((2, 16), 1e5 if i == 2 else 1.0)) for i in (1, 2)])
+
+
+row("features", "convert-float16-overflow", lambda w, d: convert_args(d, "butd", beyond_float16(d)),
+    "features hold 100000, beyond float16's range (65504): give --dtype bfloat16 or float32")
+row("features", "convert-float16-overflow-as-bfloat16", lambda w, d: convert_args(d, "butd", beyond_float16(d),
+                                                                                  extra=["--dtype", "bfloat16"]),
+    "wrote the region features of 2 images", "ok")
 row("04", "features-unknown-dtype-tag", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
     w.features, d, bf16_tag("float8"))), "dtype = 'float8': only bfloat16")
 row("04", "features-bfloat16-tag-on-float32", lambda w, d: w.train_args(d / "out", "--features", h5_changed(

@@ -20,8 +20,9 @@ Formats (docs/formats.md has them field by field):
   ``vinvl``.
 - ``clid``: a region-feature file of ours (one INPUT), rewritten in another ``--dtype``. Its kind is kept.
 
-``--dtype`` stores the features and class probabilities as float32 (the default), float16 or bfloat16 (half
-the bytes; docs/scale.md measures what it changes: nothing that 05 or 06 decide). Readers get float32.
+``--dtype`` stores the features and class probabilities as float16 (the default), bfloat16 (both half the
+bytes; docs/scale.md measures what they change: no draw of 06) or float32. Readers get float32. A value
+beyond float16's range (65,504) is refused, naming the record: give ``--dtype bfloat16`` or ``float32``.
 
 Kept: the features, the boxes, the class probabilities (``cls_prob``, vlp) and the detector's
 confidence (``confidence``, vlp and vinvl). The image size is the record's (butd, a vinvl record with
@@ -57,6 +58,7 @@ from clid.features.store import FEATURE_DTYPES, Regions, region_problem, write_f
 from clid.files import DataError, open_h5, read_json
 
 FORMATS = ("vlp", "butd", "vinvl", "clid")
+FLOAT16_MAX = 65504.0
 KINDS = {"vlp": "vlp-fc6", "butd": "butd", "vinvl": "vinvl"}
 FEAT_FILE = re.compile(r"_feat(\d{3})\.h5$")
 CLS_FILE = re.compile(r"_cls(\d{3})\.h5$")
@@ -72,9 +74,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--format", required=True, choices=FORMATS, help="the release's format (see below)")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="the release's files, or folders holding them")
     p.add_argument("--out", required=True, help="the region-feature HDF5 to write (.h5)")
-    p.add_argument("--dtype", choices=FEATURE_DTYPES, default="float32",
-                   help="how the features and class probabilities are stored: float32, or float16 / bfloat16 (half "
-                        "the file; read back as float32; bfloat16 is kept as uint16 with the attribute dtype = bfloat16)")
+    p.add_argument("--dtype", choices=FEATURE_DTYPES, default="float16",
+                   help="how the features and class probabilities are stored: float16 (half the file of float32; on "
+                        "the demo it changes no draw of 06: docs/scale.md), bfloat16 (kept as uint16 with the "
+                        "attribute dtype = bfloat16) or float32 (the release's values exactly); read back as float32")
     p.add_argument("--sizes", nargs="+", metavar="FILE",
                    help="image sizes where a record has none: the benchmark's hw TSV, VG image_data.json or COCO "
                         "annotations JSONs (default: the boxes' extent)")
@@ -208,6 +211,11 @@ class Converter:
         problem = region_problem(regions)
         if problem:
             raise DataError(path, where, problem)
+        if self.args.dtype == "float16":
+            for name, values in (("features", regions.features), ("cls_prob", regions.cls_prob)):
+                if values is not None and float(np.abs(values).max()) > FLOAT16_MAX:
+                    raise DataError(path, where, f"{name} hold {float(np.abs(values).max()):g}, beyond float16's "
+                                                 f"range ({FLOAT16_MAX:g}): give --dtype bfloat16 or float32")
         return image_id, regions, [f"image sizes from {source}", *notes]
 
     def index(self) -> list:
