@@ -25,7 +25,7 @@ from test_bad_input import run_stage
 from toyworld import make_toy_world
 
 STEPS, SAVE_EVERY = 16, 4
-LIMIT = 240  # seconds any one run may take
+LIMIT = 400  # seconds any one run may take
 
 
 def train_args(world: Path, out: Path) -> list[str]:
