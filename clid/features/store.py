@@ -70,13 +70,14 @@ def pad_regions(items: list[tuple[torch.Tensor, torch.Tensor]], dtype=torch.floa
     """Stack per-image (features [R, D], box inputs [R, 6+C]) into padded [B, Rmax, .] + mask [B, Rmax]."""
     R = max(f.shape[0] for f, _ in items)
     B = len(items)
-    feats = torch.zeros(B, R, items[0][0].shape[1], dtype=dtype)
-    pos = torch.zeros(B, R, items[0][1].shape[1], dtype=dtype)
+    feats = torch.empty(B, R, items[0][0].shape[1], dtype=dtype)  # (written once: each row's regions, then zeros)
+    pos = torch.empty(B, R, items[0][1].shape[1], dtype=dtype)
     mask = torch.zeros(B, R, dtype=torch.bool)
     for i, (f, p) in enumerate(items):
-        feats[i, : f.shape[0]] = f
-        pos[i, : p.shape[0]] = p
-        mask[i, : f.shape[0]] = True
+        n = f.shape[0]
+        feats[i, :n], pos[i, :n] = f, p
+        feats[i, n:], pos[i, n:] = 0, 0
+        mask[i, :n] = True
     return feats, pos, mask
 
 
