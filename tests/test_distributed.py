@@ -68,7 +68,8 @@ def test_two_nodes_with_a_killed_rank_end_where_one_process_ends(tmp_path):
              "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes",
              "--max-restarts", "1", "--monitor-interval", "0.2", "04_train_base.py", *train_args(world, tmp_path / "two")]
     logs = [open(tmp_path / f"node{k}.log", "w") for k in (0, 1)]
-    nodes = [subprocess.Popen(agent, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT) for log in logs]
+    nodes = [subprocess.Popen(agent, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+             for log in logs]  # (each agent and its workers a process group, which a failed test ends whole)
     try:
         state, deadline = tmp_path / "two" / "train_state.json", time.time() + LIMIT
         while not state.exists():  # the first checkpoint (step 4 of 16)
@@ -81,8 +82,11 @@ def test_two_nodes_with_a_killed_rank_end_where_one_process_ends(tmp_path):
             node.wait(timeout=max(1, deadline - time.time()))
     finally:
         for node in nodes:
-            if node.poll() is None:
-                node.kill()
+            try:
+                os.killpg(node.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            node.wait()
         for log in logs:
             log.close()
     text = "".join((tmp_path / f"node{k}.log").read_text() for k in (0, 1))
