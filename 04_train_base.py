@@ -40,7 +40,7 @@ from collections import Counter
 from pathlib import Path
 
 from clid.cli import HelpFormatter, run_main
-from clid.features.store import FeatureStore, RegionCache, check_features_match
+from clid.features.store import FeatureStore, RegionCache, cache_bytes, check_features_match
 from clid.files import DataError, check_not_input, read_json
 from clid.model.checkpoints import (
     check_same_levels,
@@ -173,7 +173,7 @@ def main(argv=None):
     if not (args.init_from or args.continue_from):  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
 
-    trainer = make_trainer(args, "04_train_base", model, examples, RegionCache.for_model(features, model.config),
+    trainer = make_trainer(args, "04_train_base", model, examples, RegionCache.for_model(features, model.config, cache_bytes(args.region_cache)),
                            features, val_ids, args.out, device, rank, world, continue_from=args.continue_from)
     n = len(examples)
     batch_for = (balanced_batches(examples.levels, args.batch_size, args.seed) if args.balanced

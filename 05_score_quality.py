@@ -38,7 +38,7 @@ import torch
 from clid import runs, runtime, shard
 from clid.cli import HelpFormatter, device, positive_int, run_main
 from clid.data.splits import add_split_args
-from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg, check_features_match
+from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg, add_region_cache_arg, cache_bytes, check_features_match
 from clid.files import DataError, read_arrays, write_quality
 from clid.model.checkpoints import load_checkpoint, read_config, saved_config
 from clid.model.inputs import (CaptionFiles, Examples, add_left_out_arg, add_token_cache_arg, check_left_out,
@@ -60,6 +60,7 @@ def parse_args(argv=None):
     data.add_argument("--selfgen", required=True, help="self-generated (paraphrased) captions JSONL")
     data.add_argument("--features", required=True, help="region features HDF5 (the file 04 trained on)")
     add_bad_features_arg(data)
+    add_region_cache_arg(data)
     run.add_argument("--out", required=True, help="quality HDF5")
     scoring.add_argument("--mode", choices=MODES, default="prefix",
                          help="prefix: every text token masked, the true prefix revealed, one pass per position "
@@ -210,7 +211,7 @@ def main(argv=None):
         if same_weights(*models):
             sys.exit(f"error: --trusted {args.trusted} and --extended {args.extended} hold the same weights: every u "
                      "would be 0; give the model trained on trusted captions and the one trained on the extended set")
-        regions = RegionCache.for_model(features, models[0].config)
+        regions = RegionCache.for_model(features, models[0].config, cache_bytes(args.region_cache))
         args.batch_size = scoring_batch_size(args, models[0], features)
     rows = range(len(items))  # (the job's items: rows of items)
     if not job.done:

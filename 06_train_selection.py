@@ -48,7 +48,7 @@ import torch
 
 from clid import selection
 from clid.cli import HelpFormatter, number, positive_float, positive_int, run_main
-from clid.features.store import RegionCache, check_features_match
+from clid.features.store import RegionCache, cache_bytes, check_features_match
 from clid.model.checkpoints import load_init_weights, read_config, write_model_card
 from clid.model.inputs import CaptionFiles, caption_texts, report_skipped, training_examples, training_items, usable
 from clid.model.train import (
@@ -140,7 +140,7 @@ def main(argv=None):
     examples = trusted + pool  # trusted captions first, then the pool
     if args.init in ("bert", "random"):  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
-    regions = RegionCache.for_model(features, config)
+    regions = RegionCache.for_model(features, config, cache_bytes(args.region_cache))
 
     # the strategy: which captions each round trains on
     data = selection.Pool(examples.image_ids, examples.caption_ids, n_trusted, pool.lengths, pool.levels,

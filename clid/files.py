@@ -287,7 +287,8 @@ def h5_number(path, record, group, name: str, positive: bool = False) -> float:
 
 def write_h5_groups(path, groups: Iterable[tuple[str, dict, dict]], compression: str | None = None,
                     root_attrs: dict | None = None) -> int:
-    """Write ``(image_id, datasets, attrs)`` triples atomically as one group per image id.
+    """Write ``(image_id, datasets, attrs)`` triples atomically as one group per image id. A dataset's value
+    is an array, or (array, the dataset's own attributes).
 
     ``root_attrs`` become the file's own attributes; they are read after the last group is written,
     so a generator of the groups may fill them in (a value of None is left out)."""
@@ -299,7 +300,9 @@ def write_h5_groups(path, groups: Iterable[tuple[str, dict, dict]], compression:
             for image_id, datasets, attrs in groups:
                 group = f.create_group(str(image_id))
                 for name, value in datasets.items():
-                    group.create_dataset(name, data=np.asarray(value), compression=compression)
+                    value, own = value if isinstance(value, tuple) else (value, {})
+                    dataset = group.create_dataset(name, data=np.asarray(value), compression=compression)
+                    dataset.attrs.update(own)
                 for name, value in attrs.items():
                     group.attrs[name] = value
                 count += 1

@@ -124,7 +124,7 @@ def write_own_record(out, record: dict, command: str) -> None:
 # Training runs (04, 06): every flag is recorded but those that do not change what the run computes
 
 NOT_RECORDED = ("out", "save_every", "eval_every", "eval_images", "log_every", "restart", "force", "max_left_out",
-                "workers", "token_cache", "recipe", "allow_download")  # (a recipe sets other flags, which are recorded)
+                "workers", "token_cache", "recipe", "allow_download", "region_cache", "dist_timeout")  # (a recipe sets other flags, which are recorded)
 INPUT_FLAGS = ("captions", "selfgen", "quality", "features", "output_vocab", "init_from", "init", "bert", "test_ids",
                "region_init", "continue_from")
 BOTH = ("init", "continue_from")  # input flags whose value is recorded too ("--init random" names no file)

@@ -23,6 +23,8 @@ fi
 : "${PRESET:=labert}"
 : "${BERT:=$DATA/bert-base-uncased}"            # local BERT-base folder (config.json, weights, vocab.txt)
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# torchrun's restarted workers meet in a fresh store, not the dead workers' one (--max-restarts works only so)
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
 # Each stage's own settings. coco: the paper's models and the authors' schedule (the global batch is their 64,
 # split over the GPUs; M_theta~ trains steps 0-100,000 of one 300,000-step cosine, M_theta continues it to

@@ -2206,6 +2206,52 @@ row("caption", "block-ngram-0", lambda w, d: w.caption_args(d, "--block-ngram", 
 row("caption", "block-ngram-2", lambda w, d: w.caption_args(d, "--block-ngram", "2", "--levels", "2"), "captions of", "ok")
 
 
+# -- issue 48 (training and features at cluster scale): --region-cache, --dist-timeout, convert --dtype ------------
+def bf16_tag(value):
+    """A features dataset whose dtype attribute says ``value`` (bfloat16 is known, and only over uint16)."""
+    def change(group):
+        group["features"].attrs["dtype"] = value
+    return first_group(change)
+
+
+for stage, args in (("04", lambda w, d, *x: w.train_args(d / "out", *x)), ("05", lambda w, d, *x: w.score_args(d / "q.h5", *x)),
+                    ("06", lambda w, d, *x: w.selection_args(d / "out", *x))):
+    for value, fragment in (("0", "must be at least 1m"), ("-1", "must be auto or a size"), ("12XB", "must be auto or a size"),
+                            ("1.5", "must be at least 1m"), ("100T", "100t is more than this node's memory"),
+                            ("", "must be auto or a size")):
+        row(stage, f"region-cache-{value or 'empty'}", lambda w, d, args=args, value=value: args(w, d, "--region-cache", value),
+            f"argument --region-cache: {fragment}")
+row("04", "region-cache-512M", lambda w, d: w.train_args(d / "out", "--region-cache", "512M"), "checkpoint:", "ok")
+row("05", "region-cache-auto", lambda w, d: w.score_args(d / "q.h5", "--region-cache", "auto"), "16 scored captions", "ok")
+row("04", "dist-timeout-0", lambda w, d: w.train_args(d / "out", "--dist-timeout", "0"), "argument --dist-timeout")
+row("06", "dist-timeout-nan", lambda w, d: w.selection_args(d / "out", "--dist-timeout", "nan"), "argument --dist-timeout")
+row("features", "convert-dtype-float8", lambda w, d: convert_args(d, "clid", w.features, extra=["--dtype", "float8"]),
+    "argument --dtype: invalid choice")
+row("features", "convert-clid-two-inputs", lambda w, d: convert_args(d, "clid", w.features, w.features),
+    "--format clid rewrites one region-feature file")
+row("features", "convert-clid-missing", lambda w, d: convert_args(d, "clid", d / "nope.h5"), "nope.h5: file not found")
+row("features", "convert-clid-a-saliency-file", lambda w, d: convert_args(d, "clid", w.saliency), "no image group holds")
+row("features", "convert-clid-bfloat16", lambda w, d: convert_args(d, "clid", w.features, extra=["--dtype", "bfloat16"]),
+    "bfloat16", "ok")
+def beyond_float16(d: Path) -> Path:
+    """A bottom-up TSV whose second image has a feature of 1e5 (float32 holds it, float16 does not)."""
+    from feature_formats import butd_line
+
+    boxes = np.array([[1, 2, 30, 40], [5, 5, 20, 20]], np.float32)
+    return tsv(d, [butd_line(i, 64, 48, boxes, np.full((2, 16), 1e5 if i == 2 else 1.0)) for i in (1, 2)])
+
+
+row("features", "convert-float16-overflow", lambda w, d: convert_args(d, "butd", beyond_float16(d)),
+    "features hold 100000, beyond float16's range (65504): give --dtype bfloat16 or float32")
+row("features", "convert-float16-overflow-as-bfloat16", lambda w, d: convert_args(d, "butd", beyond_float16(d),
+                                                                                  extra=["--dtype", "bfloat16"]),
+    "wrote the region features of 2 images", "ok")
+row("04", "features-unknown-dtype-tag", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
+    w.features, d, bf16_tag("float8"))), "dtype = 'float8': only bfloat16")
+row("04", "features-bfloat16-tag-on-float32", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
+    w.features, d, bf16_tag("bfloat16"))), "is float32 with the attribute dtype = 'bfloat16'")
+
+
 # ---------------------------------------------------------------------------------------------
 # The test
 

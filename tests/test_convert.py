@@ -20,7 +20,9 @@ class Result:
 
 
 def convert(*argv, check=True):
-    """The command in this process (as ``python -m clid.features convert`` runs it): exit status and output."""
+    """The command in this process (as ``python -m clid.features convert`` runs it): exit status and output.
+    Stored as float32 (``--dtype float32``), so that every value compares exactly with the release's."""
+    argv = (*argv, "--dtype", "float32")
     out = io.StringIO()
     code, message = 0, ""
     with contextlib.redirect_stdout(out):
@@ -122,7 +124,7 @@ def test_butd_tsv_converts(tmp_path):
     # three shards give the same file
     for k in range(3):  # the last as a process of the real command line: it merges the three parts
         argv = ("--format", "butd", tsv, "--out", tmp_path / "three.h5", "--shard-id", k, "--num-shards", 3)
-        proc = run_script("-m", "clid.features", "convert", *argv) if k == 2 else convert(*argv)
+        proc = run_script("-m", "clid.features", "convert", *argv, "--dtype", "float32") if k == 2 else convert(*argv)
     assert "wrote the region features of 3 images" in proc.stdout
     assert_same(groups(out), groups(tmp_path / "three.h5"))
 

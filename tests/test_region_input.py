@@ -97,7 +97,7 @@ def test_preset_labert_on_converted_vlp_features_is_the_authors_model(tmp_path, 
     from clid.features.convert import run as convert
 
     truth = write_vlp(tmp_path, regions=6)
-    convert(["--format", "vlp", str(tmp_path / "region_feat_gvd_wo_bgd"), "--out", str(tmp_path / "f.h5")])
+    convert(["--format", "vlp", str(tmp_path / "region_feat_gvd_wo_bgd"), "--out", str(tmp_path / "f.h5"), "--dtype", "float32"])
     ids = [str(int(key[-12:])) for key in VLP_KEYS]
     captions = tmp_path / "captions.json"
     captions.write_text(json.dumps({"images": [

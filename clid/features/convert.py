@@ -1,7 +1,9 @@
 """Region features from the releases users have, converted into our region-feature file.
 
     python -m clid.features convert --format vlp|butd|vinvl INPUT [INPUT ...] --out features.h5 \\
-        [--sizes FILE ...] [--ids auto|keep] [--bad-records error|skip] [--shard-id I --num-shards N]
+        [--dtype float32|float16|bfloat16] [--sizes FILE ...] [--ids auto|keep] [--bad-records error|skip] \\
+        [--shard-id I --num-shards N]
+    python -m clid.features convert --format clid features.h5 --dtype float16 --out features-fp16.h5
 
 Formats (docs/formats.md has them field by field):
 
@@ -16,6 +18,11 @@ Formats (docs/formats.md has them field by field):
 - ``vinvl``: the Scene Graph Benchmark's (VinVL) feature TSV: an image key, a tab, a JSON object whose
   ``objects`` hold ``rect`` [x1, y1, x2, y2], ``class``, ``conf`` and ``feature`` (base64 float32). Kind
   ``vinvl``.
+- ``clid``: a region-feature file of ours (one INPUT), rewritten in another ``--dtype``. Its kind is kept.
+
+``--dtype`` stores the features and class probabilities as float16 (the default), bfloat16 (both half the
+bytes; docs/scale.md measures what they change: no draw of 06) or float32. Readers get float32. A value
+beyond float16's range (65,504) is refused, naming the record: give ``--dtype bfloat16`` or ``float32``.
 
 Kept: the features, the boxes, the class probabilities (``cls_prob``, vlp) and the detector's
 confidence (``confidence``, vlp and vinvl). The image size is the record's (butd, a vinvl record with
@@ -47,10 +54,11 @@ import numpy as np
 from clid import runs, shard
 from clid.cli import HelpFormatter, positive_int, whole_number
 from clid.data.scenegraphs import image_key_to_id, load_sizes
-from clid.features.store import Regions, region_problem, write_features
+from clid.features.store import FEATURE_DTYPES, Regions, region_problem, write_features
 from clid.files import DataError, check_unchanged, open_h5, read_json, read_state
 
-FORMATS = ("vlp", "butd", "vinvl")
+FORMATS = ("vlp", "butd", "vinvl", "clid")
+FLOAT16_MAX = 65504.0
 KINDS = {"vlp": "vlp-fc6", "butd": "butd", "vinvl": "vinvl"}
 FEAT_FILE = re.compile(r"_feat(\d{3})\.h5$")
 CLS_FILE = re.compile(r"_cls(\d{3})\.h5$")
@@ -67,6 +75,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--format", required=True, choices=FORMATS, help="the release's format (see below)")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="the release's files, or folders holding them")
     p.add_argument("--out", required=True, help="the region-feature HDF5 to write (.h5)")
+    p.add_argument("--dtype", choices=FEATURE_DTYPES, default="float16",
+                   help="how the features and class probabilities are stored: float16 (half the file of float32; on "
+                        "the demo it changes no draw of 06: docs/scale.md), bfloat16 (kept as uint16 with the "
+                        "attribute dtype = bfloat16) or float32 (the release's values exactly); read back as float32")
     p.add_argument("--sizes", nargs="+", metavar="FILE",
                    help="image sizes where a record has none: the benchmark's hw TSV, VG image_data.json or COCO "
                         "annotations JSONs (default: the boxes' extent)")
@@ -85,6 +97,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args.out.endswith((".h5", ".hdf5")):
         p.error(f"--out must end with .h5 or .hdf5 (got {args.out})")
+    if args.format == "clid" and len(args.inputs) != 1:
+        p.error(f"--format clid rewrites one region-feature file, not {len(args.inputs)}")
     return args
 
 
@@ -225,6 +239,11 @@ class Converter:
         problem = region_problem(regions)
         if problem:
             raise DataError(path, where, problem)
+        if self.args.dtype == "float16":
+            for name, values in (("features", regions.features), ("cls_prob", regions.cls_prob)):
+                if values is not None and float(np.abs(values).max()) > FLOAT16_MAX:
+                    raise DataError(path, where, f"{name} hold {float(np.abs(values).max()):g}, beyond float16's "
+                                                 f"range ({FLOAT16_MAX:g}): give --dtype bfloat16 or float32")
         return image_id, regions, [f"image sizes from {source}", *notes]
 
     def index(self) -> list:
@@ -294,7 +313,7 @@ class Converter:
             shard.write_table(chunk.table("skipped.tsv"), ("file", "record", "problem"), skipped)
             shard.write_table(chunk.table("counts.tsv"), ("what", "count"), rows)
 
-        write_features(chunk.path, converted(), self.kind)
+        write_features(chunk.path, converted(), self.kind, self.args.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -566,7 +585,38 @@ class VinVL(TSV):
                             np.float32), given_size=given, notes=[FLOAT64] * (value_type == "float64"))
 
 
-CONVERTERS = {"vlp": VLP, "butd": BUTD, "vinvl": VinVL}
+class OwnFile(Converter):
+    """A region-feature file of ours, image by image (its ids, sizes and kind kept): another ``--dtype``."""
+
+    def __init__(self, args):
+        from clid.features.store import FeatureStore
+
+        super().__init__(args)
+        args.ids = "keep"
+        try:
+            self.store = FeatureStore(args.inputs[0])
+        except FileNotFoundError as err:
+            raise DataError(args.inputs[0], None, "file not found") from None
+        self.kind = self.store.kind or "unrecorded"
+        self.notes = [f"{args.inputs[0]}: '{self.kind}' features, {self.store.feature_dim()}-d, stored as "
+                      f"{self.store.dtype}; rewritten as {args.dtype}"]
+
+    def index(self) -> list:
+        return self.store.ids()
+
+    def place(self, item) -> tuple[Path, str, str]:
+        return Path(self.store.path), f"image {item}", item
+
+    def read(self, items: list):
+        return [lambda item=item: self.one(item) for item in items]
+
+    def one(self, image_id: str):
+        r = self.store.get(image_id)
+        return self.regions(self.store.path, f"image {image_id}", image_id, r.features, r.boxes, r.cls_prob,
+                            r.confidence, given_size=(r.width, r.height))
+
+
+CONVERTERS = {"vlp": VLP, "butd": BUTD, "vinvl": VinVL, "clid": OwnFile}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -582,7 +632,7 @@ def summary(out: Path) -> list[str]:
         counts[what] += int(count)
     store = FeatureStore(out)
     classes = store.num_classes()
-    lines = [f"wrote the region features of {len(store)} images to {out}: '{store.kind}', {store.feature_dim()}-d"
+    lines = [f"wrote the region features of {len(store)} images to {out}: '{store.kind}', {store.feature_dim()}-d, {store.dtype}"
              + (f", class probabilities of {classes} classes" if classes else "")]
     store.close()
     examples = [what.split(": ", 1)[1] for what in sorted(counts) if what.startswith("example: ")]
@@ -604,7 +654,7 @@ def summary(out: Path) -> list[str]:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    record = runs.run_record(args, inputs=("inputs", "sizes"), settings=("format", "ids", "bad_records", "dim"))
+    record = runs.run_record(args, inputs=("inputs", "sizes"), settings=("format", "ids", "bad_records", "dim", "dtype"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
     converter = CONVERTERS[args.format](args)
     items = [] if job.done else converter.index()

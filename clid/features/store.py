@@ -5,11 +5,20 @@ The file records what its features are as two root attributes: ``feature_kind`` 
 ``clid-encoder`` for ``python -m clid.features`` and the demo, ``vlp-fc6``, ``butd``, ``vinvl`` for
 the converted releases) and ``feature_dim``. A file written before they existed has neither and is
 read as before; only its dimension can then be checked.
+
+The features and class probabilities are stored as float32, float16 (HDF5's own half type) or bfloat16,
+which HDF5 lacks: a bfloat16 dataset is uint16 (the upper half of each float32's bits) with the attribute
+``dtype`` = ``bfloat16``. A third root attribute, ``feature_dtype``, names the one used. Every reader gets
+float32 (:meth:`FeatureStore.get`); :class:`RegionCache` keeps the features in the stored type, so a half
+file also halves what the cache holds of them.
 """
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
+import os
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,24 +31,60 @@ from clid.files import DataError, check_image_groups, natural_key, open_h5, writ
 from clid.model.captioner import region_inputs
 
 
+FEATURE_DTYPES = ("float32", "float16", "bfloat16")  # how the features and class probabilities may be stored
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def encode_values(values: np.ndarray, dtype: str) -> tuple[np.ndarray, dict]:
+    """(array to store, its dataset attributes) of float values in ``dtype`` (one of FEATURE_DTYPES); bfloat16
+    is rounded to the nearest (ties to even) and stored as uint16 with the attribute dtype = bfloat16."""
+    values = np.asarray(values, np.float32)
+    if dtype == "bfloat16":
+        bits = values.view(np.uint32).astype(np.uint64)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        return rounded.astype(np.uint16), {"dtype": "bfloat16"}
+    return values.astype(dtype), {}
+
+
+def stored_dtype(dataset) -> str:
+    """The FEATURE_DTYPES name of a features dataset as stored (float32 for float64 and other types)."""
+    if dataset.dtype == np.uint16 and dataset.attrs.get("dtype") in ("bfloat16", b"bfloat16"):
+        return "bfloat16"
+    return "float16" if dataset.dtype == np.float16 else "float32"
+
+
+def decode_values(dataset, path, where: str) -> np.ndarray:
+    """A stored features or class-probabilities dataset as float32 (a bfloat16 one decoded)."""
+    values = dataset[()]
+    tag = dataset.attrs.get("dtype")
+    if tag is not None:
+        tag = tag.decode() if isinstance(tag, bytes) else str(tag)
+        if tag != "bfloat16" or values.dtype != np.uint16:
+            raise DataError(path, where, f"'{dataset.name.rsplit('/', 1)[-1]}' is {values.dtype} with the attribute "
+                                         f"dtype = {tag!r}: only bfloat16, stored as uint16, is known")
+        return (values.astype(np.uint32) << 16).view(np.float32)
+    return values.astype(np.float32) if values.dtype in (np.float16, np.float64) else values
+
+
 def pad_regions(items: list[tuple[torch.Tensor, torch.Tensor]], dtype=torch.float32):
     """Stack per-image (features [R, D], box inputs [R, 6+C]) into padded [B, Rmax, .] + mask [B, Rmax]."""
     R = max(f.shape[0] for f, _ in items)
     B = len(items)
-    feats = torch.zeros(B, R, items[0][0].shape[1], dtype=dtype)
-    pos = torch.zeros(B, R, items[0][1].shape[1], dtype=dtype)
+    feats = torch.empty(B, R, items[0][0].shape[1], dtype=dtype)  # (written once: each row's regions, then zeros)
+    pos = torch.empty(B, R, items[0][1].shape[1], dtype=dtype)
     mask = torch.zeros(B, R, dtype=torch.bool)
     for i, (f, p) in enumerate(items):
-        feats[i, : f.shape[0]] = f
-        pos[i, : p.shape[0]] = p
-        mask[i, : f.shape[0]] = True
+        n = f.shape[0]
+        feats[i, :n], pos[i, :n] = f, p
+        feats[i, n:], pos[i, n:] = 0, 0
+        mask[i, :n] = True
     return feats, pos, mask
 
 
-def load_regions(features: FeatureStore, image_id, num_classes: int = 0,
-                 box_input: str = "authors") -> tuple[torch.Tensor, torch.Tensor]:
-    """(features [R, D], region position inputs [R, 6 + num_classes]) of one image, the box input built
-    as ``box_input`` says (:func:`clid.model.captioner.region_inputs`); ``num_classes`` > 0 appends the
+def load_regions(features: FeatureStore, image_id, num_classes: int = 0, box_input: str = "authors",
+                 dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """(features [R, D] in ``dtype``, region position inputs [R, 6 + num_classes]) of one image, the box input
+    built as ``box_input`` says (:func:`clid.model.captioner.region_inputs`); ``num_classes`` > 0 appends the
     file's ``cls_prob``, which must be that wide."""
     r = features.get(image_id)
     if num_classes and (r.cls_prob is None or r.cls_prob.shape[1] != num_classes):
@@ -47,14 +92,16 @@ def load_regions(features: FeatureStore, image_id, num_classes: int = 0,
         raise DataError(features.path, f"image {image_id}",
                         f"{found}, but the model reads {num_classes} class probabilities per region")
     pos = region_inputs(r.boxes, r.width, r.height, r.cls_prob if num_classes else None, r.confidence, box_input)
-    return torch.as_tensor(r.features, dtype=torch.float32), pos
+    return torch.as_tensor(r.features).to(dtype), pos
 
 
 class RegionCache:
     """Region inputs (features, 6-d boxes plus ``num_classes`` class probabilities) per image id, read
     from the HDF5 and the latest ``max_bytes`` of them kept in memory, the least recently used given up
     first (``cache=False``: read every time). ``for_model`` takes the first two settings from a model's
-    config."""
+    config. The features are kept as the file stores them (float16 or bfloat16: half the bytes) and come out
+    of :meth:`batch` as float32; ``reads`` counts the images read from the file.
+    """
 
     MAX_BYTES = 4 << 30  # about 2,900 images of the VLP release (100 regions of 2,048 + 6 + 1,601 floats)
 
@@ -67,18 +114,22 @@ class RegionCache:
         self.max_bytes = max_bytes
         self._cache: OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
         self._bytes = 0
+        self.reads = 0
+        self.dtype = TORCH_DTYPES[features.dtype]
+        self.complete = False  # every image a run reads is kept (:meth:`preload`)
 
     @classmethod
-    def for_model(cls, features: FeatureStore, config) -> "RegionCache":
+    def for_model(cls, features: FeatureStore, config, max_bytes: int = MAX_BYTES) -> "RegionCache":
         """The region inputs a model of this :class:`CaptionerConfig` reads."""
-        return cls(features, config.num_classes, config.box_input)
+        return cls(features, config.num_classes, config.box_input, max_bytes=max_bytes)
 
     def get(self, image_id: str):
         item = self._cache.get(image_id)
         if item is not None:
             self._cache.move_to_end(image_id)
             return item
-        item = load_regions(self.features, image_id, self.num_classes, self.box_input)
+        item = load_regions(self.features, image_id, self.num_classes, self.box_input, self.dtype)
+        self.reads += 1
         if self.cache:
             self._cache[image_id] = item
             self._bytes += _nbytes(item)
@@ -90,16 +141,105 @@ class RegionCache:
     def batch(self, image_ids: list[str]):
         return pad_regions([self.get(i) for i in image_ids])
 
+    def estimate(self, image_ids, sample: int = 16) -> int:
+        """Bytes the region inputs of ``image_ids`` would take here (from a few of them, read and kept)."""
+        ids = sorted(set(map(str, image_ids)))
+        if not ids:
+            return 0
+        some = [ids[k] for k in np.linspace(0, len(ids) - 1, min(sample, len(ids))).astype(int)]
+        return int(np.mean([_nbytes(self.get(i)) for i in some]) * len(ids))
+
+    def preload(self, image_ids) -> bool:
+        """Read every image of ``image_ids`` now, if their estimate fits in ``max_bytes``: then the cache is
+        complete, and loader processes forked after it read from its memory (shared until written), not from
+        the file. Returns whether it did."""
+        ids = sorted(set(map(str, image_ids)))
+        if not self.cache or self.estimate(ids) > self.max_bytes:
+            return False
+        for image_id in ids:
+            self.get(image_id)
+        self.complete = all(image_id in self._cache for image_id in ids)
+        return self.complete
+
+    def describe(self) -> str:
+        """One line: what the cache holds and may hold."""
+        return (f"region cache: {len(self._cache)} images, {self._bytes / (1 << 30):.2f} of {self.max_bytes / (1 << 30):.2f} "
+                f"GiB ({self.features.dtype} features); {self.reads} reads from {self.features.path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# --region-cache: how much memory the region inputs may keep
+
+CACHE_SHARE = 0.5  # auto: this share of the memory the node (or the job's cgroup) has free, split over its ranks
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def memory_bytes() -> tuple[int, int]:
+    """(the memory this process may still use, the node's total): MemAvailable and MemTotal, bounded by the
+    job's cgroup limit (what SLURM gives a job) where there is one."""
+    info = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            name, value = line.split(":", 1)
+            info[name] = int(value.split()[0]) * 1024
+    available, total = info.get("MemAvailable", info["MemFree"]), info["MemTotal"]
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            available, total = min(available, int(limit) - used), min(total, int(limit))
+    except (OSError, ValueError):
+        pass
+    return max(0, available), total
+
+
+def region_cache_size(text: str):
+    """argparse type of --region-cache: "auto", or a size such as 512M, 4G (K, M, G, T: powers of 1024; a
+    plain number is bytes), at least 1M and at most the node's memory."""
+    if text == "auto":
+        return text
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", text.strip(), re.I)
+    if not match:
+        raise argparse.ArgumentTypeError(f"must be auto or a size such as 512M or 4G, got {text!r}")
+    size = int(float(match.group(1)) * SIZE_UNITS[match.group(2).upper()])
+    if size < SIZE_UNITS["M"]:
+        raise argparse.ArgumentTypeError(f"must be at least 1M (a cache that holds no image reads every one from the "
+                                         f"file), got {text!r}")
+    total = memory_bytes()[1]
+    if size > total:
+        raise argparse.ArgumentTypeError(f"{text} is more than this node's memory ({total / (1 << 30):.1f} GiB)")
+    return size
+
+
+def cache_bytes(setting) -> int:
+    """The bytes a RegionCache may keep for --region-cache ``setting``: the size given, or (auto)
+    :data:`CACHE_SHARE` of the free memory, split over the node's ranks (``LOCAL_WORLD_SIZE``)."""
+    if setting != "auto":
+        return int(setting)
+    ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    return max(SIZE_UNITS["M"], int(CACHE_SHARE * memory_bytes()[0] / ranks))
+
+
+def add_region_cache_arg(parser) -> None:
+    """The ``--region-cache`` flag of the stages that read region features many times (04, 05, 06)."""
+    parser.add_argument("--region-cache", type=region_cache_size, default="auto", metavar="auto|SIZE",
+                        help="memory for the region inputs read from --features (K, M, G, T; e.g. 512M, 16G): "
+                             f"auto: {CACHE_SHARE * 100:.0f}%% of the memory the node or the job has free, split over the "
+                             "node's processes. When the features fit, each image is read from the file once")
+
 
 def _nbytes(tensors) -> int:
     return sum(t.element_size() * t.nelement() for t in tensors)
 
 
-def write_features(path, items, kind: str) -> int:
+def write_features(path, items, kind: str, dtype: str = "float32") -> int:
     """Write ``(image_id, Regions)`` pairs as the region-feature file (atomically), with the root
-    attributes ``feature_kind`` = ``kind`` and ``feature_dim`` (the features' width, the same for
-    every image). Returns the number of images written."""
-    root = {"feature_kind": kind, "feature_dim": None}
+    attributes ``feature_kind`` = ``kind``, ``feature_dim`` (the features' width, the same for
+    every image) and ``feature_dtype`` = ``dtype``, the type the features and class probabilities are
+    stored in (:data:`FEATURE_DTYPES`). Returns the number of images written."""
+    if dtype not in FEATURE_DTYPES:
+        raise ValueError(f"dtype must be one of {FEATURE_DTYPES}, got {dtype!r}")
+    root = {"feature_kind": kind, "feature_dim": None, "feature_dtype": dtype}
 
     def groups():
         for image_id, r in items:
@@ -108,9 +248,11 @@ def write_features(path, items, kind: str) -> int:
                 root["feature_dim"] = dim
             elif dim != root["feature_dim"]:
                 raise ValueError(f"image {image_id}: {dim}-d features, the images before {root['feature_dim']}-d")
-            datasets = {"features": r.features, "boxes": r.boxes}
-            datasets.update({name: value for name, value in (("cls_prob", r.cls_prob), ("confidence", r.confidence))
-                             if value is not None})
+            datasets = {"features": encode_values(r.features, dtype), "boxes": r.boxes}  # ((array, attributes))
+            if r.cls_prob is not None:
+                datasets["cls_prob"] = encode_values(r.cls_prob, dtype)
+            if r.confidence is not None:
+                datasets["confidence"] = r.confidence
             yield str(image_id), datasets, {"width": r.width, "height": r.height}
 
     return write_h5_groups(path, groups(), root_attrs=root)
@@ -266,6 +408,7 @@ class FeatureStore:
                                                            "image; rewrite it, or give --bad-features skip")
             self._verdicts[key] = NOT_A_GROUP
         self._shape: tuple[int, int] | None = None  # (D, C) of the file's first well-formed image
+        self._dtype = "float32"  # how that image's features are stored (FEATURE_DTYPES)
         kind = self._file.attrs.get("feature_kind")
         #: what the features are (``feature_kind``), or None for a file written before it was recorded
         self.kind = (kind.decode() if isinstance(kind, bytes) else str(kind)) if kind is not None else None
@@ -308,6 +451,7 @@ class FeatureStore:
                     c = group.get("cls_prob")
                     c = c if isinstance(c, h5py.Dataset) else None
                     self._shape = (int(f.shape[1]), int(c.shape[1]) if c is not None and len(c.shape) == 2 else 0)
+                    self._dtype = stored_dtype(f)
                     break
             else:
                 maps = any(isinstance(g, h5py.Group) and "map" in g for g in self._file.values())
@@ -320,6 +464,12 @@ class FeatureStore:
 
     def feature_dim(self) -> int:
         return self._file_shape()[0]
+
+    @property
+    def dtype(self) -> str:
+        """How the features are stored: float32, float16 or bfloat16 (:data:`FEATURE_DTYPES`); read as float32."""
+        self._file_shape()
+        return self._dtype
 
     def num_classes(self) -> int:
         """Width of the per-region class probabilities ``cls_prob`` (0 when the file has none)."""
@@ -348,9 +498,11 @@ class FeatureStore:
                 sides.append(float(value))
             except (TypeError, ValueError):
                 raise DataError(self.path, f"image {key}", f"{name} {value!r} is not a number") from None
-        cls_prob = group["cls_prob"][()] if "cls_prob" in group else None
+        where = f"image {key}"
+        cls_prob = decode_values(group["cls_prob"], self.path, where) if "cls_prob" in group else None
         confidence = group["confidence"][()] if "confidence" in group else None
-        return Regions(group["features"][()], group["boxes"][()], sides[0], sides[1], cls_prob, confidence)
+        return Regions(decode_values(group["features"], self.path, where), group["boxes"][()], sides[0], sides[1],
+                       cls_prob, confidence)
 
     def problem(self, image_id) -> str | None:
         """What is wrong with this image's regions (None if nothing); checked once, then remembered."""

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from clid import runtime
 from clid.cli import add_download_arg, non_negative_float, non_negative_int, positive_float, positive_int, probability
 from clid.data.splits import add_split_args
-from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg
+from clid.features.store import FeatureStore, RegionCache, add_bad_features_arg, add_region_cache_arg
 from clid.files import DataError
 from clid.model.captioner import BOX_INPUTS, REGION_NORMS, Captioner, count_parameters
 from clid.model.checkpoints import checkpoint_exists, feature_record, restore, save_checkpoint
@@ -103,7 +103,8 @@ class StepBatches(torch.utils.data.Dataset):
     of its masked positions, all on the CPU. A batch depends only on (seed, step), so loader workers in any
     number give the same batches, and a resumed run the rest of them.
 
-    A worker reads regions through its own HDF5 handle (:meth:`open_in_worker`), uncached. Bad input met in
+    A worker reads regions from the training process's cache when it holds every image (:meth:`RegionCache.preload`),
+    else through its own HDF5 handle (:meth:`open_in_worker`), uncached. Bad input met in
     a worker (an image's features, a token outside the head's vocabulary) comes back as a :class:`BadBatch`,
     raised in the training process as the one line it would have been there.
     """
@@ -136,12 +137,15 @@ class StepBatches(torch.utils.data.Dataset):
         return (*regions, input_ids, levels), masked.flatten().nonzero()[:, 0], classes
 
     def open_in_worker(self, worker_id: int) -> None:
-        """A loader worker's own handle on the feature file (an HDF5 handle must not cross a fork); the tokenizer's
-        thread pool, started before the fork, is never waited for here, whatever TOKENIZERS_PARALLELISM says."""
+        """A loader worker's own handle on the feature file (an HDF5 handle must not cross a fork), and the
+        inherited cache when it is complete; the tokenizer's thread pool, started before the fork, is never
+        waited for here, whatever TOKENIZERS_PARALLELISM says."""
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-        features = self.regions.features
-        self.regions = RegionCache(FeatureStore(features.path, bad=features.bad), self.regions.num_classes,
-                                   self.regions.box_input, cache=False)
+        features = FeatureStore(self.regions.features.path, bad=self.regions.features.bad)
+        if self.regions.complete:
+            self.regions.features = features
+        else:
+            self.regions = RegionCache(features, self.regions.num_classes, self.regions.box_input, cache=False)
 
 
 @dataclass
@@ -237,8 +241,16 @@ def balanced_batches(levels, batch_size: int, seed: int) -> Callable[[int], np.n
 # Distributed set-up
 
 
-def init_distributed() -> tuple[int, int, torch.device]:
-    """(rank, world size, device); starts the process group under torchrun (gloo on CPU, NCCL on GPU)."""
+DIST_TIMEOUT_MINUTES = 60.0  # --dist-timeout: a rank may wait this long for the others (e.g. a checkpoint)
+
+
+def init_distributed(timeout_minutes: float = DIST_TIMEOUT_MINUTES) -> tuple[int, int, torch.device]:
+    """(global rank, world size, device); starts the process group under torchrun (gloo on CPU, NCCL on GPU).
+
+    The rank is the global one (``RANK``: checkpoints, logs and the output lock are rank 0's, on one node of
+    several); the GPU is the node's ``LOCAL_RANK``-th. A collective waits up to ``timeout_minutes`` for a
+    rank that is late, such as rank 0 writing a checkpoint to a slow shared file system, before it fails.
+    """
     world = int(os.environ.get("WORLD_SIZE", 1))
     rank = int(os.environ.get("RANK", 0))
     if torch.cuda.is_available():
@@ -247,7 +259,9 @@ def init_distributed() -> tuple[int, int, torch.device]:
     else:
         device = torch.device("cpu")
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        from datetime import timedelta
+
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(minutes=timeout_minutes))
     return rank, world, device
 
 
@@ -378,6 +392,7 @@ def add_train_args(groups: dict) -> None:
     data, model, optimisation, schedule, run = (groups[name] for name in TRAIN_GROUPS)
     data.add_argument("--features", required=True, help="region features HDF5")
     add_bad_features_arg(data)
+    add_region_cache_arg(data)
     data.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption",
                       help="the length levels: caption (the paper's 7 levels, 1-9, 10-19, ..., 60-69 tokens), "
                            "paragraph (13 levels up to 129 tokens), labert (LaBERT's 4 levels)")
@@ -451,6 +466,9 @@ def add_train_args(groups: dict) -> None:
     run.add_argument("--workers", type=workers_arg, default=d.workers,
                      help="processes that make the batches (collate, read and pad the regions) while the model trains; "
                           "auto: none on the CPU, up to 4 with a GPU. The batches are the same for any number")
+    run.add_argument("--dist-timeout", type=positive_float, default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
+                     help="under torchrun: how long a process waits for the others (a checkpoint written to a slow "
+                          "shared file system, a rank restarting) before the run fails")
     run.add_argument("--restart", action="store_true",
                      help="remove a checkpoint in --out and start over (a re-run resumes only the same flags and inputs)")
     run.add_argument("--force", action="store_true",
@@ -495,7 +513,7 @@ def settings_from_args(args) -> TrainSettings:
 
 def start_run(args):
     """(rank, world, device, features) for a training stage; None when ``--out`` is already trained."""
-    rank, world, device = init_distributed()
+    rank, world, device = init_distributed(args.dist_timeout)
     if args.batch_size < world:
         raise SystemExit(f"error: --batch-size {args.batch_size} is the global batch, split over {world} processes: "
                          f"give at least {world}")
@@ -604,6 +622,11 @@ class Trainer:
         # the fused AdamW kernel: the same update rule as the default loop, several times faster on CPU
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.999),
                                            eps=settings.adam_eps, weight_decay=settings.weight_decay, fused=True)
+        # A key's bias adds the same number to all of a query's scores, which the softmax removes: its true
+        # gradient is 0, and the computed one is rounding noise that AdamW would scale up to full steps (noise
+        # that differs with the world size). It gets a gradient of 0: only the weight decay moves it.
+        for layer in model.encoder.layer:
+            layer.attention.self.key.bias.register_hook(torch.zeros_like)
         self.ddp = None
         if world > 1:  # DDP also starts every rank from rank 0's weights
             self.ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
@@ -719,6 +742,8 @@ class Trainer:
                            self.rank, self.world)
         if not self.workers:
             return (data[i] for i in range(len(data)))
+        if not self.regions.complete and self.regions.preload(self.examples.image_ids) and self.rank == 0:
+            print(self.regions.describe(), flush=True)
         # (the tokenizer's own threads must not cross the fork either: said before it, the workers stay quiet)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=self.workers,
