@@ -89,6 +89,9 @@ def parse_args(argv=None):
         p.error("give --features (the images' region features) or --images (a folder of images)")
     if not args.gallery and args.compare:
         p.error("--compare is for the gallery: give --gallery FILE too")
+    if args.features and args.images and not args.gallery:
+        p.error("--images beside --features is for the gallery: give --gallery FILE too, or leave out --features to "
+                "caption the images themselves")
     for entry in args.compare:
         name, sep, path = entry.partition("=")
         if not sep or not name or not path:
