@@ -11,7 +11,7 @@
 #   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
 #   make slurm-check   the SLURM recipe (slurm/) on a real one-machine Slurm, started and stopped here: as root,
 #               installs Debian's slurmctld, slurmd, slurm-client and munge where missing (tests/slurm/check.sh;
-#               CHECK_NODES=0 leaves out its 2-node training run, CHECK_KILL=1 adds one whose rank 1 is killed)
+#               CHECK_NODES=0 leaves out its 2-node training runs, CHECK_KILL=0 the one whose rank 1 is killed)
 # All create and fill .venv on first use: the pinned requirements, then this package with its
 # C++/CUDA extension clid._C (pip install --no-build-isolation -e .), rebuilt when csrc/ changes.
 

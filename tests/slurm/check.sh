@@ -9,9 +9,8 @@
 #   3. submit_all.sh on a world without data: the 00 jobs fail naming their shards, every later job is cancelled;
 #   4. (CHECK_NODES=1, the default) 04 on 2 nodes x 1 CPU process (gloo) against 1 process, dropout off:
 #      the loss at every step within 1e-5, the final weights within 1e-4 of each tensor's largest value;
-#   5. (CHECK_KILL=1; not by default: on this one-machine cluster torchrun's restart has once hung, its new
-#      workers waiting on the rendezvous store) a 2-node run whose rank 1 is killed (SIGKILL) after a
-#      checkpoint: torchrun restarts it from there and the run still ends equal.
+#   5. (CHECK_KILL=1, the default) a 2-node run whose rank 1 is killed (SIGKILL) after a checkpoint:
+#      torchrun restarts it from there and the run still ends equal.
 # Stops the daemons it started, also on failure. Work files: a fresh /tmp/clid-slurm-check.* (kept on failure,
 # or with KEEP=1).
 set -euo pipefail
@@ -20,7 +19,7 @@ ROOT=$PWD
 HERE=$ROOT/tests/slurm
 PY=${PY:-$ROOT/.venv/bin/python}
 CHECK_NODES=${CHECK_NODES:-1}
-CHECK_KILL=${CHECK_KILL:-0}
+CHECK_KILL=${CHECK_KILL:-1}
 export PYTHONPATH=$ROOT SLURM_CONF=$HERE/slurm.conf OMP_NUM_THREADS=1 CLID_PROGRESS_SECONDS=0 TMPDIR=/tmp
 WORK=$(mktemp -d /tmp/clid-slurm-check.XXXXXX)
 started=$(date +%s)
