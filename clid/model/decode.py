@@ -75,7 +75,7 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
         probs = model.logits_from_hidden(model.hidden(states, where)).softmax(-1)
         probs[:, end] *= eos_scale.expand(B, high)[where]
         confidence, classes = probs.max(-1)
-        confidence, predicted = confidence, model.from_output(classes)
+        predicted = model.from_output(classes)
         if block_ngram:
             k = min(BLOCK_CANDIDATES, probs.shape[-1])
             top_conf, top_classes = probs.topk(k, dim=-1)
@@ -129,17 +129,18 @@ def fill_without_repeats(tokens: torch.Tensor, holes: torch.Tensor, candidates: 
     for b, row in enumerate(rows):
         length = len(row)
 
-        def windows(at):  # the countable n-grams through position ``at``
-            for start in range(max(0, at - n + 1), min(at, length - n) + 1):
+        def countable(starts):  # the n-grams starting at ``starts`` that hold no exempt token
+            for start in starts:
                 gram = tuple(row[start:start + n])
                 if not exempt.intersection(gram):
                     yield gram
 
+        def windows(at):  # the countable n-grams through position ``at``
+            return countable(range(max(0, at - n + 1), min(at, length - n) + 1))
+
         seen = {}
-        for start in range(length - n + 1):
-            gram = tuple(row[start:start + n])
-            if not exempt.intersection(gram):
-                seen[gram] = seen.get(gram, 0) + 1
+        for gram in countable(range(length - n + 1)):
+            seen[gram] = seen.get(gram, 0) + 1
         for at in (i for i in range(length) if holes_at[b][i]):
             allowed = [j for j, token in enumerate(options[b][at]) if token != end or at >= first_end] or [0]
             pick = allowed[0]
