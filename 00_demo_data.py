@@ -15,7 +15,7 @@ In: nothing but a seed. Out, in --out (the formats of docs/formats.md, read by t
   features.h5              one group per caption id: row 0 the whole image, then one row per true object
                            box (x1, y1, x2, y2 pixels); ImageNet EfficientNet-Lite0 features of the pixels,
                            then colour histograms of the box and of its figure (--colour-bins), made by
-                           clid.features.encoder, which serves any image folder with boxes (the file's
+                           clid.data.encoder, which serves any image folder with boxes (the file's
                            feature_kind: clid-encoder)
   long_refs.json           test images only: several true descriptions per level 3-6 (20-59 tokens),
                            each sentence with a "level" key; for evaluation only, never for training
@@ -47,12 +47,12 @@ from pathlib import Path
 
 import numpy as np
 
-from clid.cli import HelpFormatter, non_negative_int, number, positive_int, run_main, unit_interval
+from clid.run.cli import HelpFormatter, non_negative_int, number, positive_int, run_main, unit_interval
 from clid.demo import BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report, read_preview_records, write_preview
-from clid.features.store import Regions, write_features
-from clid.files import read_json, write_json
-from clid.runs import record_differences, run_record
-from clid.text import LEVEL_SETS, caption_lengths, karpathy_tokens
+from clid.data.store import Regions, write_features
+from clid.base.files import read_json, write_json
+from clid.run.runs import record_differences, run_record
+from clid.base.text import LEVEL_SETS, caption_lengths, karpathy_tokens
 
 
 def karpathy_json(records: list, sentences_of) -> dict:
@@ -129,8 +129,8 @@ PARAGRAPH_OUTPUTS = ("paragraphs/paragraphs_v1.json", "paragraphs/train_split.js
 def describe_world(records: list, splits: list, out: Path, args, seconds: float) -> dict:
     """Print the length tables of the captions, long references (and paragraphs) and the world's
     counts; return the counts."""
-    from clid.stats import format_table, length_stats
-    from clid.text import load_tokenizer
+    from clid.data.stats import format_table, length_stats
+    from clid.base.text import load_tokenizer
 
     tests = [r for r in records if r["split"] == "test"]
     tokenizer = load_tokenizer()
@@ -152,7 +152,7 @@ def describe_world(records: list, splits: list, out: Path, args, seconds: float)
     print(format_table(caption_stats, f"trusted captions ({out / 'captions.json'})"))
     print(format_table(ref_stats, f"long references ({out / 'long_refs.json'})"))
     if args.paragraphs:
-        from clid.stats import format_bands, paragraph_bands
+        from clid.data.stats import format_bands, paragraph_bands
 
         lengths = caption_lengths([r["paragraph"] for r in records], tokenizer, keep_sentences=True)
         print(format_table(length_stats(lengths, "paragraph"), f"paragraphs ({out / 'paragraphs'})"))

@@ -27,7 +27,7 @@ Methods:
 
 A missing or unreadable image is reported by path and listed in ``OUT.failed.tsv``; the run goes
 on and exits non-zero at the end. Runs are sharded (``--shard-id/--num-shards``) and resume after
-a kill; a resume with other inputs or flags is refused unless ``--restart`` (see clid/shard.py).
+a kill; a resume with other inputs or flags is refused unless ``--restart`` (see clid/run/shard.py).
 """
 from __future__ import annotations
 
@@ -43,11 +43,12 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from clid import files, runs, shard
-from clid.cli import HelpFormatter, device, non_negative_float, non_negative_int, positive_int, run_main
-from clid.files import DataError
-from clid.saliency.emlnet import EMLNET_SIZE, EMLNet, normalise01
-from clid.saliency.images import Item, list_items, try_load, unique_items
+from clid.base import files
+from clid.run import runs, shard
+from clid.run.cli import HelpFormatter, device, non_negative_float, non_negative_int, positive_int, run_main
+from clid.base.files import DataError
+from clid.method.emlnet import EMLNET_SIZE, EMLNet, normalise01
+from clid.data.images import Item, list_items, try_load, unique_items
 
 SPECTRAL_SIZE = 64  # Hou & Zhang work on a 64 x 64 image
 

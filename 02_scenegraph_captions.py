@@ -21,7 +21,7 @@ count of images per file is printed.
 The walk (one caption; randomness keyed by (seed, graph id, caption number)):
   1. object saliency = the saliency map summed inside the object's box, normalised over the
      image's objects (``--saliency none``: the same sum over a centre-bias prior map, see
-     ``prior_saliency`` in clid/selfgen/graphs.py);
+     ``prior_saliency`` in clid/method/graphs.py);
   2. the first object is drawn with probability proportional to saliency;
   3. at each newly visited object, up to ``--k`` of its children (objects it has a relationship to)
      are drawn without replacement by re-normalised saliency and visited depth first; a child
@@ -48,16 +48,17 @@ from pathlib import Path
 
 import numpy as np
 
-from clid import files, runs, shard
-from clid.cli import HelpFormatter, non_negative_int, positive_int, run_main, unit_interval
+from clid.base import files
+from clid.run import runs, shard
+from clid.run.cli import HelpFormatter, non_negative_int, positive_int, run_main, unit_interval
 from clid.data.scenegraphs import load_graph_files, load_image_data
 from clid.demo.truth import TrueGraphs, judge
-from clid.files import DataError
-from clid.rng import item_rng
-from clid.selfgen import english as en
-from clid.selfgen.graphs import Prepared, SaliencySource, load_problem_kind, output_ids, prepare
-from clid.stats import format_table, length_stats
-from clid.text import caption_lengths, length_to_level, load_tokenizer
+from clid.base.files import DataError
+from clid.base.rng import item_rng
+from clid.method import english as en
+from clid.method.graphs import Prepared, SaliencySource, load_problem_kind, output_ids, prepare
+from clid.data.stats import format_table, length_stats
+from clid.base.text import caption_lengths, length_to_level, load_tokenizer
 
 # ---------------------------------------------------------------------------------------------
 # The walk

@@ -29,14 +29,15 @@ import time
 from collections import Counter
 from typing import Callable
 
-from clid import files, runs, runtime, shard
-from clid.cli import HelpFormatter, add_download_arg, device, non_negative_float, positive_int, run_main
+from clid.base import files
+from clid.run import runs, runtime, shard
+from clid.run.cli import HelpFormatter, add_download_arg, device, non_negative_float, positive_int, run_main
 from clid.data.records import report_wordless
-from clid.files import DataError
-from clid.selfgen import english as en
-from clid.selfgen.paraphrase import head_nouns, lemma, rules_paraphrase, sentences_of
-from clid.stats import format_table, length_stats
-from clid.text import caption_lengths, karpathy_tokens, length_to_level, load_tokenizer
+from clid.base.files import DataError
+from clid.method import english as en
+from clid.method.paraphrase import head_nouns, lemma, rules_paraphrase, sentences_of
+from clid.data.stats import format_table, length_stats
+from clid.base.text import caption_lengths, karpathy_tokens, length_to_level, load_tokenizer
 
 DEFAULT_MODEL = "tuner007/pegasus_paraphrase"
 BATCH_SIZE = 32  # pieces per generate() call on the CPU (--batch-size auto)
@@ -101,7 +102,7 @@ ENGINES = ("auto", "transformers", "ctranslate2")
 def choose_engine(engine: str, device: str) -> str:
     """``auto``: CTranslate2 where it is installed and runs on ``device`` (its beam search is faster, see
     bench/bench_gpu.py), else transformers; a named engine that cannot run here is an error."""
-    from clid.selfgen import ct2_pegasus
+    from clid.method import ct2_pegasus
 
     why_not = ct2_pegasus.available(device) if engine != "transformers" else None
     if engine == "auto":
@@ -149,9 +150,9 @@ class ModelParaphraser:
 
     ``engine`` "transformers" runs transformers' ``generate``, the cross-attention cache left in place
     (:func:`reorder_self_attention_only`), on a GPU with the output layer padded to a multiple of 64
-    (:func:`pad_vocabulary`); "ctranslate2" the same checkpoint converted into CTranslate2 (clid.selfgen.ct2_pegasus: Pegasus only), with the same tokenizer and ids.
+    (:func:`pad_vocabulary`); "ctranslate2" the same checkpoint converted into CTranslate2 (clid.method.ct2_pegasus: Pegasus only), with the same tokenizer and ids.
     ``precision`` "bf16" holds the model in bfloat16 (Pegasus was trained in it); ``batch_size`` "auto"
-    (clid.runtime): 32 on the CPU, on a GPU as many pieces as half its free memory holds for their beams'
+    (clid.run.runtime): 32 on the CPU, on a GPU as many pieces as half its free memory holds for their beams'
     caches, at most 256."""
 
     def __init__(self, name: str, device: str, num_beams: int, batch_size, max_length: int, precision: str = "fp32",
@@ -160,7 +161,7 @@ class ModelParaphraser:
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        from clid.selfgen import ct2_pegasus
+        from clid.method import ct2_pegasus
 
         hf_logging.set_verbosity_error()
         self.name, self.device, self.num_beams, self.engine = name, device, num_beams, engine
@@ -185,7 +186,7 @@ class ModelParaphraser:
                 if runtime.device_type(device) == "cuda":  # (on the CPU the padding would only cost time)
                     pad_vocabulary(self.model)
         except Exception as err:  # OSError (not found), ValueError / ImportError (cannot convert)
-            from clid.hub import is_local, load_problem
+            from clid.base.hub import is_local, load_problem
 
             detail = load_problem(name, err)
             if ("protobuf" in str(err) or "tiktoken" in str(err)) and "folder" not in detail:

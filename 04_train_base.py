@@ -39,10 +39,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from clid.cli import HelpFormatter, run_main
-from clid.features.store import FeatureStore, RegionCache, cache_bytes, check_features_match
-from clid.files import DataError, check_not_input, read_json
-from clid.model.checkpoints import (
+from clid.run.cli import HelpFormatter, run_main
+from clid.data.store import FeatureStore, RegionCache, cache_bytes, check_features_match
+from clid.base.files import DataError, check_not_input, read_json
+from clid.method.checkpoints import (
     check_same_levels,
     checkpoint_exists,
     load_init_weights,
@@ -50,8 +50,8 @@ from clid.model.checkpoints import (
     read_train_state,
     write_model_card,
 )
-from clid.model.inputs import CaptionFiles, report_skipped, training_examples, training_items
-from clid.model.train import (
+from clid.data.inputs import CaptionFiles, report_skipped, training_examples, training_items
+from clid.training.train import (
     add_train_args,
     balanced_batches,
     check_train_args,

@@ -31,7 +31,7 @@ an option of the authors' code that their configuration leaves off); ``--schedul
 caption equally likely, the paper's ablation), ``hard`` (s -> 0: a step at T_i), ``none`` (the whole
 extended set, no selection; the same as ``--strategy none``).
 
-Other strategies on the same data, model, steps, batch and seed (``--strategy``, clid/selection.py):
+Other strategies on the same data, model, steps, batch and seed (``--strategy``, clid/method/selection.py):
 ``loss-remove`` and ``loss-replacecap`` (loss-based curation every ``--curate-every`` steps),
 ``curriculum`` (Baby Step over ``--buckets`` difficulty buckets, ``--difficulty clip:DIR|bootstrap:CKPT|u``)
 and ``none`` (the whole extended set). Their decisions are kept in the checkpoints, so each resumes
@@ -46,12 +46,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clid import selection
-from clid.cli import HelpFormatter, number, positive_float, positive_int, run_main
-from clid.features.store import RegionCache, cache_bytes, check_features_match
-from clid.model.checkpoints import load_init_weights, read_config, write_model_card
-from clid.model.inputs import CaptionFiles, caption_texts, report_skipped, training_examples, training_items, usable
-from clid.model.train import (
+from clid.method import selection
+from clid.run.cli import HelpFormatter, number, positive_float, positive_int, run_main
+from clid.data.store import RegionCache, cache_bytes, check_features_match
+from clid.method.checkpoints import load_init_weights, read_config, write_model_card
+from clid.data.inputs import CaptionFiles, caption_texts, report_skipped, training_examples, training_items, usable
+from clid.training.train import (
     add_train_args,
     check_train_args,
     epoch_batches,

@@ -22,7 +22,7 @@ Out: --out DIR holding metrics.json (every number, per run and per method), repo
     python 07_eval.py --refs captions_val2014.json --generated mine.jsonl --out eval  # Karpathy 5k
     python 07_eval.py --generated captions.jsonl --out eval  # no references: length control alone
 
-Per level and run (definitions in clid/eval/metrics.py): control precision (share of ALL test images
+Per level and run (definitions in clid/method/metrics.py): control precision (share of ALL test images
 whose caption length is inside the level; a missing caption is a miss), BLEU-1..4, METEOR,
 ROUGE-L, CIDEr and SPICE (pycocoevalcap, PTB tokenizer) on the in-range captions, length error
 and distinct-1/2. CIDEr's document frequencies come from the scored subset of each level. A method
@@ -39,10 +39,10 @@ import os
 from pathlib import Path
 
 
-from clid import runtime
+from clid.run import runtime
 from clid.caption import add_decoding_args
-from clid.cli import HelpFormatter, add_download_arg, device, non_negative_int, run_main
-from clid.eval.metrics import (
+from clid.run.cli import HelpFormatter, add_download_arg, device, non_negative_int, run_main
+from clid.method.metrics import (
     SSA_LEVELS,
     CocoScorer,
     counts_sentences,
@@ -54,11 +54,11 @@ from clid.eval.metrics import (
     to_ssa_levels,
     write_generated,
 )
-from clid.eval.report import FIGURES, combine, length_histograms, selfgen_captions, write_outputs
-from clid.features.store import FeatureStore, add_bad_features_arg
-from clid.files import DataError, check_not_input, check_output_folder, natural_key, read_json, write_json
-from clid.runs import file_state
-from clid.text import LEVEL_SETS, get_levels, level_set_name, load_tokenizer
+from clid.report import FIGURES, combine, length_histograms, selfgen_captions, write_outputs
+from clid.data.store import FeatureStore, add_bad_features_arg
+from clid.base.files import DataError, check_not_input, check_output_folder, natural_key, read_json, write_json
+from clid.run.runs import file_state
+from clid.base.text import LEVEL_SETS, get_levels, level_set_name, load_tokenizer
 
 
 def parse_args(argv=None):
@@ -188,7 +188,7 @@ def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_leve
     if args.precision != "fp32":  # (float32 captions keep the key they had before --precision)
         decoding["precision"] = args.precision
     if not Path(checkpoint).exists():
-        from clid.model.checkpoints import MISSING_HINT
+        from clid.method.checkpoints import MISSING_HINT
 
         raise SystemExit(f"error: {checkpoint}: checkpoint not found ({MISSING_HINT})")
     key = {"checkpoint": str(checkpoint), "files": file_state(checkpoint), "features": file_state(features.path),

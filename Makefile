@@ -43,6 +43,7 @@ $(STAMP): requirements.txt $(CSRC)
 	touch $(STAMP)
 
 test: $(STAMP) cuda-check
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q -n $(TEST_JOBS) tests
 
 slurm-check: $(STAMP)

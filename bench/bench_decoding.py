@@ -12,7 +12,7 @@ Out: a Markdown table on stdout, one row per (--block-ngram, level); the first r
 Columns: control precision (the share of captions inside their level, counted as 07 counts); CIDEr of
 the in-range captions against the trusted test references and against that level's long references
 (07's scorer, SPICE off); rep3: the share of captions with a 3-gram twice or more; max4: the most
-times one 4-gram occurs in one caption (clid.eval.repetition); s: CPU seconds of decoding per level
+times one 4-gram occurs in one caption (clid.method.repetition); s: CPU seconds of decoding per level
 (this process's CPU time, which a busy machine changes much less than wall-clock time; OMP_NUM_THREADS=1).
 """
 from __future__ import annotations
@@ -22,12 +22,12 @@ import json
 import time
 from pathlib import Path
 
-from clid.cli import HelpFormatter
-from clid.eval.repetition import reference_texts, repetition
+from clid.run.cli import HelpFormatter
+from clid.method.repetition import reference_texts, repetition
 
 
 def reference_rows(demo: Path, levels) -> list[dict]:
-    """The repetition of the world's own texts at each level (clid.eval.repetition.reference_texts)."""
+    """The repetition of the world's own texts at each level (clid.method.repetition.reference_texts)."""
     return [{"decoding": f"references ({kind})", "level": level, **repetition(texts)}
             for level, (kind, texts) in reference_texts(demo, levels).items()]
 
@@ -42,7 +42,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
 
     from clid.caption import CaptionWriter
-    from clid.eval.metrics import CocoScorer, evaluate, load_long_refs, load_refs
+    from clid.method.metrics import CocoScorer, evaluate, load_long_refs, load_refs
 
     demo = Path(args.demo)
     writer = CaptionWriter.from_checkpoint(args.checkpoint, device="cpu", features=demo / "features.h5")

@@ -32,7 +32,7 @@ Rows (a "target" is issue 49's for one H200, the H100's on an H100; the CPU smok
 - paraphrase: 03's beam search (10 beams, 32 new tokens, pegasus-large) with transformers' generate() as 03 runs
   it (on a GPU the output layer padded to a multiple of 64 and the cross-attention cache left in place, beside
   the plain model) and with CTranslate2
-  (clid.selfgen.ct2_pegasus), the same ids, 03's --precision auto and --batch-size auto; how many pieces
+  (clid.method.ct2_pegasus), the same ids, 03's --precision auto and --batch-size auto; how many pieces
   decode alike.
 - score: 05's prefix scoring, levels 1-7, at the pass size 05 runs at COCO scale (--batch-size auto: every pass
   full, a pass per level and round), beside float32 at batch 64 (before) and the authors' eager loop; bf16's
@@ -65,8 +65,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench_score import gpu_copy_bandwidth, gpu_peak_extra  # noqa: E402
 
-from clid import ops, runtime  # noqa: E402
-from clid.cli import HelpFormatter, positive_int, run_main  # noqa: E402
+from clid import ops  # noqa: E402
+from clid.run import runtime
+from clid.run.cli import HelpFormatter, positive_int, run_main  # noqa: E402
 
 SECTIONS = ("kernels", "train", "train04", "paraphrase", "score", "caption")
 BERT_BASE = dict(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072, region_hidden=2048)
@@ -213,7 +214,7 @@ def write_vocabulary(folder: Path):
 def caption_texts(levels, n_per_level: int, seed: int) -> list[tuple[int, str]]:
     """(level, text) of ``n_per_level`` captions at each of the caption levels ``levels``, lengths spread over
     the level."""
-    from clid.text import get_levels
+    from clid.base.text import get_levels
 
     rng = np.random.default_rng(seed)
     out = []
@@ -226,7 +227,7 @@ def caption_texts(levels, n_per_level: int, seed: int) -> list[tuple[int, str]]:
 
 
 def write_features(path: Path, size: dict, n_images: int, seed: int = 0, classes: bool = True) -> None:
-    from clid.features.store import Regions, write_features as write
+    from clid.data.store import Regions, write_features as write
 
     rng = np.random.default_rng(seed)
 
@@ -252,7 +253,7 @@ def write_captions(path: Path, texts: list[tuple[int, str]], n_images: int) -> N
 
 
 def captioner(size: dict, tokenizer, device: str, classes: int, dropout: float = 0.0, seed: int = 0):
-    from clid.model.captioner import Captioner, CaptionerConfig
+    from clid.method.captioner import Captioner, CaptionerConfig
 
     torch.manual_seed(seed)
     config = CaptionerConfig(vocab_size=VOCAB, region_dim=size["feature_dim"], num_classes=classes, dropout=dropout,
@@ -266,8 +267,8 @@ class Data:
     """The shared inputs of the captioner's rows, written once into a temporary folder."""
 
     def __init__(self, folder: Path, size: dict):
-        from clid.features.store import FeatureStore
-        from clid.model.inputs import make_examples
+        from clid.data.store import FeatureStore
+        from clid.data.inputs import make_examples
 
         self.folder, self.size = folder, size
         self.tokenizer = write_vocabulary(folder / "vocab")
@@ -364,8 +365,8 @@ class TrainRig:
     """The training rows' model, batches and staged bound, shared by the sections train and train04."""
 
     def __init__(self, size: dict, device: str, data: Data):
-        from clid.features.store import RegionCache
-        from clid.model.train import StepBatches, epoch_batches
+        from clid.data.store import RegionCache
+        from clid.training.train import StepBatches, epoch_batches
 
         self.size, self.device, self.data = size, device, data
         self.model = captioner(size, data.tokenizer, device, size["classes"], dropout=0.1)
@@ -385,7 +386,7 @@ class TrainRig:
     def bound_steps(self) -> None:
         """``train_steps`` steps of the staged bound: the batches on the device, one padded pass, bf16 autocast
         on a GPU, no host synchronisation."""
-        from clid.model.train import masked_lm_loss
+        from clid.training.train import masked_lm_loss
 
         model = self.model
         model.train()
@@ -405,9 +406,9 @@ def train(table: Table, size: dict, device: str, rig: TrainRig, rounds: int) -> 
     """The training-step rows and the loader alone, each beside the staged bound."""
     from functools import partial
 
-    from clid.features.store import FeatureStore, RegionCache
-    from clid.model.captioner import Captioner
-    from clid.model.train import Trainer, TrainSettings
+    from clid.data.store import FeatureStore, RegionCache
+    from clid.method.captioner import Captioner
+    from clid.training.train import Trainer, TrainSettings
 
     model, steps = rig.model, size["train_steps"]
     t = interleaved({"host": lambda: rig.batches[0]}, "cpu", max(rounds, 5))
@@ -523,8 +524,8 @@ def train04(table: Table, size: dict, device: str, rig: TrainRig, folder: Path, 
 
 def score(table: Table, size: dict, device: str, data: Data, rounds: int, stop_after: float) -> float:
     """05's rows; returns captions/s with today's defaults (one model)."""
-    from clid.features.store import RegionCache
-    from clid.model.scoring import caption_logprobs, caption_logprobs_eager, default_head
+    from clid.data.store import RegionCache
+    from clid.method.scoring import caption_logprobs, caption_logprobs_eager, default_head
 
     trusted = captioner(size, data.tokenizer, device, size["classes"], seed=1).eval()
     regions = RegionCache.for_model(data.features, trusted.config)
@@ -586,7 +587,7 @@ def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
 
 def caption(table: Table, size: dict, device: str, data: Data, rounds: int) -> None:
     from clid.caption import CaptionWriter, MemoryRegions
-    from clid.features.store import Regions
+    from clid.data.store import Regions
 
     model = captioner(size, data.tokenizer, device, 0).eval()
     rng = np.random.default_rng(2)
@@ -628,7 +629,7 @@ def paraphrase(table: Table, size: dict, device: str, rounds: int) -> float:
 
     from transformers import PegasusConfig, PegasusForConditionalGeneration
 
-    from clid.selfgen import ct2_pegasus
+    from clid.method import ct2_pegasus
 
     spec = importlib.util.spec_from_file_location("stage03", ROOT / "03_paraphrase.py")
     stage03 = importlib.util.module_from_spec(spec)

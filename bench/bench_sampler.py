@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 import clid.ops as ops
-from clid.cli import HelpFormatter, run_main
+from clid.run.cli import HelpFormatter, run_main
 
 SEED, ITERATION, S, PERCENT, KEEP = 0, 1, 1.0, 2.0, 0.9
 PEERS = {"smoothstep_sample": ("numpy.random.choice", "torch.multinomial", "numpy exp-keys+argpartition",

@@ -68,8 +68,8 @@ def write_world(work: Path, n_images: int, n_selfgen: int, seed: int = 0) -> dic
     features.h5 (4 regions of 16 numbers per image) and quality.h5 (random u, with 05's text digests)."""
     import numpy as np
 
-    from clid.files import write_h5_groups, write_quality
-    from clid.model.inputs import text_digest
+    from clid.base.files import write_h5_groups, write_quality
+    from clid.data.examples import text_digest
 
     rng = random.Random(seed)
     work.mkdir(parents=True, exist_ok=True)
@@ -129,8 +129,8 @@ def probe(tree: str, out: str, script: str, argv: list[str]) -> None:
     import torch
 
     import clid
-    import clid.model.captioner as captioner
-    import clid.model.train as train
+    import clid.method.captioner as captioner
+    import clid.training.train as train
 
     assert Path(clid.__file__).resolve().is_relative_to(Path(tree).resolve()), clid.__file__
     seen = {"steps": 0, "runs": [], "first_step": None, "first_batch": None, "rss_model": None, "cpu_startup": None,
@@ -308,7 +308,7 @@ def load_average() -> str:
 def main(argv=None) -> None:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--probe":
         return probe(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:])
-    from clid.cli import HelpFormatter
+    from clid.run.cli import HelpFormatter
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--captions", type=int, required=True, help="self-generated captions N")
@@ -341,8 +341,8 @@ def main(argv=None) -> None:
     # the two checkpoints 05 reads (only its start-up is measured): two tiny models, initialised apart
     import torch
 
-    from clid.model.captioner import build_model, preset_config
-    from clid.model.checkpoints import save_model
+    from clid.method.captioner import build_model, preset_config
+    from clid.method.checkpoints import save_model
 
     checkpoints = {}
     for seed, name in enumerate(("trusted", "extended")):
@@ -356,8 +356,8 @@ def main(argv=None) -> None:
     if "new" in args.paths:
         columns["new"] = measure(ROOT, "new", world, args.work, args, checkpoints, False)
     if "cache" in args.paths:  # the cache of the self-generated captions, built first (as by a run with --token-cache)
-        from clid.model.inputs import CaptionFiles
-        from clid.text import load_tokenizer
+        from clid.data.inputs import CaptionFiles
+        from clid.base.text import load_tokenizer
 
         CaptionFiles("caption", cache=True).selfgen_table(world["selfgen"], load_tokenizer())
         columns["new, cache"] = measure(ROOT, "cache", world, args.work, args, checkpoints, True)

@@ -88,7 +88,7 @@ fi
 
 # ---- ct2: CTranslate2 for 03, from the carried wheels where the machine lacks it
 device=cuda; (( dry )) && device=cpu
-ct2_ready() { $py -c "from clid.selfgen import ct2_pegasus as c; why = c.available('$device'); print(why or 'ready'); raise SystemExit(bool(why))"; }
+ct2_ready() { $py -c "from clid.method import ct2_pegasus as c; why = c.available('$device'); print(why or 'ready'); raise SystemExit(bool(why))"; }
 {
     if ! $py -c 'import ctranslate2' 2>/dev/null; then
         tag=$($py -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
@@ -131,7 +131,7 @@ saved_ld=${LD_LIBRARY_PATH:-}
 cat > /tmp/clid-ct2-probe.py <<'EOF'
 import sys, tempfile, torch
 from transformers import PegasusConfig, PegasusForConditionalGeneration
-from clid.selfgen import ct2_pegasus
+from clid.method import ct2_pegasus
 device = sys.argv[1]
 why = ct2_pegasus.available(device)
 print(f"ctranslate2 on {device}:", why or "ready")

@@ -25,8 +25,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench_gpu import FULL, SMOKE, Data, captioner, sync  # noqa: E402
 
-from clid import runtime  # noqa: E402
-from clid.cli import HelpFormatter, run_main  # noqa: E402
+from clid.run import runtime  # noqa: E402
+from clid.run.cli import HelpFormatter, run_main  # noqa: E402
 
 
 def report(prof, wall: float, count: int, what: str, device: str, rows: int) -> None:
@@ -44,8 +44,8 @@ def report(prof, wall: float, count: int, what: str, device: str, rows: int) -> 
 
 def train(size: dict, device: str, steps: int, rows: int) -> None:
     """04's steps as it runs them, through Trainer.batches (loader workers on a GPU) and Trainer.train_step."""
-    from clid.features.store import RegionCache
-    from clid.model.train import Trainer, TrainSettings, epoch_batches
+    from clid.data.store import RegionCache
+    from clid.training.train import Trainer, TrainSettings, epoch_batches
 
     with tempfile.TemporaryDirectory() as tmp:
         data = Data(Path(tmp), size)

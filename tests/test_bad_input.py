@@ -30,8 +30,8 @@ from toyworld import make_toy_world
 
 SCRIPTS = {"00": "00_demo_data.py", "01": "01_saliency.py", "02": "02_scenegraph_captions.py",
            "03": "03_paraphrase.py", "04": "04_train_base.py", "05": "05_score_quality.py",
-           "06": "06_train_selection.py", "07": "07_eval.py", "stats": "clid.stats", "data": "clid.data",
-           "shard": "clid.shard", "features": "clid.features", "emlnet": "clid.saliency.emlnet",
+           "06": "06_train_selection.py", "07": "07_eval.py", "stats": "clid.data.stats", "data": "clid.data",
+           "shard": "clid.run.shard", "features": "clid.features", "emlnet": "clid.method.emlnet",
            "caption": "clid.caption", "truth": "clid.demo.truth"}
 NEEDS = {"stages": "needs h-stages", "ops": "needs h-ops"}
 
@@ -121,7 +121,7 @@ def world(tmp_path_factory) -> World:
     import torch
     from PIL import Image
 
-    from clid.files import write_h5_groups, write_jsonl, write_quality
+    from clid.base.files import write_h5_groups, write_jsonl, write_quality
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -905,7 +905,7 @@ row("06", "init-other-levels", lambda w, d: w.selection_args(d / "out", "--init"
     "trained with levels caption, not this run's --levels paragraph")
 row("06", "init-not-a-folder", lambda w, d: w.selection_args(d / "out", "--init", d / "nope"), "--init must be")
 
-# -- 06 selection strategies (clid/selection.py) ---------------------------------------------------------
+# -- 06 selection strategies (clid/method/selection.py) ---------------------------------------------------------
 STRATEGY_FLAG_CASES = [
     ("curriculum-no-difficulty", ["--strategy", "curriculum"], "needs --difficulty"),
     ("difficulty-unknown", ["--strategy", "curriculum", "--difficulty", "loss"], "--difficulty must be"),
@@ -975,7 +975,7 @@ row("truth", "no-inputs", lambda w, d: ["--out", d / "t"], "are required")
 
 
 def write_difficulty(d: Path) -> Path:
-    from clid.files import write_arrays
+    from clid.base.files import write_arrays
 
     write_arrays(d / "difficulty.h5", {"id": np.asarray(["someone_else"], dtype=object), "difficulty": np.zeros(1)})
     return d / "difficulty.h5"
@@ -1081,7 +1081,7 @@ def ids_file(d: Path, content) -> list:
 
 def narrow_features(d: Path) -> Path:
     """A feature file of 8-dimensional regions (the checkpoints read 16)."""
-    from clid.files import write_h5_groups
+    from clid.base.files import write_h5_groups
 
     path = d / "narrow.h5"
     write_h5_groups(path, [(str(i), {"features": np.ones((2, 8), np.float32), "boxes": np.array([[0, 0, 5, 5]] * 2, np.float32)},
@@ -1481,7 +1481,7 @@ for name in ("quality", "selfgen.json", "x.hdf"):
 def parts(w: World, d: Path, records_of: list) -> Path:
     """Two part files of ``out.jsonl`` (2 shards) holding ``records_of[k]``; returns the output path."""
     out = d / "out.jsonl"
-    from clid.files import write_jsonl
+    from clid.base.files import write_jsonl
     for k, records in enumerate(records_of):
         write_jsonl(out.with_name(f"out.jsonl.part-{k:05d}-of-{len(records_of):05d}"), records)
     return out
@@ -1566,7 +1566,7 @@ row("04", "test-ids-bom-holds-out-the-first-id", lambda w, d: w.train_args(d / "
     "held out of training and validation: 2 images", "ok")
 
 
-# -- python -m clid.features, clid.data, clid.stats: more of their inputs --------------------------------
+# -- python -m clid.features, clid.data, clid.data.stats: more of their inputs --------------------------------
 VG_SAMPLE = FIXTURES / "vg_scene_graphs_sample.json"
 row("features", "images-missing-graphs", lambda w, d: ["--images", d / "nope", "--scene-graphs", VG_SAMPLE, "--out", d / "f.h5"],
     "no such image folder")
@@ -1669,9 +1669,9 @@ row("04", "workers-2", lambda w, d: w.train_args(d / "out", "--workers", "2"), "
 def cached_selfgen(w: World, d: Path, damage: Callable[[Path], None], levels="caption") -> Path:
     """A copy of the self-generated captions with its token cache (--token-cache) built, then ``damage`` done
     to the cache file."""
-    from clid.model.inputs import CaptionFiles
-    from clid.model.token_cache import cache_path
-    from clid.text import load_tokenizer
+    from clid.data.inputs import CaptionFiles
+    from clid.data.token_cache import cache_path
+    from clid.base.text import load_tokenizer
 
     path = write(d, "selfgen.jsonl", w.selfgen.read_text())
     CaptionFiles(levels, cache=True).selfgen_table(path, load_tokenizer())
@@ -1727,8 +1727,8 @@ def scored_quality(w: World, d: Path, trusted: bool = False) -> Path:
     """A quality file as 05 writes it now: u and the digest of each scored caption's text (with ``trusted``,
     the trusted captions' too, as ``trusted:ID``)."""
     from clid.data.captions import load_karpathy
-    from clid.files import read_jsonl, write_quality
-    from clid.model.inputs import text_digest
+    from clid.base.files import read_jsonl, write_quality
+    from clid.data.examples import text_digest
 
     records = list(read_jsonl(w.selfgen))
     ids, texts = [r["id"] for r in records], [r["caption"] for r in records]
@@ -1866,7 +1866,7 @@ def held(out: Path) -> Path:
     """``out``, locked by another process (a sleeping child holding the sharded stages' lock) for this row."""
     import subprocess
 
-    from clid.shard import ShardLock
+    from clid.run.shard import ShardLock
 
     code = ("import fcntl, os, socket, sys; f = open(sys.argv[1], 'a+'); fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB); "
             "f.write(f'{socket.gethostname()} {os.getpid()}\\n'); f.flush(); print(True, flush=True); sys.stdin.read()")
@@ -2311,7 +2311,7 @@ def test_07_cache_is_keyed_by_the_features_file(world: World, tmp_path, capsys):
     """Captions generated from one feature file are not reused after --features changes."""
     from conftest import import_script
 
-    from clid.features.store import FeatureStore
+    from clid.data.store import FeatureStore
 
     script = import_script("07_eval.py", "eval_cache_by_features")
     data = json.loads(world.captions.read_text())

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, import_script, run_one_thread
 from toyworld import make_toy_world
 
-from clid.files import DataError, read_jsonl, write_h5_groups
+from clid.base.files import DataError, read_jsonl, write_h5_groups
 
 TEST_IDS = [str(i) for i in range(45, 53)]  # the toy world's 8 test images
 
@@ -67,7 +67,7 @@ def test_cli_writes_the_levels_asked_for_as_07_reads_them(world, tmp_path):
     assert "caption: img 8/8 (100%)" in proc.stdout  # a plain progress line when the output is a file
     records = lines(out)
     assert [(r["image_id"], r["level"]) for r in records] == [(i, level) for i in TEST_IDS for level in (1, 2)]
-    from clid.text import caption_length
+    from clid.base.text import caption_length
 
     for r in records:
         assert set(r) == {"image_id", "level", "caption", "length", "in_range", "filled"}
@@ -81,7 +81,7 @@ def test_cli_writes_the_levels_asked_for_as_07_reads_them(world, tmp_path):
 
 
 def test_only_the_requested_levels_are_decoded(world, tmp_path, monkeypatch):
-    import clid.model.decode as decode
+    import clid.method.decode as decode
 
     decoded = []
     real = decode.mask_predict
@@ -167,7 +167,7 @@ def test_the_output_scores_in_07_generated(world, tmp_path):
 
 def test_api_gives_the_commands_captions(world, tmp_path):
     from clid.caption import CaptionWriter
-    from clid.features.store import FeatureStore
+    from clid.data.store import FeatureStore
 
     out = tmp_path / "c.jsonl"
     caption_main(*common(world, out, "--ids", world / "captions.json", "--levels", "1", "3"))
@@ -186,7 +186,7 @@ def test_api_gives_the_commands_captions(world, tmp_path):
 
 def test_api_bad_levels_ids_and_features(world, tmp_path):
     from clid.caption import CaptionWriter
-    from clid.features.store import Regions
+    from clid.data.store import Regions
 
     writer = CaptionWriter.from_checkpoint(world / "ck", "cpu", features=world / "features.h5")
     with pytest.raises(ValueError, match="device: cuda:99: "):  # (blamed on the device, not the checkpoint)

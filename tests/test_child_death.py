@@ -1,7 +1,7 @@
 """Child processes that die or could deadlock: every run ends within seconds, in one line, or finishes.
 
 Each case runs the command in a subprocess with a timeout that fails the test rather than waits: the
-parallel caption reader (clid/model/parallel_read.py, its threshold lowered to a few hundred lines), and
+parallel caption reader (clid/data/parallel_read.py, its threshold lowered to a few hundred lines), and
 04's batch-making processes (``--workers``). A child is killed from outside (``kill -9`` and other
 signals) once it has told the test its pid, or ends itself without its result.
 """
@@ -21,14 +21,14 @@ from toyworld import make_toy_world
 
 LIMIT = 90  # seconds a case may take: a hang fails the test here, not at the job's time limit
 
-# The reader, run as the stages run it (clid.cli.run_main: bad input is one "error:" line), with the
+# The reader, run as the stages run it (clid.run.cli.run_main: bad input is one "error:" line), with the
 # parallel threshold lowered and, per CLID_TEST_CHILD, one child that waits to be killed or ends itself.
 READER = r"""
 import os, signal, sys, time
 from pathlib import Path
-from clid.cli import run_main
-from clid.model import inputs, parallel_read
-from clid.text import load_tokenizer
+from clid.run.cli import run_main
+from clid.data import inputs, parallel_read
+from clid.base.text import load_tokenizer
 
 inputs.PARALLEL_FROM = 10
 parallel_read.processes = lambda: 3
@@ -143,7 +143,7 @@ LOADER = r"""
 import os, runpy, sys, time
 from pathlib import Path
 import torch.utils.data
-from clid.model import train
+from clid.training import train
 
 how, pid_file = os.environ["CLID_TEST_CHILD"], os.environ["CLID_TEST_PID_FILE"]
 get_item = train.StepBatches.__getitem__
@@ -197,8 +197,8 @@ def test_no_process_can_start_the_file_is_read_by_this_one(tmp_path, monkeypatch
     import errno
     import multiprocessing.context
 
-    from clid.model import inputs, parallel_read
-    from clid.text import load_tokenizer
+    from clid.data import inputs, parallel_read
+    from clid.base.text import load_tokenizer
 
     def refuse(self):
         raise OSError(errno.EROFS, "Read-only file system")
@@ -212,7 +212,7 @@ def test_no_process_can_start_the_file_is_read_by_this_one(tmp_path, monkeypatch
 
 
 def test_allow_download_is_seen_abbreviated_as_argparse_takes_it(monkeypatch):
-    from clid.cli import allows_download
+    from clid.run.cli import allows_download
 
     assert allows_download(["--allow-d"]) and allows_download(["--out", "x", "--allow-download"])
     assert not allows_download(["--out", "x"]) and not allows_download(["--", "--allow-download"])
@@ -239,9 +239,9 @@ def test_demo_steps_changed_between_runs_names_the_variable(tmp_path, toy, monke
 
 def test_captions_read_again_after_the_file_changed_are_refused(tmp_path):
     """06 reads the self-generated texts a second time (for CLIP): a file rewritten meanwhile is refused."""
-    from clid.files import DataError
-    from clid.model.inputs import CaptionFiles, caption_texts
-    from clid.text import load_tokenizer
+    from clid.base.files import DataError
+    from clid.data.inputs import CaptionFiles, caption_texts
+    from clid.base.text import load_tokenizer
 
     path = captions_file(tmp_path / "s.jsonl", 20)
     table = CaptionFiles().selfgen_table(path, load_tokenizer())

@@ -1,9 +1,9 @@
-"""The typed argparse helpers of clid.cli: a bad number is argparse's one error line naming the flag."""
+"""The typed argparse helpers of clid.run.cli: a bad number is argparse's one error line naming the flag."""
 import argparse
 
 import pytest
 
-from clid.cli import (
+from clid.run.cli import (
     finite_float,
     non_negative_float,
     non_negative_int,

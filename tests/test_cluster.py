@@ -21,8 +21,8 @@ from conftest import FIXTURES, ROOT, import_script, run_script
 from test_bad_input import run_stage
 from toyworld import make_toy_world
 
-from clid import files
-from clid.shard import ShardLock
+from clid.base import files
+from clid.run.shard import ShardLock
 
 ENV = {"OMP_NUM_THREADS": "1", "CLID_PROGRESS_SECONDS": "0"}  # a plain progress line at every update
 
@@ -80,7 +80,7 @@ def test_a_stage_writing_to_a_file_logs_plain_lines(world, tmp_path, monkeypatch
 
 
 def test_progress_is_a_bar_on_a_terminal_and_lines_in_a_file(monkeypatch, capsys):
-    from clid import progress
+    from clid.base import progress
 
     monkeypatch.setattr(progress, "plain_output", lambda: True)
     with progress.Progress(10, "work", "item", seconds=1e9, every=4) as bar:
@@ -104,7 +104,7 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_in_a_file(monkeypatch, capsys
 @pytest.mark.parametrize("stage", ["04", "06"])
 def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(world, tmp_path, stage, monkeypatch):
     """SIGTERM is sent to this process (the stage runs in it) while step 2 is being computed."""
-    from clid.model import train
+    from clid.training import train
 
     out = tmp_path / "run"
     argv = (train_args(world, out, "--max-steps", "12", "--save-every", "1000") if stage == "04"

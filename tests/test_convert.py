@@ -10,8 +10,8 @@ import pytest
 from conftest import run_script
 from feature_formats import BOX_FILE, PREFIX, butd_line, vinvl_line, write_butd, write_vinvl, write_vlp
 
-from clid.features.convert import line_index, run
-from clid.features.store import FeatureStore
+from clid.data.convert import line_index, run
+from clid.data.store import FeatureStore
 
 
 class Result:
@@ -218,9 +218,9 @@ def test_mixed_dimensions_are_one_line(tmp_path, fmt):
 
 
 def test_shard_parts_of_other_dimensions_do_not_merge(tmp_path):
-    from clid.features.store import Regions, write_features
-    from clid.files import DataError
-    from clid.shard import join_files
+    from clid.data.store import Regions, write_features
+    from clid.base.files import DataError
+    from clid.run.shard import join_files
 
     boxes = np.array([[0, 0, 4, 4]], np.float32)
     for n, dim in enumerate((8, 6)):

@@ -11,10 +11,10 @@ from conftest import ROOT, run_script
 from clid import demo
 from clid.data.captions import load_captions, load_karpathy
 from clid.data.scenegraphs import load_image_data, load_scene_graphs, vg_to_coco_ids
-from clid.features.encoder import RegionEncoder, colour_histograms, crop_regions
-from clid.features.store import FeatureStore
-from clid.files import read_json
-from clid.text import caption_lengths, length_to_level, level_range
+from clid.data.encoder import RegionEncoder, colour_histograms, crop_regions
+from clid.data.store import FeatureStore
+from clid.base.files import read_json
+from clid.base.text import caption_lengths, length_to_level, level_range
 
 SCRIPT = ROOT / "00_demo_data.py"
 FILES = ("captions.json", "scene_graphs.json", "scene_graphs_clean.json", "image_data.json", "long_refs.json")
@@ -33,7 +33,7 @@ def worlds(tmp_path_factory):
 
 def category_lexicon() -> dict[str, str]:
     """Every noun a caption may use for an object -> the graph name it must match."""
-    from clid.selfgen import english as en
+    from clid.method import english as en
 
     lexicon = {}
     for category in list(demo.CATEGORIES) + ["shirt", "dress"] + list(demo.BACKGROUND_NAMES):
@@ -180,7 +180,7 @@ def test_long_references_are_true_and_at_their_levels(worlds):
 
 def test_paragraphs_are_true_multi_sentence_and_in_the_stanford_layout(worlds):
     from clid.data.captions import load_captions
-    from clid.stats import paragraph_bands
+    from clid.data.stats import paragraph_bands
 
     out = worlds["clean"]
     assert not (worlds["a"] / "paragraphs").exists()                  # only with --paragraphs
@@ -408,7 +408,7 @@ def test_every_scene_gets_a_paragraph():
     1757, 1920 and 2317 of the demo world at seed 0): they now get a true sentence of up to 30 tokens."""
     from clid.demo.references import paragraph
     from clid.demo.scenes import build_scene
-    from clid.text import load_tokenizer
+    from clid.base.text import load_tokenizer
 
     tokenizer = load_tokenizer()
     for image_id in (535, 1757, 1920, 2317):

@@ -108,8 +108,8 @@ def test_the_masks_of_a_global_batch_do_not_depend_on_the_world_size():
     a batch on 2 or 4 ranks are the rows of the one process's batch."""
     from types import SimpleNamespace
 
-    from clid.model.train import collate
-    from clid.text import get_levels, load_tokenizer
+    from clid.training.train import collate
+    from clid.base.text import get_levels, load_tokenizer
 
     model = SimpleNamespace(tokenizer=load_tokenizer(), levels=get_levels("caption"))
     tokens = [[1996, 3899] * k + [1012] for k in range(1, 9)]

@@ -6,7 +6,7 @@ import sys
 
 from conftest import ROOT
 
-from clid.files import read_jsonl, read_quality
+from clid.base.files import read_jsonl, read_quality
 
 
 def run_small_demo(demo, runs, **env) -> subprocess.CompletedProcess:
@@ -63,7 +63,7 @@ def test_demo_paragraph_pipeline_small(tmp_path):
     stage, read by 05 and 07 from the checkpoints, and decoded paragraphs that keep their sentences."""
     import re
 
-    from clid.text import LEVEL_SETS
+    from clid.base.text import LEVEL_SETS
 
     demo, runs = tmp_path / "demo", tmp_path / "runs"
     proc = run_small_demo(demo, runs, TASK="paragraph")

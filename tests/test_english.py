@@ -1,4 +1,4 @@
-from clid.selfgen import english as en
+from clid.method import english as en
 
 
 def test_articles():

@@ -1,4 +1,4 @@
-"""07_eval.py and clid.eval.metrics on real COCO captions: the numbers equal pycocoevalcap's own, the
+"""07_eval.py and clid.method.metrics on real COCO captions: the numbers equal pycocoevalcap's own, the
 control precision counts every test image, the checkpoint path generates, caches and reports."""
 import os
 import time
@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from conftest import ROOT, import_script, run_script
 
-from clid.eval import metrics
-from clid.features.store import FeatureStore
-from clid.files import DataError, read_json, write_h5_groups, write_json, write_jsonl
-from clid.model.captioner import CaptionerConfig, build_model
-from clid.model.checkpoints import load_checkpoint, save_model
-from clid.text import LEVEL_SETS, caption_length, caption_lengths
+from clid.method import metrics
+from clid.data.store import FeatureStore
+from clid.base.files import DataError, read_json, write_h5_groups, write_json, write_jsonl
+from clid.method.captioner import CaptionerConfig, build_model
+from clid.method.checkpoints import load_checkpoint, save_model
+from clid.base.text import LEVEL_SETS, caption_length, caption_lengths
 
 QUALITY = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 
@@ -193,9 +193,9 @@ def install_fake_captioner(monkeypatch, pool, calls):
                     for level in levels}
         return captions, {level: set() for level in levels}
 
-    monkeypatch.setattr("clid.model.checkpoints.load_checkpoint", lambda path, device="cpu": FakeCaptioner(path, pool))
-    monkeypatch.setattr("clid.model.checkpoints.read_config", lambda path: {"model": {}})  # (no kind: not checked)
-    monkeypatch.setattr("clid.model.decode.generate_captions", generate_captions)
+    monkeypatch.setattr("clid.method.checkpoints.load_checkpoint", lambda path, device="cpu": FakeCaptioner(path, pool))
+    monkeypatch.setattr("clid.method.checkpoints.read_config", lambda path: {"model": {}})  # (no kind: not checked)
+    monkeypatch.setattr("clid.method.decode.generate_captions", generate_captions)
 
 
 def test_checkpoint_runs_generate_cache_and_report(demo_like_world, monkeypatch):
@@ -406,11 +406,11 @@ def test_run_names(tmp_path):
 
 
 def test_a_caption_filling_its_level_without_a_period_counts_as_the_authors_count_it(demo_like_world, monkeypatch):
-    """A real (untrained) checkpoint decoded through clid.model.decode, whose mask-predict is replaced by a
+    """A real (untrained) checkpoint decoded through clid.method.decode, whose mask-predict is replaced by a
     fixed sequence: at level 2 it fills all 19 positions with words and no "."; elsewhere it says
     "a dog .". The authors' count makes the level-2 caption 19 tokens long (a hit); --length-count
     strict counts the final "." too (20: a miss); the generated JSONL records the counted length."""
-    import clid.model.decode as D
+    import clid.method.decode as D
 
     world, test_ids, _ = demo_like_world
     torch = pytest.importorskip("torch")
@@ -455,7 +455,7 @@ def test_a_caption_filling_its_level_without_a_period_counts_as_the_authors_coun
 
 
 def read_jsonl_rows(path):
-    from clid.files import read_jsonl
+    from clid.base.files import read_jsonl
 
     return list(read_jsonl(path))
 
@@ -518,7 +518,7 @@ def test_two_runs_of_one_method_give_mean_and_std(demo_like_world):
     assert "| once |" in (world / "combined" / "report.md").read_text()
 
     # the per-level quality plot reads SPICE when SPICE ran (as the paper's Figure 5), CIDEr otherwise
-    from clid.eval.report import quality_metric
+    from clid.report import quality_metric
 
     assert quality_metric(result["methods"]) == "CIDEr"
     assert quality_metric({"m": {"levels": {1: {"SPICE": None}, 2: {"SPICE": 0.12}}}}) == "SPICE"
@@ -530,7 +530,7 @@ def test_a_level_with_a_scored_caption_of_score_0_is_plotted_not_called_empty(tm
     import matplotlib
     from matplotlib.axes import Axes
 
-    from clid.eval.report import plot_quality_vs_control
+    from clid.report import plot_quality_vs_control
 
     matplotlib.use("Agg")
     said = []
@@ -544,7 +544,7 @@ def test_a_level_with_a_scored_caption_of_score_0_is_plotted_not_called_empty(tm
 
 
 def test_side_by_side_puts_every_method_in_one_row():
-    from clid.eval.report import side_by_side
+    from clid.report import side_by_side
 
     def row(cp, cider=None, std=None):
         return {"control_precision": cp, "CIDEr": cider, **({"control_precision_std": std} if std else {})}

@@ -12,8 +12,8 @@ import torch
 from test_bad_input import run_stage
 from toyworld import make_toy_world
 
-from clid.features import store
-from clid.features.store import FeatureStore, RegionCache, cache_bytes, region_cache_size
+from clid.data import store
+from clid.data.store import FeatureStore, RegionCache, cache_bytes, region_cache_size
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from feature_formats import butd_line
 from PIL import Image
 
 from clid.features.__main__ import main
-from clid.features.encoder import grid_boxes, load_detections
-from clid.features.store import FeatureStore
+from clid.data.encoder import grid_boxes, load_detections
+from clid.data.store import FeatureStore
 
 DIM = 1280 + 2 * 2 ** 3  # EfficientNet-Lite0 features and two histograms of 2 bins a channel
 FAST = ["--crop", "32", "--whole", "32", "--colour-bins", "2"]
@@ -90,7 +90,7 @@ def test_the_command_line_and_its_errors(images, tmp_path):
 
 def test_a_16_bit_png_gives_the_features_of_its_8_bit_image(tmp_path, one_thread):
     """Pillow reads a 16-bit greyscale PNG as mode I;16; scaled to 8 bits, it is the 8-bit image, not white."""
-    from clid.saliency.images import load_image
+    from clid.data.images import load_image
 
     grey = np.random.default_rng(1).integers(0, 256, (48, 64), dtype=np.uint8)
     for name, pixels in (("eight", grey), ("sixteen", grey.astype(np.uint16) * 257)):
@@ -108,7 +108,7 @@ def test_a_16_bit_png_gives_the_features_of_its_8_bit_image(tmp_path, one_thread
 
 
 def test_regions_from_python_lists(tmp_path):
-    from clid.features.store import Regions, write_features
+    from clid.data.store import Regions, write_features
 
     regions = Regions([[1.0, 2.0], [3.0, 4.0]], [[0, 0, 80, 60], [5, 5, 20, 20]], 80, 60, confidence=[1.0, 0.5])
     assert regions.features.dtype == np.float32 and regions.boxes.shape == (2, 4) and regions.width == 80.0

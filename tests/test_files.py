@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from clid import files
-from clid.features.store import FeatureStore
+from clid.base import files
+from clid.data.store import FeatureStore
 
 
 def test_atomic_write_leaves_nothing_on_failure(tmp_path):

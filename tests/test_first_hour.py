@@ -170,9 +170,9 @@ def check_the_quick_checkpoints_captions(checkout: Path, env: dict) -> None:
     The model is the one `make checkpoint` trains here: the tests' tiny world and CLID_DEMO_STEPS=2
     (minutes of training do not fit the suite), a model that repeats far more than a trained one, so
     the decoding alone must keep the targets. The real quick checkpoint's figures: docs/decoding.md."""
-    from clid.eval.metrics import load_refs
-    from clid.eval.repetition import reference_texts, repetition
-    from clid.text import get_levels
+    from clid.method.metrics import load_refs
+    from clid.method.repetition import reference_texts, repetition
+    from clid.base.text import get_levels
 
     world = checkout / "data/demo"
     refs = load_refs(world / "captions.json", "test", None)[0]
@@ -204,7 +204,7 @@ def test_blocking_fills_a_repeated_phrase_with_other_words():
     and"), double a word, or end the caption before its level, the next best candidates are taken."""
     import torch
 
-    from clid.model.decode import fill_without_repeats
+    from clid.method.decode import fill_without_repeats
 
     MASK, END = 0, 99
     a, dress, and_, woman, red, on = 5, 6, 7, 8, 9, 10
@@ -264,8 +264,8 @@ def test_without_the_venv_one_line_names_the_fix():
 @pytest.mark.parametrize("rank", ["0", "1", None])
 def test_under_torchrun_rank_0_alone_prints_a_data_error(rank, monkeypatch, capsys):
     """Every rank meets the same bad file: the job shows its line once (rank 0), and every rank exits 1."""
-    from clid.cli import run_main
-    from clid.files import DataError
+    from clid.run.cli import run_main
+    from clid.base.files import DataError
 
     for name in ("TORCHELASTIC_RUN_ID", "RANK"):
         monkeypatch.delenv(name, raising=False)
@@ -284,7 +284,8 @@ def test_under_torchrun_rank_0_alone_prints_a_data_error(rank, monkeypatch, caps
 
 
 def test_stay_offline_is_the_default(monkeypatch):
-    from clid.cli import ALLOW_DOWNLOAD_ENV, is_offline, stay_offline
+    from clid.base.hub import is_offline
+    from clid.run.cli import ALLOW_DOWNLOAD_ENV, stay_offline
 
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", ALLOW_DOWNLOAD_ENV):
         monkeypatch.delenv(name, raising=False)
@@ -340,7 +341,7 @@ def test_the_readme_stays_short():
 
 def test_the_gallery_names_the_levels_it_shows():
     from clid.caption.gallery import gallery_title
-    from clid.text import get_levels
+    from clid.base.text import get_levels
 
     levels = get_levels("caption")
     assert gallery_title(levels, [1, 3, 6]) == "Captions at length levels 1, 3 and 6"

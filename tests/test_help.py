@@ -121,7 +121,7 @@ def wide_help(monkeypatch):
 
 def test_command_lines_are_found():
     assert "02_scenegraph_captions.py" in SCRIPTS and "bench/bench_sampler.py" in SCRIPTS
-    assert {"clid.stats", "clid.shard"} <= set(MODULES)
+    assert {"clid.data.stats", "clid.run.shard"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -152,7 +152,7 @@ def test_a_parser_without_the_formatter_fails_the_check():
 def test_the_checks_find_a_default_twice_a_bare_flag_and_a_loose_one():
     """The checks are not vacuous: a default stated by the help and appended by the formatter, a flag
     with nothing but its default, and a flag outside the named groups each fail."""
-    from clid.cli import HelpFormatter
+    from clid.run.cli import HelpFormatter
 
     twice = argparse.ArgumentParser(prog="demo", formatter_class=HelpFormatter)
     twice.add_argument("--order", default="epochs", help="how captions are drawn; default: shuffled epochs")
@@ -170,7 +170,7 @@ def test_the_checks_find_a_default_twice_a_bare_flag_and_a_loose_one():
 
 
 def test_a_switch_shows_no_default():
-    from clid.cli import HelpFormatter
+    from clid.run.cli import HelpFormatter
 
     parser = argparse.ArgumentParser(prog="demo", formatter_class=HelpFormatter)
     parser.add_argument("--force", action="store_true", help="replace the output")
@@ -181,7 +181,7 @@ def test_a_switch_shows_no_default():
 
 
 def test_the_formatter_shows_lists_and_percent_signs():
-    from clid.cli import HelpFormatter
+    from clid.run.cli import HelpFormatter
 
     parser = argparse.ArgumentParser(prog="demo", formatter_class=HelpFormatter)
     parser.add_argument("--sizes", type=float, nargs="+", default=[1e6, 1e7], help="problem sizes")

@@ -5,7 +5,7 @@ import pytest
 from clid.data.captions import detect_format, load_captions, load_coco_captions, load_karpathy, load_paragraphs
 from clid.data.scenegraphs import load_image_data, load_scene_graphs, vg_to_coco_ids
 from clid.data.splits import karpathy_test_ids
-from clid.files import DataError
+from clid.base.files import DataError
 
 
 def test_karpathy_coco(fixtures):
@@ -156,9 +156,9 @@ def test_lenient_mode_collects_problems(tmp_path):
 
 
 def test_large_caption_files_show_progress_while_read(tmp_path, monkeypatch, capsys):
-    """From clid.progress.LARGE records on (COCO: 414,113 captions), both loaders print plain progress
+    """From clid.base.progress.LARGE records on (COCO: 414,113 captions), both loaders print plain progress
     lines (no terminal here) and read every caption; smaller files stay silent."""
-    from clid.progress import LARGE
+    from clid.base.progress import LARGE
 
     monkeypatch.setenv("CLID_PROGRESS_SECONDS", "0")
     n_images = LARGE // 5

@@ -9,13 +9,13 @@ import torch
 from conftest import kill_after_checkpoint, run_script
 from toyworld import make_toy_world
 
-from clid.features.store import FeatureStore, RegionCache, pad_regions
-from clid.model.captioner import Captioner, CaptionerConfig, build_model, minilm_path, preset_config
-from clid.model.checkpoints import load_checkpoint, save_model
-from clid.model.decode import generate_captions, mask_predict
-from clid.model.inputs import make_examples
-from clid.model.train import balanced_batches, collate, epoch_batches, masked_lm_loss
-from clid.text import eos_id, get_levels, load_tokenizer
+from clid.data.store import FeatureStore, RegionCache, pad_regions
+from clid.method.captioner import Captioner, CaptionerConfig, build_model, minilm_path, preset_config
+from clid.method.checkpoints import load_checkpoint, save_model
+from clid.method.decode import generate_captions, mask_predict
+from clid.data.inputs import make_examples
+from clid.training.train import balanced_batches, collate, epoch_batches, masked_lm_loss
+from clid.base.text import eos_id, get_levels, load_tokenizer
 
 TINY = dict(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, region_hidden=64)
 
@@ -273,7 +273,7 @@ def test_decoding_averages_confidences_by_default_as_the_authors(world):
 
 def test_filled_captions_are_reported(world, monkeypatch):
     """A decoded sequence without "." is reported as filled; one with "." is cut there and is not."""
-    import clid.model.decode as D
+    import clid.method.decode as D
 
     model = tiny_model().eval()
     dot = model.tokenizer.convert_tokens_to_ids(".")
@@ -348,8 +348,8 @@ def test_resume_after_kill_gives_the_same_weights(tmp_path, world):
 
 
 def toy_trainer(world, out, settings, defer_checks=None, seed=0):
-    from clid.model.inputs import training_examples, training_items
-    from clid.model.train import Trainer
+    from clid.data.inputs import training_examples, training_items
+    from clid.training.train import Trainer
 
     captions, features_path = world
     model = tiny_model(seed=seed, dropout=0.1)
@@ -362,7 +362,7 @@ def toy_trainer(world, out, settings, defer_checks=None, seed=0):
 def test_loader_workers_make_the_same_batches(world, tmp_path):
     """The batches of steps 3 to 8 made by two loader processes (each its own HDF5 handle) equal those made
     in this process, in the same order; a second rank of two makes the other half of each global batch."""
-    from clid.model.train import StepBatches, TrainSettings
+    from clid.training.train import StepBatches, TrainSettings
 
     trainer = toy_trainer(world, tmp_path, TrainSettings(workers=0))
     batch_for = lambda step: epoch_batches(len(trainer.examples), 8, step, seed=3)  # noqa: E731
@@ -382,7 +382,7 @@ def test_deferred_checks_keep_a_non_finite_step_from_the_weights(world, tmp_path
     """The GPU's deferred checks, run on the CPU: at lr 1e30 the loss of step 2 is NaN. No update from step 2
     on reaches the weights, and the check at the log step 4 stops the run naming step 2; the checkpoint kept
     is step 1's, as the per-step checks leave it."""
-    from clid.model.train import TrainSettings
+    from clid.training.train import TrainSettings
 
     settings = TrainSettings(lr=1e30, warmup=1, max_steps=6, log_every=4, save_every=1, workers=0, eval_every=0)
     checked = toy_trainer(world, tmp_path / "checked", settings, defer_checks=False)
@@ -576,7 +576,7 @@ def test_labert_preset_from_a_local_bert_folder(tmp_path):
 def test_class_probabilities_reach_the_region_position_embedding(tmp_path):
     """A feature file with cls_prob: the trained model reads it (as LaBERT's 6 + 1601 inputs), decodes
     with it, and says clearly when a file lacks it; --cls-prob ignore trains on boxes alone."""
-    from clid.files import DataError
+    from clid.base.files import DataError
 
     for name in ("w", "plain"):
         (tmp_path / name).mkdir()
@@ -607,7 +607,7 @@ def test_class_probabilities_reach_the_region_position_embedding(tmp_path):
 
 def test_output_shortlist_trains_and_decodes_only_its_tokens(tmp_path, world):
     """Also trains with --amp (bfloat16 autocast): the checkpoint is float32 and decodes as usual."""
-    from clid.model.train import corpus_vocab
+    from clid.training.train import corpus_vocab
 
     captions, features = world
     vocab = corpus_vocab([captions], load_tokenizer())
@@ -660,7 +660,7 @@ def test_tiny_preset_learns_to_read_an_objects_colour_from_its_region():
     guessing a colour present in the image). The demo's tiny preset with 04's loss and schedule at
     lr 1e-3: the accuracy jumps from ~35% to 100% between steps 500 and 700 (two seeds measured).
     At lr 2e-3 the same run stays between 30% and 52% for 900 steps (docs/demo-notes.md, "The binding")."""
-    from clid.model.train import learning_rate
+    from clid.training.train import learning_rate
 
     lr = 1e-3
     torch.manual_seed(0)
@@ -704,7 +704,7 @@ def test_tiny_preset_learns_to_read_an_objects_colour_from_its_region():
 def test_training_flags_default_to_the_train_settings():
     import argparse
 
-    from clid.model.train import TrainSettings, add_train_args, settings_from_args, train_arg_groups
+    from clid.training.train import TrainSettings, add_train_args, settings_from_args, train_arg_groups
 
     parser = argparse.ArgumentParser()
     add_train_args(train_arg_groups(parser))

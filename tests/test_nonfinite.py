@@ -11,10 +11,10 @@ import torch
 from conftest import run_script
 from toyworld import make_toy_world
 
-from clid import files
-from clid.features import store as feature_store
-from clid.features.store import FeatureStore, region_problem
-from clid.files import DataError, write_quality
+from clid.base import files
+from clid.data import store as feature_store
+from clid.data.store import FeatureStore, region_problem
+from clid.base.files import DataError, write_quality
 
 # one image's region features, damaged in the ways that used to turn every weight into NaN
 DAMAGE = {
@@ -142,7 +142,7 @@ def test_weights_that_become_infinite_are_never_saved(world, tmp_path):
 
 
 def test_06_refuses_infinite_and_nan_scores(world, tmp_path):
-    from clid import selection
+    from clid.method import selection
 
     ids = ["1_0", "1_1", "2_0", "2_1"]
     for bad, shown in ((np.inf, "inf"), (-np.inf, "-inf"), (np.nan, "nan")):

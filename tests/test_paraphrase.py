@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from conftest import import_script, run_one_thread
 
-from clid import files
-from clid.text import caption_lengths, length_to_level
+from clid.base import files
+from clid.base.text import caption_lengths, length_to_level
 
 stage03 = import_script("03_paraphrase.py", "stage03")
 
@@ -98,7 +98,7 @@ def test_rules_are_fast_and_keep_every_noun():
 
 
 def test_check_paraphrase():
-    from clid.text import load_tokenizer
+    from clid.base.text import load_tokenizer
 
     tok = load_tokenizer()
     assert stage03.check_paraphrase("a dog and a dog on a bench", "two dogs on a bench", tok, 0.5) is None
@@ -197,7 +197,7 @@ def test_split_and_join(one_thread, tiny_pegasus):
 
 
 def test_model_batches_rejects_and_rejoins(one_thread, tiny_pegasus, tmp_path):
-    from clid.text import load_tokenizer
+    from clid.base.text import load_tokenizer
 
     model = stage03.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=2, batch_size=3, max_length=24)
     pieces = ["a dog on a bench", "a man", "a red kite over a tall tree", "a cat", "two dogs", "an apple", "a car"]
@@ -234,7 +234,7 @@ def test_model_batches_rejects_and_rejoins(one_thread, tiny_pegasus, tmp_path):
 def test_ctranslate2_engine_equals_transformers(one_thread, tiny_pegasus):
     """Greedy and 10-beam search give the same paraphrases and the same rejections on both engines (the tiny
     random Pegasus, 60 pieces of world captions); the conversion is kept beside the model under its digest."""
-    from clid.text import load_tokenizer
+    from clid.base.text import load_tokenizer
 
     pytest.importorskip("ctranslate2")
     pieces = [p for c in world_captions(30, 3) for p in c.rstrip(".").split(" and ")][:60]
@@ -260,7 +260,7 @@ def test_ctranslate2_conversion_is_reused_and_resumes(tmp_path, tiny_pegasus):
     pytest.importorskip("ctranslate2")
     from transformers import PegasusForConditionalGeneration
 
-    from clid.selfgen import ct2_pegasus
+    from clid.method import ct2_pegasus
 
     folder = tmp_path / "model"
     shutil.copytree(tiny_pegasus, folder, ignore=shutil.ignore_patterns("ctranslate2-*", ".ctranslate2-*"))
@@ -288,7 +288,7 @@ def test_ctranslate2_conversion_is_reused_and_resumes(tmp_path, tiny_pegasus):
 
 def test_engine_choice(monkeypatch):
     """auto takes CTranslate2 where it runs, else transformers; a named engine that cannot run is one line."""
-    from clid.selfgen import ct2_pegasus
+    from clid.method import ct2_pegasus
 
     monkeypatch.setattr(ct2_pegasus, "available", lambda device: None)
     assert stage03.choose_engine("auto", "cpu") == "ctranslate2"
@@ -303,7 +303,7 @@ def test_engine_choice(monkeypatch):
 def test_ctranslate2_on_the_gpu_equals_the_cpu(tiny_pegasus):
     """--engine ctranslate2 on the GPU (float32) gives the CPU's greedy paraphrases, and at 10 beams at most a
     few differ; bf16 is shown, not checked. Skipped, saying why, where CTranslate2's CUDA build cannot run."""
-    from clid.selfgen import ct2_pegasus
+    from clid.method import ct2_pegasus
 
     why_not = ct2_pegasus.available("cuda")
     if why_not:

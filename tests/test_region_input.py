@@ -8,9 +8,10 @@ import pytest
 import torch
 from feature_formats import VLP_KEYS, write_vlp
 
-from clid.features.store import FeatureStore, Regions, RegionCache, write_features
-from clid.model.captioner import CaptionerConfig, build_model, load_region_init, region_inputs
-from clid.text import get_levels, load_tokenizer
+from clid.data.store import FeatureStore, Regions, RegionCache, write_features
+from clid.data.region_inputs import region_inputs
+from clid.method.captioner import CaptionerConfig, build_model, load_region_init
+from clid.base.text import get_levels, load_tokenizer
 
 # boxes (x1, y1, x2, y2 pixels) and detector confidences of one 200 x 200 image
 BOXES = np.array([[10, 20, 50, 80], [20, 40, 100, 160], [0, 0, 200, 200], [150, 30, 190, 95]], np.float32)
@@ -94,7 +95,7 @@ def test_preset_labert_on_converted_vlp_features_is_the_authors_model(tmp_path, 
     from conftest import import_script
     from safetensors.torch import save_file
 
-    from clid.features.convert import run as convert
+    from clid.data.convert import run as convert
 
     truth = write_vlp(tmp_path, regions=6)
     convert(["--format", "vlp", str(tmp_path / "region_feat_gvd_wo_bgd"), "--out", str(tmp_path / "f.h5"), "--dtype", "float32"])
@@ -113,7 +114,7 @@ def test_preset_labert_on_converted_vlp_features_is_the_authors_model(tmp_path, 
                 "--preset", "labert", "--bert", str(tmp_path / "bert"), "--max-steps", "1", "--warmup", "1",
                 "--batch-size", "2", "--eval-every", "0", "--region-init", str(tmp_path / "fc7.safetensors"),
                 "--no-split-check"])  # (the fixture's COCO ids are real ones, some of them Karpathy test images)
-    from clid.model.checkpoints import load_checkpoint, read_config
+    from clid.method.checkpoints import load_checkpoint, read_config
 
     saved = read_config(tmp_path / "ck")
     assert (saved["feature_kind"], saved["feature_dim"]) == ("vlp-fc6", 2048)
@@ -135,7 +136,7 @@ def test_preset_labert_on_converted_vlp_features_is_the_authors_model(tmp_path, 
 
 
 def test_region_init_file_forms_and_errors(tmp_path):
-    from clid.files import DataError
+    from clid.base.files import DataError
 
     model = build_model(CaptionerConfig(region_dim=8, region_hidden=4, hidden_size=16, num_layers=1, num_heads=2,
                                         intermediate_size=16, levels=get_levels("caption")))
@@ -164,8 +165,8 @@ def test_region_init_file_forms_and_errors(tmp_path):
 
 
 def test_check_features_match_names_both_kinds_and_dimensions(tmp_path):
-    from clid.features.store import check_features_match
-    from clid.files import DataError
+    from clid.data.store import check_features_match
+    from clid.base.files import DataError
 
     path = tmp_path / "f.h5"
     write_features(path, [("7", Regions(np.zeros((4, 8), np.float32), BOXES, 200, 200))], "butd")
@@ -181,7 +182,7 @@ def test_check_features_match_names_both_kinds_and_dimensions(tmp_path):
         check_features_match({"model": {"region_dim": 8}, "feature_kind": "clid-encoder", "feature_dim": 8}, store, "ck")
     # a features file without a kind (written before it was recorded): the dimension decides
     old = tmp_path / "old.h5"
-    from clid.files import write_h5_groups
+    from clid.base.files import write_h5_groups
 
     write_h5_groups(old, [("7", {"features": np.zeros((4, 6), np.float32), "boxes": BOXES}, {"width": 200, "height": 200})])
     old_store = FeatureStore(old)
@@ -195,8 +196,8 @@ def test_check_features_match_names_both_kinds_and_dimensions(tmp_path):
 def test_a_checkpoint_from_before_these_settings_loads_as_the_model_it_was(tmp_path):
     """config.json without box_input, region_dropout and tie_head: the image-size input, no region
     dropout, a tied head (the model those checkpoints hold), with the same weights and outputs."""
-    from clid.model.checkpoints import load_checkpoint
-    from clid.model.checkpoints import save_model
+    from clid.method.checkpoints import load_checkpoint
+    from clid.method.checkpoints import save_model
 
     torch.manual_seed(0)
     old = build_model(CaptionerConfig(region_dim=8, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=16,
@@ -215,7 +216,7 @@ def test_a_checkpoint_from_before_these_settings_loads_as_the_model_it_was(tmp_p
 def test_region_cache_keeps_the_latest_images_within_its_bytes(tmp_path, monkeypatch):
     """The cache gives each image's inputs as a fresh read does, holds no more than max_bytes (the least
     recently used image given up first), and reads an image again only when it was given up."""
-    import clid.features.store as store_module
+    import clid.data.store as store_module
 
     rng = np.random.default_rng(0)
     path = tmp_path / "features.h5"

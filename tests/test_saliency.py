@@ -9,8 +9,10 @@ import torch
 from conftest import import_script, run_one_thread
 from PIL import Image
 
-from clid import files, shard
-from clid.saliency import emlnet, images
+from clid.base import files
+from clid.run import shard
+from clid.method import emlnet
+from clid.data import images
 
 stage01 = import_script("01_saliency.py", "stage01")
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from conftest import import_script, run_one_thread
 
-from clid import files
+from clid.base import files
 from clid.data.scenegraphs import load_scene_graphs
-from clid.selfgen import graphs as scenegraph
-from clid.text import caption_lengths, length_to_level
+from clid.method import graphs as scenegraph
+from clid.base.text import caption_lengths, length_to_level
 
 stage02 = import_script("02_scenegraph_captions.py", "stage02")
 
@@ -274,7 +274,7 @@ def test_records_bad_graphs_and_coco_ids(tmp_path):
     captioned = {r["image_id"] for r in records}
     assert captioned == {str(10 + i) for i in range(6)} | {"901", "902"}  # COCO ids, the repaired ones too
     assert len({r["id"] for r in records}) == len(records) == 3 * len(captioned)
-    assert "captions:" in proc.stdout and "60-69" in proc.stdout  # the clid.stats table
+    assert "captions:" in proc.stdout and "60-69" in proc.stdout  # the clid.data.stats table
     lengths = caption_lengths([r["caption"] for r in records])
     object_ids = {str(10 + i): {o["object_id"] for o in g["objects"]} for i, g in enumerate(graphs)}
     object_ids.update({"901": {o["object_id"] for o in bad["cycle"]["objects"]},

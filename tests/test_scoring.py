@@ -1,4 +1,4 @@
-"""Eq. 2 scoring (clid.model.scoring) and 05_score_quality.py."""
+"""Eq. 2 scoring (clid.method.scoring) and 05_score_quality.py."""
 import json
 import re
 
@@ -8,13 +8,13 @@ import torch
 from conftest import import_script, run_script
 from toyworld import make_toy_world
 
-from clid.features.store import FeatureStore, RegionCache
-from clid.files import read_quality
-from clid.model.captioner import Captioner, CaptionerConfig, build_model
-from clid.model.checkpoints import save_model
-from clid.model.inputs import make_examples
-from clid.model.scoring import caption_logprobs, caption_logprobs_eager
-from clid.text import eos_id, get_levels
+from clid.data.store import FeatureStore, RegionCache
+from clid.base.files import read_quality
+from clid.method.captioner import Captioner, CaptionerConfig, build_model
+from clid.method.checkpoints import save_model
+from clid.data.inputs import make_examples
+from clid.method.scoring import caption_logprobs, caption_logprobs_eager
+from clid.base.text import eos_id, get_levels
 
 TINY = dict(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, region_hidden=64)
 CAPTIONS = ["a red dog", "a blue ball and a green tree", "a dog",

@@ -8,8 +8,8 @@ import torch
 from conftest import import_script, kill_after_checkpoint, run_script
 from toyworld import make_toy_world
 
-from clid import selection as selection_module
-from clid.files import write_quality
+from clid.method import selection as selection_module
+from clid.base.files import write_quality
 
 selection = import_script("06_train_selection.py", "selection")
 
@@ -145,7 +145,7 @@ def test_the_selection_stage_starts_as_the_authors_code():
     """Where the paper is silent, 06 follows the authors' configuration: a random initialisation, a
     fresh cosine over 300,000 steps of which the stage trains 100,000 (the rate ends at 75% of its
     peak), eta = 1200 steps of a batch of 64."""
-    from clid.model.train import learning_rate, settings_from_args
+    from clid.training.train import learning_rate, settings_from_args
 
     args = selection.parse_args(["--captions", "c.json", "--selfgen", "s.jsonl", "--quality", "q.h5",
                                  "--features", "f.h5", "--out", "o"])

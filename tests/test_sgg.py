@@ -5,10 +5,10 @@ import json
 import pytest
 from conftest import run_one_thread
 
-from clid import files
+from clid.base import files
 from clid.data.captions import load_karpathy
 from clid.data.scenegraphs import detect_graph_format, fill_sizes, load_labelmap, load_sgg, load_sizes
-from clid.files import DataError
+from clid.base.files import DataError
 
 
 def by_image(graphs):
@@ -155,7 +155,7 @@ def test_02_with_a_forced_wrong_format_is_one_clear_line(fixtures, tmp_path):
 def test_flickr30k_with_generated_graphs_only(fixtures, tmp_path):
     """The Flickr30k recipe: the Karpathy split file dataset_flickr30k.json (ids are file-name stems) and generated
     graphs keyed by file name; the self-generated captions reach training for the train images only."""
-    from clid.model.inputs import training_items
+    from clid.data.inputs import training_items
 
     karpathy = fixtures / "dataset_flickr30k_sample.json"
     splits = {r.image_id: r.split for r in load_karpathy(karpathy)}

@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 from conftest import run_script
 
-from clid import files, runs, shard
-from clid.rng import item_rng, item_seed
+from clid.base import files
+from clid.run import runs, shard
+from clid.base.rng import item_rng, item_seed
 
 
 def run(items, out, spec, chunk_size, process, record=None, restart=False):

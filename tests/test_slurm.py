@@ -83,7 +83,7 @@ def test_sbatch_commands_parse(tmp_path, monkeypatch, script, args):
                                    "/data/coco/annotations/captions_val2014.json"]
         return
     if call[:3] == ["-m", "clid.features", "convert"]:
-        from clid.features.convert import parse_args as convert_args
+        from clid.data.convert import parse_args as convert_args
 
         parsed = convert_args(call[3:])
         assert (parsed.format, parsed.inputs, parsed.out) == ("vlp", ["/data/coco/region_feat_gvd_wo_bgd"],

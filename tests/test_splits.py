@@ -1,4 +1,4 @@
-"""Real data in, nothing leaked: the COCO converter, the split guards of 04/05/06, clid.stats --split
+"""Real data in, nothing leaked: the COCO converter, the split guards of 04/05/06, clid.data.stats --split
 and 07's coverage lines, on the real COCO 2014 caption files where it matters."""
 import json
 
@@ -8,9 +8,9 @@ from toyworld import make_toy_world
 
 from clid.data.captions import load_karpathy
 from clid.data.splits import SPLIT_FIX, convert_coco, karpathy_test_ids, training_records, val_rank
-from clid.files import DataError
-from clid.model.inputs import training_items
-from clid.text import karpathy_tokens
+from clid.base.files import DataError
+from clid.data.inputs import training_items
+from clid.base.text import karpathy_tokens
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +166,7 @@ def test_06_refuses_a_leaky_file_with_one_line(fixtures, tmp_path):
         + SPLIT_FIX]
 
 
-# ---- clid.stats --split ---------------------------------------------------------------------
+# ---- clid.data.stats --split ---------------------------------------------------------------------
 
 def test_stats_split_on_a_file_without_splits_is_an_error(fixtures):
     path = fixtures / "captions_val2014_sample.json"

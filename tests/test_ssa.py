@@ -7,8 +7,8 @@ from conftest import FIXTURES, ROOT, run_script
 from toyworld import make_toy_world
 
 from clid.data.ssa import load_ssa
-from clid.eval import metrics
-from clid.files import DataError, read_jsonl, write_jsonl
+from clid.method import metrics
+from clid.base.files import DataError, read_jsonl, write_jsonl
 
 SSA = FIXTURES / "ssa"  # two images written from the released layout, with bad regions
 
@@ -58,7 +58,7 @@ def test_records_that_disagree_with_their_file_are_left_out(tmp_path):
 
 
 def test_convert_ssa_writes_self_generated_captions_for_05_and_06(tmp_path):
-    from clid.model.inputs import training_items
+    from clid.data.inputs import training_items
 
     out = tmp_path / "ssa.jsonl"
     proc = run_script("-m", "clid.data", "convert-ssa", "--ssa", SSA / "1.json", SSA / "2.json", "--out", out)

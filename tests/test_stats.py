@@ -3,7 +3,7 @@ import json
 import pytest
 from conftest import run_script
 
-from clid.stats import length_stats
+from clid.data.stats import length_stats
 
 
 def test_length_stats_levels():
@@ -32,8 +32,8 @@ def test_stats_on_paragraph_levels(fixtures):
 
 def test_paragraph_bands_beside_the_papers_shares(fixtures, capsys):
     from clid.data.captions import load_captions
-    from clid.stats import main
-    from clid.text import caption_lengths
+    from clid.data.stats import main
+    from clid.base.text import caption_lengths
 
     path = fixtures / "stanford_paragraphs" / "paragraphs_v1.json"
     main([str(path), "--levels", "paragraph", "--json"])
@@ -74,9 +74,9 @@ def test_split_of_a_paragraph_file_comes_from_its_split_files(fixtures, tmp_path
     import shutil
 
     from clid.data.captions import load_captions
-    from clid.files import DataError
-    from clid.stats import file_lengths
-    from clid.text import caption_lengths
+    from clid.base.files import DataError
+    from clid.data.stats import file_lengths
+    from clid.base.text import caption_lengths
 
     path = fixtures / "stanford_paragraphs" / "paragraphs_v1.json"
     train = [c for r in load_captions(path, "train") for c in r.captions]

@@ -1,4 +1,4 @@
-"""clid/selection.py: the plan and draws of every 06 strategy on tiny pools with known losses, the
+"""clid/method/selection.py: the plan and draws of every 06 strategy on tiny pools with known losses, the
 difficulties of the curriculum (u, a bootstrap checkpoint, a tiny random CLIP) and their flags."""
 import argparse
 
@@ -8,7 +8,7 @@ import torch
 from conftest import import_script
 from toyworld import make_toy_world
 
-from clid import selection as sel
+from clid.method import selection as sel
 
 SCRIPT = import_script("06_train_selection.py", "selection_stage")
 
@@ -166,11 +166,11 @@ def test_clid_and_none_rounds():
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    from clid.features.store import FeatureStore, RegionCache
-    from clid.model.captioner import CaptionerConfig, build_model
-    from clid.model.checkpoints import save_model
-    from clid.model.inputs import training_items, usable
-    from clid.text import get_levels
+    from clid.data.store import FeatureStore, RegionCache
+    from clid.method.captioner import CaptionerConfig, build_model
+    from clid.method.checkpoints import save_model
+    from clid.data.inputs import training_items, usable
+    from clid.base.text import get_levels
 
     folder = tmp_path_factory.mktemp("strategies")
     captions, features = make_toy_world(folder, n_train=6, n_val=2, n_test=2, dim=16)
@@ -185,7 +185,7 @@ def toy(tmp_path_factory):
 
 
 def test_bootstrap_difficulty_is_the_checkpoints_loss(toy, tmp_path):
-    from clid.model.scoring import caption_logprobs
+    from clid.method.scoring import caption_logprobs
 
     folder, captions, model, examples, regions, items = toy
     pool = sel.Pool(examples.image_ids, examples.caption_ids, len(examples), np.zeros(0), np.zeros(0, np.int64), 7)
@@ -200,7 +200,7 @@ def test_bootstrap_difficulty_is_the_checkpoints_loss(toy, tmp_path):
 
 
 def test_u_difficulty_needs_the_trusted_scores(toy, tmp_path):
-    from clid.files import DataError, write_quality
+    from clid.base.files import DataError, write_quality
 
     _, _, _, examples, regions, _ = toy
     pool = sel.Pool(examples.image_ids, examples.caption_ids, 3, np.zeros(0), np.zeros(0, np.int64), 7)
@@ -265,7 +265,7 @@ def test_clip_difficulty_from_a_local_folder(tmp_path):
         expected = torch.nn.functional.cosine_similarity(a, b).numpy()
     np.testing.assert_allclose(sim, expected, atol=1e-5)
     assert sim[0] != sim[1] and np.all(np.abs(sim) <= 1)
-    from clid.files import DataError
+    from clid.base.files import DataError
 
     with pytest.raises(DataError, match="cannot read the image"):
         (images / "3.png").write_text("not an image")

@@ -8,8 +8,8 @@ import torch
 from conftest import import_script
 from toyworld import make_toy_world
 
-from clid.files import write_quality
-from clid.model import train
+from clid.base.files import write_quality
+from clid.training import train
 
 stage = import_script("06_train_selection.py", "selection_resume_stage")
 

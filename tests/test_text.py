@@ -1,6 +1,6 @@
 import pytest
 
-from clid import text
+from clid.base import text
 
 
 def test_karpathy_preprocessing():
@@ -111,7 +111,7 @@ def test_other_tokenizer_folder(tmp_path):
 
 
 def test_accents_fold_as_bert_uncased_and_wordless_text_is_empty():
-    from clid.text import karpathy_tokens, load_tokenizer, preprocess
+    from clid.base.text import karpathy_tokens, load_tokenizer, preprocess
 
     assert preprocess("Café crème in Zürich, São Paulo") == "cafe creme in zurich sao paulo"
     # the same folding as the uncased BERT tokenizer, so the length counts the word, not [UNK]
@@ -123,11 +123,11 @@ def test_accents_fold_as_bert_uncased_and_wordless_text_is_empty():
 
 
 def test_many_captions_show_tokenizing_progress_and_the_same_ids(fixtures, monkeypatch, capsys):
-    """From clid.progress.LARGE captions on, encoding prints plain progress lines (no terminal here);
+    """From clid.base.progress.LARGE captions on, encoding prints plain progress lines (no terminal here);
     the ids are those of the captions encoded one by one."""
     import json
 
-    from clid.progress import LARGE
+    from clid.base.progress import LARGE
 
     monkeypatch.setenv("CLID_PROGRESS_SECONDS", "0")
     images = json.loads((fixtures / "dataset_coco_sample.json").read_text())["images"]

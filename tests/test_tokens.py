@@ -11,10 +11,11 @@ import unicodedata
 import numpy as np
 import pytest
 
-from clid import text
-from clid.files import write_jsonl
-from clid.model import token_cache
-from clid.model.inputs import CaptionFiles, Examples, make_examples, read_jsonl_table, training_items
+from clid.base import text
+from clid.base.files import write_jsonl
+from clid.data import token_cache
+from clid.data.examples import Examples
+from clid.data.inputs import CaptionFiles, make_examples, read_jsonl_table, training_items
 
 
 def slow_words(caption: str) -> list[str]:
@@ -86,8 +87,8 @@ def selfgen_file(path, n=30, start=0):
 
 def test_a_run_reads_each_caption_file_once(tmp_path, monkeypatch):
     from clid.data import splits
-    from clid.model import inputs
-    from clid.model.train import corpus_vocab
+    from clid.data import inputs
+    from clid.training.train import corpus_vocab
     from toyworld import make_toy_world
 
     captions, _ = make_toy_world(tmp_path, n_train=7, n_val=1, n_test=1)
@@ -119,7 +120,7 @@ def test_token_cache_is_used_then_rebuilt_when_stale_corrupt_or_of_another_token
 
     target = token_cache.cache_path(path, "caption")
     assert cached() == "" and target.name == "selfgen.jsonl.tokens-caption.npz" and target.exists()
-    monkeypatch.setattr("clid.model.inputs.read_jsonl_table", lambda *a: pytest.fail("the cache was not used"))
+    monkeypatch.setattr("clid.data.inputs.read_jsonl_table", lambda *a: pytest.fail("the cache was not used"))
     assert cached() == ""
     monkeypatch.undo()
 
@@ -172,8 +173,8 @@ def test_concurrent_runs_each_write_a_whole_cache_and_readers_never_see_a_part(t
 
 
 def test_epoch_batches_equal_a_fresh_permutation_at_every_step():
-    from clid.model.train import epoch_batches, epoch_order
-    from clid.rng import item_rng
+    from clid.training.train import epoch_batches, epoch_order
+    from clid.base.rng import item_rng
 
     def today(n, batch_size, step, seed, tag):  # every step computing the permutation, as before the cache
         start, out = step * batch_size, []
@@ -205,7 +206,7 @@ def odd_jsonl(path, n: int = 400) -> None:
 
 @pytest.mark.parametrize("keep_sentences", [False, True])
 def test_a_long_file_read_by_several_processes_gives_the_serial_table(tmp_path, monkeypatch, keep_sentences):
-    from clid.model import inputs, parallel_read
+    from clid.data import inputs, parallel_read
 
     path = tmp_path / "selfgen.jsonl"
     odd_jsonl(path)
@@ -232,8 +233,8 @@ def test_a_long_file_read_by_several_processes_gives_the_serial_table(tmp_path, 
      "'caption' must be a string"),
 ])
 def test_a_fault_in_a_later_part_is_named_as_the_serial_reader_names_it(tmp_path, monkeypatch, change, fragment):
-    from clid.files import DataError
-    from clid.model import inputs, parallel_read
+    from clid.base.files import DataError
+    from clid.data import inputs, parallel_read
 
     path = tmp_path / "selfgen.jsonl"
     odd_jsonl(path)
@@ -249,7 +250,7 @@ def test_a_fault_in_a_later_part_is_named_as_the_serial_reader_names_it(tmp_path
 
 
 def test_a_record_without_an_id_in_a_long_file_is_found_as_before(tmp_path, monkeypatch):
-    from clid.model import inputs, parallel_read
+    from clid.data import inputs, parallel_read
 
     path = tmp_path / "selfgen.jsonl"
     odd_jsonl(path)

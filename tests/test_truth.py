@@ -10,7 +10,7 @@ from conftest import run_script
 
 from clid.data.records import Relation, SceneGraph, SGObject
 from clid.demo import truth
-from clid.files import read_jsonl, write_json, write_jsonl, write_quality
+from clid.base.files import read_jsonl, write_json, write_jsonl, write_quality
 
 
 def obj(oid, name, *attributes):
@@ -122,14 +122,14 @@ def fake_run(folder, args: dict, rows: list, difficulty=None):
     write_json(folder / "config.json", {"train": args})
     write_jsonl(folder / "selection_log.jsonl", rows)
     if difficulty is not None:
-        from clid.files import write_arrays
+        from clid.base.files import write_arrays
 
         write_arrays(folder / "difficulty.h5", {"id": np.asarray(difficulty[0], dtype=object),
                                                 "difficulty": np.asarray(difficulty[1])})
 
 
 def test_runs_are_replayed_from_their_logs(scored_pool, tmp_path):
-    from clid.selection import make_plan
+    from clid.method.selection import make_plan
 
     selfgen, quality, u = scored_pool
     pool = truth.read_pool(selfgen, quality)

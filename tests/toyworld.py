@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from clid.files import write_h5_groups
+from clid.base.files import write_h5_groups
 
 CATEGORIES = ["dog", "cat", "ball", "car", "tree", "boat"]
 COLOURS = ["red", "blue", "green", "yellow"]

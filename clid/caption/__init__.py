@@ -15,16 +15,16 @@ of image files or PIL images on the fly, with the encoder the checkpoint was tra
 :meth:`CaptionWriter.decode` is the batched form the caption command (``python -m clid.caption``,
 :mod:`clid.caption.__main__`) and ``07_eval.py`` use; :func:`caption_records` turns its output
 into the lines of the generated-captions JSONL. Decoding itself (LaBERT's mask-predict) lives in
-:mod:`clid.model.decode`.
+:mod:`clid.method.decode`.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from clid.eval.metrics import length_control
-from clid.features.store import FeatureStore, Regions, check_features_match, region_problem
-from clid.files import DataError, natural_key
-from clid.text import get_levels, level_set_name
+from clid.method.metrics import length_control
+from clid.data.store import FeatureStore, Regions, check_features_match, region_problem
+from clid.base.files import DataError, natural_key
+from clid.base.text import get_levels, level_set_name
 
 __all__ = ["Caption", "CaptionWriter", "MemoryRegions", "Regions", "add_decoding_args", "caption_records",
            "check_features", "decode_steps", "default_device", "encoder_settings"]
@@ -47,8 +47,8 @@ def add_decoding_args(parser, block_ngram: int = 0) -> None:
     ``--length-count`` (the other defaults are the authors')."""
     import argparse
 
-    from clid import runtime
-    from clid.cli import number, positive_int
+    from clid.run import runtime
+    from clid.run.cli import number, positive_int
 
     runtime.add_batch_size_arg(parser, BATCH_SIZE, "images decoded together")
     runtime.add_precision_arg(parser)
@@ -83,9 +83,9 @@ def decode_steps(steps, num_levels: int) -> tuple[int, ...] | None:
 
 def check_features(config, store: FeatureStore, checkpoint=None) -> None:
     """One DataError naming both files when ``store`` holds region features of another kind, dimension
-    or class count than the model (``config``: its :class:`~clid.model.captioner.CaptionerConfig`;
+    or class count than the model (``config``: its :class:`~clid.method.captioner.CaptionerConfig`;
     ``checkpoint``: its folder, whose config.json records the features it was trained on)."""
-    from clid.model.checkpoints import read_config
+    from clid.method.checkpoints import read_config
 
     saved = read_config(checkpoint) if checkpoint else {"region_dim": config.region_dim}
     check_features_match(saved, store, checkpoint or "(in memory)")
@@ -116,12 +116,12 @@ def encoder_settings(config: dict, checkpoint) -> dict:
     (``config``: its config.json): ``colour_bins``, from the recorded dimension. Features of another
     kind (a detector's, converted) cannot be computed from pixels here: one SystemExit line."""
     from clid.features.__main__ import KIND
-    from clid.features.encoder import RegionEncoder
+    from clid.data.encoder import RegionEncoder
 
     kind, dim = config.get("feature_kind"), config.get("feature_dim", config["model"].get("region_dim"))
     bins = next((b for b in range(17) if isinstance(dim, int) and RegionEncoder.dim + 2 * b ** 3 == dim), None)
     if kind != KIND or bins is None or config["model"].get("num_classes"):
-        from clid.features.store import describe_features
+        from clid.data.store import describe_features
 
         raise SystemExit(f"error: the checkpoint {checkpoint} was trained on {describe_features(kind, dim)}, which "
                          f"this package cannot compute from an image (it computes '{KIND}' features): compute them as "
@@ -150,8 +150,8 @@ class CaptionWriter:
     ``features``: the region-feature file (a path or a :class:`FeatureStore`) the image ids refer to.
     Decoding options: ``steps`` (mask-predict iterations per level; None: 10, 15, ..., 40), ``eos_decay``
     and ``labert_average`` (the authors' defaults), ``block_ngram`` (default 3: no 3-gram twice; 0: the
-    authors' decoding); see :mod:`clid.model.decode`.
-    ``batch_size``: images decoded together, or "auto" (:mod:`clid.runtime`: 64 on the CPU, on a GPU as
+    authors' decoding); see :mod:`clid.method.decode`.
+    ``batch_size``: images decoded together, or "auto" (:mod:`clid.run.runtime`: 64 on the CPU, on a GPU as
     many as half its free memory holds); ``precision``: "auto" (bfloat16 autocast on a GPU, float32 on
     the CPU), "fp32" or "bf16".
     """
@@ -159,7 +159,7 @@ class CaptionWriter:
     def __init__(self, model, features=None, device: str | None = None, batch_size="auto",
                  steps: tuple[int, ...] | None = None, eos_decay: float = 1.0, labert_average: bool = True,
                  checkpoint=None, precision: str = "auto", block_ngram: int = BLOCK_NGRAM):
-        from clid import runtime
+        from clid.run import runtime
 
         self.model, self.checkpoint = model, checkpoint
         self.device = device or default_device()
@@ -173,8 +173,8 @@ class CaptionWriter:
     @classmethod
     def from_checkpoint(cls, folder, device: str | None = None, features=None, **options) -> "CaptionWriter":
         """Load a checkpoint folder (04, 06) onto ``device`` (default: cuda if available, else cpu)."""
-        from clid.cli import device_problem
-        from clid.model import checkpoints
+        from clid.run.cli import device_problem
+        from clid.method import checkpoints
 
         device = device or default_device()
         if problem := device_problem(str(device)):
@@ -208,7 +208,7 @@ class CaptionWriter:
     def decode(self, image_ids, levels=None, progress=False, features=None):
         """``({level: {image_id: caption}}, {level: image ids whose caption filled the level without "."})``
         for the images of the feature file (or of ``features``, any object with ``get(image_id)``)."""
-        from clid.model import decode
+        from clid.method import decode
 
         source = self.features if features is None else features
         if source is None:
@@ -223,7 +223,7 @@ class CaptionWriter:
     def decode_batch_size(self, source, image_ids, levels) -> int:
         """``batch_size``, or what "auto" picks: one image's activations at the longest level asked for
         (its first image's regions, all positions re-predicted: float32 logits and probabilities)."""
-        from clid import runtime
+        from clid.run import runtime
 
         if self.batch_size != "auto" or runtime.device_type(self.device) != "cuda" or not image_ids:
             return runtime.batch_size(self.batch_size, self.device, 1.0, BATCH_SIZE)
@@ -250,8 +250,8 @@ class CaptionWriter:
         one image, else a list of them in order. An unreadable file is one ValueError naming it."""
         from PIL import Image
 
-        from clid.features.encoder import RegionFeatures, grid_boxes
-        from clid.saliency.images import convert_image
+        from clid.data.encoder import RegionFeatures, grid_boxes
+        from clid.data.images import convert_image
 
         one = isinstance(images, (str, Path, Image.Image))
         items = [images] if one else list(images)
@@ -266,7 +266,7 @@ class CaptionWriter:
             except (OSError, ValueError) as err:
                 raise ValueError(f"{item}: not a readable image ({err})") from None
         if self.encoder is None:
-            from clid.model.checkpoints import read_config
+            from clid.method.checkpoints import read_config
 
             config = read_config(self.checkpoint) if self.checkpoint else {"model": self.model.config.to_json()}
             self.encoder = RegionFeatures(**encoder_settings(config, self.checkpoint or "(in memory)"))

@@ -28,13 +28,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clid import runs, runtime, shard
+from clid.run import runs, runtime, shard
 from clid.caption import BLOCK_NGRAM, CaptionWriter, add_decoding_args, caption_records, decode_steps, default_device, describe_levels
 from clid.caption.gallery import THUMBNAIL_SIDE, image_files, is_gallery, thumbnail, write_gallery
-from clid.cli import HelpFormatter, device, level_numbers, number, positive_int, run_main
+from clid.run.cli import HelpFormatter, device, level_numbers, number, positive_int, run_main
 from clid.features.__main__ import MAX_GRID
-from clid.features.store import FeatureStore, add_bad_features_arg
-from clid.files import DataError, check_not_input, natural_key, read_jsonl, write_jsonl
+from clid.data.store import FeatureStore, add_bad_features_arg
+from clid.base.files import DataError, check_not_input, natural_key, read_jsonl, write_jsonl
 
 
 def parse_args(argv=None):
@@ -142,7 +142,7 @@ def read_ids(args, store: FeatureStore) -> tuple[list[str], dict[str, str]]:
 
 def read_compare(entry: str, levels) -> tuple[str, dict]:
     """(name, {(image_id, level): record}) of a ``--compare NAME=FILE`` captions file, checked."""
-    from clid.eval.metrics import read_generated
+    from clid.method.metrics import read_generated
 
     name, _, path = entry.partition("=")
     if not Path(path).is_file():
@@ -156,7 +156,7 @@ def compute_features(args) -> str:
     encoder the checkpoint was trained on into ``OUT.features.h5`` (``python -m clid.features``); its path."""
     from clid.caption import encoder_settings
     from clid.features import __main__ as features
-    from clid.model.checkpoints import read_config
+    from clid.method.checkpoints import read_config
 
     if shard.Shard.from_args(args).num_shards > 1:
         raise SystemExit("error: a sharded run reads one feature file: compute it first (python -m clid.features "
@@ -218,7 +218,7 @@ def main(argv=None) -> None:
         print(f"captioning {len(job.spec.select(ids))} of {len(ids)} images at levels "
               f"{', '.join(map(str, args.levels))} of {describe_levels(writer.levels)} on {device} "
               f"(shard {job.spec.shard_id} of {job.spec.num_shards})")
-    from clid.text import load_tokenizer
+    from clid.base.text import load_tokenizer
 
     tokenizer = load_tokenizer()  # lengths counted as 07 counts them
 

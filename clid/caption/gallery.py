@@ -12,7 +12,7 @@ import html
 import io
 from pathlib import Path
 
-from clid.files import DataError, atomic_path
+from clid.base.files import DataError, atomic_path
 
 THUMBNAIL_SIDE = 256  # pixels, the longer side of an embedded image
 LEGEND = 'Length in tokens (WordPiece, with the final "."):'  # the header of every page: it marks them
@@ -32,7 +32,7 @@ def image_files(image_ids, folder, names: dict[str, str] | None = None) -> dict[
     there, else the file whose name without extension is the id, else the COCO file of a COCO id (as
     ``python -m clid.features --ids auto`` names it). An id without a file is one DataError."""
     from clid.data.scenegraphs import image_key_to_id
-    from clid.saliency.images import folder_images
+    from clid.data.images import folder_images
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -60,7 +60,7 @@ def thumbnail(path: Path, image_id: str, side: int = THUMBNAIL_SIDE) -> str:
     """A JPEG thumbnail of the image as a data URI; an image that cannot be read is one DataError."""
     from PIL import Image
 
-    from clid.saliency.images import convert_image
+    from clid.data.images import convert_image
 
     try:
         with Image.open(path) as image:

@@ -8,5 +8,5 @@
 - ``python -m clid.data convert-coco``: official COCO captions files -> a Karpathy-style JSON.
 
 Image ids are strings in memory (the dataset's own id: COCO id, VG id, or a file-name stem).
-Malformed input raises :class:`clid.files.DataError` naming the file, the record and the problem.
+Malformed input raises :class:`clid.base.files.DataError` naming the file, the record and the problem.
 """

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from clid import runs
-from clid.cli import HelpFormatter, WrappedHelpFormatter, non_negative_int, run_main
+from clid.run import runs
+from clid.run.cli import HelpFormatter, WrappedHelpFormatter, non_negative_int, run_main
 from clid.data.splits import convert_coco
-from clid.files import DataError, check_not_input, write_json, write_jsonl
+from clid.base.files import DataError, check_not_input, write_json, write_jsonl
 
 FORCE = "replace an existing --out that this command did not write (without it, such a file is refused)"
 
@@ -66,7 +66,7 @@ def main(argv=None) -> None:
 
 def convert_ssa(args) -> None:
     from clid.data.ssa import load_ssa, ssa_files
-    from clid.stats import format_table, length_stats
+    from clid.data.stats import format_table, length_stats
 
     command, notes = "python -m clid.data convert-ssa", []
     try:

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from clid.data.records import ImageCaptions, _first_time, _image_id, _list, _need, _show, _string, report_wordless
-from clid.files import DataError, id_problem, natural_key, read_json, read_jsonl
-from clid.progress import LARGE, Progress
-from clid.text import preprocess
+from clid.base.files import DataError, id_problem, natural_key, read_json, read_jsonl
+from clid.base.progress import LARGE, Progress
+from clid.base.text import preprocess
 
 SPLITS = ("train", "restval", "val", "test")  # the Karpathy split's names
 

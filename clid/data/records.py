@@ -5,7 +5,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 
-from clid.files import DataError, id_problem
+from clid.base.files import DataError, id_problem
 
 
 @dataclass

@@ -15,11 +15,11 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from clid.cli import is_whole_number
+from clid.run.cli import is_whole_number
 from clid.data.records import Relation, SceneGraph, SGObject, _first_time, _image_id, _list, _need, _number, _show, _string
 from clid.data.splits import COCO_FILE_NAME
-from clid.files import DataError, id_problem, read_json
-from clid.text import preprocess
+from clid.base.files import DataError, id_problem, read_json
+from clid.base.text import preprocess
 
 def load_image_data(path) -> dict[str, dict]:
     """VG ``image_data.json``: image id -> ``{"width", "height", "coco_id"}`` (coco_id may be None)."""

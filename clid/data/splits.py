@@ -7,10 +7,10 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from clid.cli import is_whole_number
+from clid.run.cli import is_whole_number
 from clid.data.captions import load_any, load_coco_captions, load_karpathy, read_id_list
 from clid.data.records import ImageCaptions
-from clid.files import DataError, natural_key, read_json
+from clid.base.files import DataError, natural_key, read_json
 
 KARPATHY_SIZES = (113_287, 5_000, 5_000)  # the Karpathy split's train (with restval), val and test images
 

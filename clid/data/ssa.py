@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from clid.files import DataError, natural_key, read_json
-from clid.text import caption_lengths, length_to_level, preprocess
+from clid.base.files import DataError, natural_key, read_json
+from clid.base.text import caption_lengths, length_to_level, preprocess
 
 SOURCE = "ssa"
 

@@ -5,7 +5,7 @@
 ``scenes`` (placing objects, occlusion, salience), ``relations`` (read off the drawn geometry),
 ``graphs`` (Visual Genome graphs and a scene-graph generator's noise), ``captions`` (trusted captions),
 ``references`` (long references), ``worker`` (one image start to finish, in worker processes) and
-``preview`` (the contact sheet). Region features come from :mod:`clid.features.encoder`.
+``preview`` (the contact sheet). Region features come from :mod:`clid.data.encoder`.
 """
 from clid.demo.captions import NOUNS, YOUNG
 from clid.demo.drawing import paint_thing

@@ -7,7 +7,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from clid.demo.world import BACKGROUND_NAMES
-from clid.files import atomic_path, read_json
+from clid.base.files import atomic_path, read_json
 
 
 def write_preview(path: Path, out: Path, records: list, n: int) -> None:

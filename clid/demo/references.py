@@ -8,9 +8,9 @@ from clid.demo.captions import clause, noun_phrase, noun_word, partner, pick_sal
 from clid.demo.relations import forward, grounded
 from clid.demo.scenes import pick
 from clid.demo.world import SCENES, Scene, Thing
-from clid.rng import item_rng
-from clid.selfgen import english as en
-from clid.text import caption_lengths, level_range
+from clid.base.rng import item_rng
+from clid.method import english as en
+from clid.base.text import caption_lengths, level_range
 
 
 def background_phrase(scene: Scene, rng, placed: bool = False) -> str:
@@ -152,7 +152,7 @@ def paragraph(scene: Scene, seed: int, tokenizer, attempts: int = 40) -> str:
     length shares of the Stanford paragraphs (2% up to 29 tokens, 32% at 30-59, 52% at 60-89, 14% at
     90-129); a scene with little in it says less (the paragraph stops after ``attempts`` tries, or,
     when no sentence fitted the target, after as many tries at any sentence of up to 30 tokens)."""
-    from clid.stats import PAPER_PARAGRAPH_BANDS
+    from clid.data.stats import PAPER_PARAGRAPH_BANDS
 
     rng = item_rng(seed, scene.image_id, "paragraph")
     shares = [share for _, share in PAPER_PARAGRAPH_BANDS]

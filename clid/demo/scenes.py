@@ -25,7 +25,7 @@ from clid.demo.world import (
     Scene,
     Thing,
 )
-from clid.rng import item_rng
+from clid.base.rng import item_rng
 
 
 def pick(rng, options, weights=None):

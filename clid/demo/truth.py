@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from clid.cli import non_negative_int
+from clid.run.cli import non_negative_int
 from clid.data.records import SceneGraph
-from clid.files import DataError
+from clid.base.files import DataError
 
 KINDS = ("hallucinated", "mislabelled", "wrong_attribute", "wrong_relation")
 
@@ -89,7 +89,7 @@ class Pool:
 
 def read_pool(selfgen, quality, difficulty=None) -> Pool:
     """The captions of ``selfgen`` that 05 scored (quality rows of source selfgen), in file order."""
-    from clid.files import read_jsonl, read_quality
+    from clid.base.files import read_jsonl, read_quality
 
     q = read_quality(quality)
     sources = q["source"] if "source" in q else np.full(len(q["id"]), "selfgen", dtype=object)
@@ -108,7 +108,7 @@ def read_pool(selfgen, quality, difficulty=None) -> Pool:
               "log p, scoring model M_theta": q["logp_trusted"][at].astype(np.float64),
               "log p, M_theta~": q["logp_extended"][at].astype(np.float64)}
     if difficulty is not None:
-        from clid.files import read_arrays
+        from clid.base.files import read_arrays
 
         d = read_arrays(difficulty)
         by_id = dict(zip(d["id"], d["difficulty"]))
@@ -215,7 +215,7 @@ def hallucination_split(pool: Pool) -> dict:
 
 def fig4(quality) -> dict:
     """The paper's Fig. 4: the share of trusted captions with u > 0 and of self-generated ones with u < 0."""
-    from clid.files import read_quality
+    from clid.base.files import read_quality
 
     q = read_quality(quality)
     if "source" not in q or not (q["source"] == "trusted").any():
@@ -231,8 +231,8 @@ def run_shares(folder, pool: Pool) -> dict:
     seconds its selection cost (curations, evaluations, difficulty)."""
     import argparse
 
-    from clid.files import read_arrays, read_json, read_jsonl
-    from clid.selection import difficulty_buckets, digest, draw
+    from clid.base.files import read_arrays, read_json, read_jsonl
+    from clid.method.selection import difficulty_buckets, digest, draw
 
     folder = Path(folder)
     args = read_json(folder / "config.json")["train"]
@@ -379,7 +379,7 @@ def report_text(results: dict, title: str) -> str:
 
 
 def write_report(out, results: dict, title: str) -> None:
-    from clid.files import atomic_path, write_json
+    from clid.base.files import atomic_path, write_json
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -391,8 +391,8 @@ def write_report(out, results: dict, title: str) -> None:
 def main(argv=None) -> None:
     import argparse
 
-    from clid.cli import HelpFormatter
-    from clid.files import check_output_folder, read_json
+    from clid.run.cli import HelpFormatter
+    from clid.base.files import check_output_folder, read_json
 
     p = argparse.ArgumentParser(prog="python -m clid.demo.truth", formatter_class=HelpFormatter,
                                 description="The demo world's ground truth: every scorer (u, the two models' log p, "
@@ -426,6 +426,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from clid.cli import run_main
+    from clid.run.cli import run_main
 
     run_main(main)

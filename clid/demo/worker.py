@@ -9,9 +9,9 @@ from clid.demo.graphs import scene_graphs
 from clid.demo.references import long_references, paragraph
 from clid.demo.scenes import build_scene
 from clid.demo.world import Scene
-from clid.features.encoder import RegionFeatures
-from clid.files import atomic_path
-from clid.text import load_tokenizer
+from clid.data.encoder import RegionFeatures
+from clid.base.files import atomic_path
+from clid.base.text import load_tokenizer
 
 
 def region_boxes(scene: Scene) -> list[tuple]:
@@ -66,7 +66,7 @@ def make_chunk(jobs: list) -> list[dict]:
 def make_images(jobs: list, config: dict, workers: int, chunk: int) -> list[dict]:
     """The records of ``jobs`` [(image id, split)], in order: chunks of ``chunk`` images made by ``workers``
     processes (one torch thread each)."""
-    from clid.progress import Progress
+    from clid.base.progress import Progress
 
     chunks = [jobs[i:i + chunk] for i in range(0, len(jobs), chunk)]
     records = []
@@ -76,7 +76,7 @@ def make_images(jobs: list, config: dict, workers: int, chunk: int) -> list[dict
             from concurrent.futures import ProcessPoolExecutor
             from concurrent.futures.process import BrokenProcessPool
 
-            from clid.model.parallel_read import how_it_died
+            from clid.data.parallel_read import how_it_died
 
             # (unlike multiprocessing.Pool, whose lost chunk is waited for forever, a process that dies breaks the
             # pool at once)

@@ -1,1 +1,2 @@
-"""Region features: one home for reading, writing, extracting and converting them."""
+"""``python -m clid.features``: region features of images, or a release converted (the code: ``clid.data.store``,
+``clid.data.encoder``, ``clid.data.convert``)."""

@@ -34,10 +34,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from clid import runs
-from clid.cli import HelpFormatter, number, positive_int, run_main, unit_interval, whole_number
+from clid.run import runs
+from clid.run.cli import HelpFormatter, number, positive_int, run_main, unit_interval, whole_number
 from clid.data.scenegraphs import image_key_to_id
-from clid.features.encoder import (
+from clid.data.encoder import (
     RegionFeatures,
     detection_regions,
     graph_regions,
@@ -45,9 +45,9 @@ from clid.features.encoder import (
     grid_regions,
     keep_key,
 )
-from clid.features.store import MAX_REGIONS, Regions, write_features
-from clid.files import DataError
-from clid.saliency.images import convert_image
+from clid.data.store import MAX_REGIONS, Regions, write_features
+from clid.base.files import DataError
+from clid.data.images import convert_image
 
 KIND = "clid-encoder"  # the feature_kind of the files this command writes
 COMMAND = "python -m clid.features"  # the writer its run record names
@@ -139,7 +139,7 @@ def features_record(args) -> dict:
 
 def up_to_date(args) -> bool:
     """True when ``--out`` holds what these flags would write (this command wrote it, from the same inputs)."""
-    from clid.files import read_json
+    from clid.base.files import read_json
 
     try:
         return Path(args.out).is_file() and read_json(runs.record_path(args.out)) == {"command": COMMAND,
@@ -159,10 +159,10 @@ def id_line(items, ids: str) -> str:
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["convert"]:
-        from clid.features.convert import run
+        from clid.data.convert import run
 
         return run(argv[1:])
-    from clid.progress import Progress
+    from clid.base.progress import Progress
 
     args = parse_args(argv)
     record = features_record(args)

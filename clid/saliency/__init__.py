@@ -1,1 +1,1 @@
-"""Saliency (stage 01): the EML-Net network (emlnet) and the image list and loading (images)."""
+"""``python -m clid.saliency.emlnet``: the EML-Net saliency command (the code: ``clid.method.emlnet``)."""

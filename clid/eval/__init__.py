@@ -1,1 +1,0 @@
-"""Evaluation: metrics per length level (metrics) and 07's report (report)."""

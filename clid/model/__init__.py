@@ -1,1 +1,0 @@
-"""The captioner: model, checkpoints, model inputs, decoding, scoring and training."""

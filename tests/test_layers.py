@@ -1,0 +1,88 @@
+"""The package's architecture, checked: layers that import only downward (the import-linter contract in
+pyproject.toml), no import cycle (imports inside functions counted), every module in one layer."""
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return grimp.build_graph("clid")
+
+
+def contract() -> dict:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return next(c for c in config["contracts"] if c["id"] == "layers")
+
+
+def layer_members() -> list[list[str]]:
+    return [[f"clid.{name.strip()}" for name in layer.replace("|", ":").split(":")] for layer in contract()["layers"]]
+
+
+def test_the_layers_contract_is_kept():
+    done = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "KEPT" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_every_module_sits_in_exactly_one_layer(graph):
+    tops = [m for layer in layer_members() for m in layer]
+    assert len(tops) == len(set(tops))
+    for module in graph.modules:
+        if module in ("clid", "clid._C"):  # (the package's own door, and the compiled kernels ops loads)
+            continue
+        homes = [top for top in tops if module == top or module.startswith(top + ".")]
+        assert len(homes) == 1, f"{module} sits in {homes or 'no layer'}"
+
+
+def strongly_connected(graph) -> list[set[str]]:
+    """The groups of modules that import each other, in turn (Tarjan's algorithm, without recursion)."""
+    edges = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
+    index, low, on_stack, stack, groups, counter = {}, {}, set(), [], [], 0
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = counter; counter += 1; stack.append(start); on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter; counter += 1; stack.append(child); on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = set()
+                while True:
+                    member = stack.pop(); on_stack.discard(member); group.add(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(group)
+    return groups
+
+
+def test_no_import_cycle(graph):
+    assert strongly_connected(graph) == []
+
+
+def test_the_cycle_finder_finds_one():
+    toy = grimp.ImportGraph()
+    for name in ("a", "a.x", "a.y", "a.z"):
+        toy.add_module(name)
+    toy.add_import(importer="a.x", imported="a.y")
+    toy.add_import(importer="a.y", imported="a.x")
+    toy.add_import(importer="a.z", imported="a.x")
+    assert strongly_connected(toy) == [{"a.x", "a.y"}]
