@@ -10,8 +10,8 @@
 #   QUICK=1 bash demo.sh data/demo runs/quick   (`make checkpoint`: 00 to 03, then one model, M_theta~, trained
 #                                             with 04 --recipe demo in runs/quick/model: a checkpoint in minutes)
 #
-# Every stage resumes or skips finished work, so running it again is quick. About 19 minutes a seed
-# on 2 CPU cores (docs/demo-notes.md has the stage times; README.md, "What the demo shows", the results). Seed k
+# Every stage resumes or skips finished work, so running it again is quick. About 37 minutes a seed on 2 idle
+# CPU cores (2,244 s, seed 0, 2026-11-27: docs/demo-notes.md; README.md, "What the demo shows", the results). Seed k
 # seeds the demo world (00 --seed k) and every stage after it (--seed k); with SEEDS > 1, 07
 # --combine reports each method as the mean ± standard deviation of its seeds in RUNS_DIR/eval-seeds.
 # The settings are the paper's, except where a CPU laptop needs smaller numbers: a world of 2,000

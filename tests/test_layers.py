@@ -1,5 +1,6 @@
 """The package's architecture, checked: layers that import only downward (the import-linter contract in
 pyproject.toml), no import cycle (imports inside functions counted), every module in one layer."""
+import re
 import subprocess
 import sys
 import tomllib
@@ -86,3 +87,30 @@ def test_the_cycle_finder_finds_one():
     toy.add_import(importer="a.y", imported="a.x")
     toy.add_import(importer="a.z", imported="a.x")
     assert strongly_connected(toy) == [{"a.x", "a.y"}]
+
+
+def code_map_modules(text: str) -> set[str]:
+    """The modules a code map names: ``clid.x.y`` (``clid.x`` for ``x/__init__.py``, ``clid.x.__main__`` for
+    ``x/__main__.py``) or ``clid/x/y.py``."""
+    dotted = re.findall(r"(?<![\w/.])clid(?:\.[A-Za-z_]\w*)*(?![\w/])", text)
+    paths = [path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+             for path in re.findall(r"(?<![\w/])clid/[\w/]*\w\.py\b", text)]
+    return set(dotted) | set(paths)
+
+
+def test_the_code_map_names_every_module():
+    """docs/method.md's code map ("## The code" to the next heading of its level) names every .py file of clid/,
+    and nothing that is not one."""
+    text = (ROOT / "docs" / "method.md").read_text()
+    start = text.index("\n## The code")
+    end = text.find("\n## ", start + 1)
+    named = code_map_modules(text[start:end if end >= 0 else None])
+    modules = {".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+               for path in (ROOT / "clid").rglob("*.py")}
+    assert not modules - named, f"docs/method.md's code map does not name {sorted(modules - named)}"
+    assert not named - modules, f"docs/method.md's code map names what is no module: {sorted(named - modules)}"
+
+
+def test_the_code_map_reader_reads_both_spellings():
+    assert code_map_modules("`clid.data.store` (`clid/base/__init__.py`, `clid/caption/__main__.py`), `clid`, "
+                            "not clid_x or xclid.y") == {"clid.data.store", "clid.base", "clid.caption.__main__", "clid"}
