@@ -111,7 +111,7 @@ if [ -n "$QUICK" ]; then
 fi
 
 # every model shares the output shortlist: the tokens of the trusted and self-generated captions; --recipe demo
-# sets the rest (tiny model, warm-up 100, no dropout, standardized regions; 04_train_base.py --help)
+# sets the rest (tiny model, warm-up 100, no dropout, standardized regions: recipes/demo.toml)
 train=(--features "$DEMO/features.h5" --recipe demo --output-vocab "$CAPTIONS" "$RUNS/paraphrased.jsonl"
        --max-steps "$STEPS" --batch-size "$BATCH" --lr "$LR" --seed "$SEED" "${levels[@]}")
 
