@@ -51,6 +51,7 @@ from clid.method.checkpoints import (
     write_model_card,
 )
 from clid.data.inputs import CaptionFiles, report_skipped, training_examples, training_items
+from clid.run.recipes import resolved
 from clid.training.train import (
     add_train_args,
     balanced_batches,
@@ -85,7 +86,7 @@ def parse_args(argv=None):
                                       "the last step")
     groups["model"].add_argument("--init-from", metavar="CKPT", help="start from this checkpoint's weights only")
     add_train_args(groups)
-    args = parse_train_args(p, argv)
+    args = parse_train_args(p, argv, lambda args: "scoring" if args.continue_from else args.data)
     if args.data == "extended" and not args.selfgen:
         p.error("--data extended needs --selfgen FILE")
     if args.continue_from and args.init_from:
@@ -97,7 +98,8 @@ def parse_args(argv=None):
     if args.continue_from:
         continued_schedule(args)
     else:  # --recipe demo: M_theta~'s cosine spans 3x its steps (the authors' proportions), so a scoring model can continue it
-        recipe_schedule(args, horizon_factor=3 if args.data == "extended" else 1)
+        extended_horizon = resolved(args.recipe).get("extended_horizon", 1)
+        recipe_schedule(args, horizon_factor=extended_horizon if args.data == "extended" else 1)
         recipe_vocab(args, args.captions, args.selfgen if args.data == "extended" else None)
     check_train_args(p, args)
     return args

@@ -51,6 +51,7 @@ from clid.run.cli import HelpFormatter, number, positive_float, positive_int, ru
 from clid.data.store import RegionCache, cache_bytes, check_features_match
 from clid.method.checkpoints import load_init_weights, read_config, write_model_card
 from clid.data.inputs import CaptionFiles, caption_texts, report_skipped, training_examples, training_items, usable
+from clid.run.recipes import selection_eta
 from clid.training.train import (
     add_train_args,
     check_train_args,
@@ -100,13 +101,13 @@ def parse_args(argv=None):
     selection.add_strategy_args(strategy)
     add_train_args(groups)
     p.set_defaults(lr_horizon=300_000)  # the authors' schedule: a 300,000-step cosine, of which 06 trains 100,000
-    args = parse_train_args(p, argv)
+    args = parse_train_args(p, argv, "selection")
     recipe_schedule(args)  # --recipe demo: its steps, and a cosine that ends with them
     recipe_vocab(args, args.captions, args.selfgen)
     check_train_args(p, args)
-    if args.eta is None and args.recipe == "demo":  # the demo's: the 50 iterations span 90% of the steps
-        args.eta = max(1, round(0.9 * args.max_steps / 50))
-    elif args.eta is None:  # the paper's eta: 200 on the (much smaller) paragraph set, else 1200
+    if args.eta is None:  # --recipe demo: the 50 iterations span 90% of the steps (recipes/demo.toml)
+        args.eta = selection_eta(args.recipe, args.max_steps)
+    if args.eta is None:  # the paper's eta: 200 on the (much smaller) paragraph set, else 1200
         args.eta = PARAGRAPH_ETA if args.levels == "paragraph" else CAPTION_ETA
     if args.init not in ("bert", "random") and not Path(args.init).is_dir():
         p.error(f"--init must be bert, random or a checkpoint folder (got {args.init!r})")

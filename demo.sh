@@ -14,14 +14,11 @@
 # CPU cores (2,244 s, seed 0, 2026-11-27: docs/demo-notes.md; README.md, "What the demo shows", the results). Seed k
 # seeds the demo world (00 --seed k) and every stage after it (--seed k); with SEEDS > 1, 07
 # --combine reports each method as the mean ± standard deviation of its seeds in RUNS_DIR/eval-seeds.
-# The settings are the paper's, except where a CPU laptop needs smaller numbers: a world of 2,000
-# train images, the tiny model with a shortlisted output vocabulary, 1,000 optimizer steps per model
-# (lr 2e-3 and no dropout for a small model trained from scratch, region features standardized), and
-# eta scaled so that the 50 selection iterations span 90% of the steps. As in the authors' code, the
-# scoring model M_theta continues M_theta~ (04 --continue-from: its weights, optimizer state and
-# schedule) for as many steps as M_theta~ trained, on one cosine three times M_theta~'s steps long
-# (the authors': 100,000 + 100,000 steps of a 300,000-step cosine); 06's cosine ends with its steps.
-# docs/running.md ("The demo") says why for each.
+# The settings are recipes/demo.toml's (TASK=paragraph: recipes/paragraph.toml's), the paper's except where a
+# CPU laptop needs smaller numbers; the file says why for each. As in the authors' code, the scoring model
+# M_theta continues M_theta~ (04 --continue-from: its weights, optimizer state and schedule) for as many steps
+# as M_theta~ trained, on one cosine three times M_theta~'s steps long (the authors': 100,000 + 100,000 steps of
+# a 300,000-step cosine); 06's cosine ends with its steps. docs/running.md ("The demo") has the measurements.
 set -euo pipefail
 cd "$(dirname "$0")"
 DEMO_DIR=${1:-data/demo}
@@ -33,29 +30,43 @@ TASK=${TASK:-caption}            # caption, or paragraph: 13 levels up to 129 to
 COMPARE=${COMPARE:-}             # COMPARE=1: 06 also trains loss-remove, loss-replacecap, a curriculum and the whole
                                  # extended set, all as CLID trains; 07 reports them; python -m clid.demo.truth the truth
 QUICK=${QUICK:-}                 # QUICK=1: stop after one model, M_theta~ with 04 --recipe demo (CLID_DEMO_STEPS steps)
-STEPS=${STEPS:-1000}             # optimizer steps of each model
-ETA=${ETA:-18}                   # steps per selection iteration: the 50 iterations end at 90% of the steps (docs/running.md)
-FT_STEPS=${FT_STEPS:-$STEPS}     # steps of the scoring model M_theta on trusted captions: as many as M_theta~'s
-PER_IMAGE=${PER_IMAGE:-5}        # self-generated captions per image (the paper: 5)
-BATCH=${BATCH:-64}
-LR=${LR:-2e-3}                   # a randomly initialised tiny model learns faster than BERT fine-tuning's 5e-5
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
-world=(--n-train "${N_TRAIN:-2000}")  # train images of the demo world (00's default: 3000)
-if [ -n "$SMALL" ]; then world=(--small); STEPS=${STEPS_SMALL:-200}; ETA=${ETA_SMALL:-3}; FT_STEPS=${FT_SMALL:-40}; fi
 case "$TASK" in
-  caption) levels=(--levels caption); baseline_name=trusted-only ;;
-  # paragraphs are 4x longer than captions: a training step and a decoding step cost about 4x more on a CPU,
-  # so the paragraph demo trains fewer steps and decodes every level in 10 mask-predict steps (docs/running.md)
-  paragraph) world+=(--paragraphs); levels=(--levels paragraph); baseline_name=paragraph-only
-             if [ -z "$SMALL" ]; then STEPS=${STEPS_PARAGRAPH:-400}; ETA=${ETA_PARAGRAPH:-7}; FT_STEPS=${FT_PARAGRAPH:-80}; fi ;;
+  caption) RECIPE=demo; baseline_name=trusted-only ;;
+  paragraph) RECIPE=paragraph; baseline_name=paragraph-only ;;
   *) echo "error: TASK must be caption or paragraph, not '$TASK'"; exit 2 ;;
 esac
 if [ -n "$COMPARE" ] && [ "$TASK" != caption ]; then echo "error: COMPARE=1 runs the caption task only"; exit 2; fi
 if [ -n "$QUICK" ] && { [ -n "$COMPARE" ] || [ "$SEEDS" != 1 ]; }; then echo "error: QUICK=1 trains one model of one seed"; exit 2; fi
+
+# A setting of the recipe; a variable given wins. (The reader runs as a file: `python -m` would load torch.)
+recipe() { $PY clid/run/recipes.py get "$RECIPE" "$1"; }
+recipe_eta() { $PY clid/run/recipes.py eta "$RECIPE"; }
+if [ -n "$SMALL" ]; then                        # the tests' tiny world, either task
+    STEPS=${STEPS_SMALL:-$(recipe small.steps)}; ETA=${ETA_SMALL:-$(recipe small.eta)}
+    FT_STEPS=${FT_SMALL:-$(recipe small.scoring_steps)}
+elif [ "$TASK" = paragraph ]; then
+    STEPS=${STEPS_PARAGRAPH:-$(recipe resolved.steps)}; ETA=${ETA_PARAGRAPH:-$(recipe_eta)}
+    FT_STEPS=${FT_PARAGRAPH:-$(recipe demo.scoring_steps)}
+else
+    STEPS=${STEPS:-$(recipe resolved.steps)}    # optimizer steps of each model
+    ETA=${ETA:-$(recipe_eta)}                   # steps per selection iteration at the recipe's steps (06 --eta)
+    FT_STEPS=${FT_STEPS:-$STEPS}                # steps of the scoring model M_theta on trusted captions: as many as M_theta~'s
+fi
+PER_IMAGE=${PER_IMAGE:-$(recipe world.per_image)}  # self-generated captions per image
+BATCH=${BATCH:-$(recipe train.batch_size)}
+LR=${LR:-$(recipe train.lr)}
+levels=(--levels "$(recipe train.levels)")
+world=(--n-train "${N_TRAIN:-$(recipe world.n_train)}")  # train images of the demo world
+if [ -n "$SMALL" ]; then world=(--small); fi
+decode_extra=()
+if [ "$TASK" = paragraph ]; then world+=(--paragraphs); decode_extra=(--decode-steps "$(recipe demo.decode_steps)"); fi
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 CURATE_EVERY=${CURATE_EVERY:-$(( STEPS / 10 ))}  # COMPARE: ten loss curations in a run, as their ten epochs (docs/running.md)
-# M_theta~'s cosine, which the scoring model continues: the authors' proportions, three times M_theta~'s steps;
-# the miniature and the paragraph demo keep the short scoring model they were measured with (docs/running.md)
-if [ -n "$SMALL" ] || [ "$TASK" = paragraph ]; then horizon=$(( STEPS + FT_STEPS )); else horizon=$(( 3 * STEPS )); fi
+# M_theta~'s cosine, which the scoring model continues: the authors' proportions, the recipe's extended_horizon
+# (3) times M_theta~'s steps; the miniature and the paragraph demo keep the short scoring model they were measured
+# with, M_theta~'s cosine ending with its last step (docs/running.md)
+if [ -n "$SMALL" ] || [ "$TASK" = paragraph ]; then horizon=$(( STEPS + FT_STEPS ))
+else horizon=$(( $(recipe resolved.extended_horizon) * STEPS )); fi
 EXT_HORIZON=${EXT_HORIZON:-$horizon}
 
 banner() { printf '\n==== %s ====  (%s)\n' "$*" "$(date +%H:%M:%S)"; }
@@ -68,8 +79,8 @@ trap 'kill $(jobs -p) 2>/dev/null || true' EXIT   # no background stage outlives
 run_seed() {
 SEED=$1 DEMO=$2 RUNS=$3
 CAPTIONS=$DEMO/captions.json     # the trusted set: the world's captions, or its paragraphs
-eval_extra=(--long-refs "$DEMO/long_refs.json"); decode_extra=()
-if [ "$TASK" = paragraph ]; then CAPTIONS=$DEMO/paragraphs/paragraphs_v1.json; eval_extra=(--decode-steps 10); decode_extra=(--decode-steps 10); fi
+eval_extra=(--long-refs "$DEMO/long_refs.json")
+if [ "$TASK" = paragraph ]; then CAPTIONS=$DEMO/paragraphs/paragraphs_v1.json; eval_extra=("${decode_extra[@]}"); fi
 mkdir -p "$RUNS"
 banner "00 demo world: rendered scenes, scene graphs, trusted captions, region features"
 $PY 00_demo_data.py --out "$DEMO" --preview 16 "${world[@]}" --seed "$SEED"
@@ -100,7 +111,7 @@ if [ -n "$QUICK" ]; then
 fi
 
 # every model shares the output shortlist: the tokens of the trusted and self-generated captions; --recipe demo
-# sets the rest (tiny model, warm-up 100, no dropout, standardized regions; 04_train_base.py --help)
+# sets the rest (tiny model, warm-up 100, no dropout, standardized regions: recipes/demo.toml)
 train=(--features "$DEMO/features.h5" --recipe demo --output-vocab "$CAPTIONS" "$RUNS/paraphrased.jsonl"
        --max-steps "$STEPS" --batch-size "$BATCH" --lr "$LR" --seed "$SEED" "${levels[@]}")
 

@@ -20,31 +20,36 @@ fi
 : "${GPUS:=1}"                                  # GPUs per node of a training job; 0: one CPU process per node
 : "${MAX_RESTARTS:=3}"                          # torchrun restarts a crashed training from its last checkpoint
 : "${STAGE:=${TMPDIR:-}}"                       # node-local folder for a copy of $FEATURES (training, 07); empty: none
-: "${PRESET:=labert}"
 : "${BERT:=$DATA/bert-base-uncased}"            # local BERT-base folder (config.json, weights, vocab.txt)
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # torchrun's restarted workers meet in a fresh store, not the dead workers' one (--max-restarts works only so)
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
-# Each stage's own settings. coco: the paper's models and the authors' schedule (the global batch is their 64,
-# split over the GPUs; M_theta~ trains steps 0-100,000 of one 300,000-step cosine, M_theta continues it to
-# 200,000). demo: the demo world's offline stand-ins for COCO's models (docs/running.md, "The demo").
+[ -x "${PY%% *}" ] || { echo "error: ${PY%% *} not found: run \`make venv\` in $CLID_ROOT first, or set PY" >&2; exit 1; }
+# A setting of a recipe, recipes/NAME.toml (run as a file: `python -m clid...` would load torch for one number)
+recipe() { "${PY%% *}" "$CLID_ROOT/clid/run/recipes.py" get "$@"; }
+
+# Each stage's own settings. coco: the paper's models and the authors' schedule, recipes/coco.toml (the global
+# batch, M_theta~'s cosine, M_theta's steps). demo: the demo world's offline stand-ins for COCO's models, with
+# recipes/demo.toml's training settings (docs/running.md, "The demo").
 case "$WORLD" in
 coco)
+    PRESET=${PRESET:-$(recipe coco train.preset)}
     SALIENCY=(--method emlnet --weights "$DATA/emlnet/res_imagenet.pth" "$DATA/emlnet/res_places.pth"
               "$DATA/emlnet/res_decoder.pth")
     # Visual Genome graphs for the COCO images in VG, generated graphs (Scene Graph Benchmark) for the rest
     GRAPHS=(--scene-graphs "$DATA/scene_graphs.json" "$DATA/sgg/predictions.tsv" --image-data "$DATA/image_data.json"
             --labelmap "$DATA/sgg/labelmap.json" --sizes "$DATA/sgg/hw.tsv")
     PARAPHRASER=(--model "$DATA/pegasus_paraphrase")
-    TRAIN=(--preset "$PRESET" --bert "$BERT" --batch-size 64)
-    TRUSTED=(); EXTENDED=(--lr-horizon 300000); SCORING=(--max-steps 200000); SELECTION=()
+    TRAIN=(--preset "$PRESET" --bert "$BERT" --batch-size "$(recipe coco train.batch_size)")
+    TRUSTED=(); EXTENDED=(--lr-horizon "$(recipe coco extended.lr_horizon)")
+    SCORING=(--max-steps "$(recipe coco scoring.max_steps)"); SELECTION=()
     EVAL=(--device cuda) ;;
 demo)
-    : "${STEPS:=1000}"                          # optimizer steps of each model (demo.sh's)
-    : "${BATCH:=64}"
+    STEPS=${STEPS:-$(recipe demo resolved.steps)}  # optimizer steps of each model
+    BATCH=${BATCH:-$(recipe demo train.batch_size)}
     : "${LOG_EVERY:=20}"                        # a train_log.jsonl line every N steps
-    : "${SAVE_EVERY:=500}"                      # a checkpoint every N steps
+    SAVE_EVERY=${SAVE_EVERY:-$(recipe demo train.save_every)}  # a checkpoint every N steps
     for setting in STEPS BATCH LOG_EVERY SAVE_EVERY; do
         [[ ${!setting} =~ ^[1-9][0-9]*$ ]] || { echo "error: $setting must be a positive whole number, not '${!setting}'" >&2; exit 1; }
     done
@@ -53,7 +58,7 @@ demo)
     PARAPHRASER=(--model rules --levels caption)
     TRAIN=(--recipe demo --batch-size "$BATCH" --warmup $((STEPS / 10)) --log-every "$LOG_EVERY" --save-every "$SAVE_EVERY"
            --levels caption)
-    TRUSTED=(--max-steps "$STEPS"); EXTENDED=(--max-steps "$STEPS" --lr-horizon $((3 * STEPS)))
+    TRUSTED=(--max-steps "$STEPS"); EXTENDED=(--max-steps "$STEPS" --lr-horizon $(( $(recipe demo resolved.extended_horizon) * STEPS )))
     SCORING=(--max-steps $((2 * STEPS))); SELECTION=(--max-steps "$STEPS" --lr-horizon "$STEPS" --eta $((STEPS / 55 + 1)))
     EVAL=(--long-refs "$DATA/long_refs.json") ;;
 *) echo "error: WORLD must be coco or demo, not '$WORLD'" >&2; exit 1 ;;
@@ -63,7 +68,6 @@ for setting in SHARDS NODES GPUS MAX_RESTARTS; do
 done
 (( SHARDS >= 1 && NODES >= 1 )) || { echo "error: SHARDS and NODES must be at least 1 (SHARDS=$SHARDS, NODES=$NODES)" >&2; exit 1; }
 [ -z "$STAGE" ] || [ -d "$STAGE" ] || { echo "error: STAGE=$STAGE is not a folder (the node-local copy of the features goes there)" >&2; exit 1; }
-[ -x "${PY%% *}" ] || { echo "error: ${PY%% *} not found: run \`make venv\` in $CLID_ROOT first, or set PY" >&2; exit 1; }
 mkdir -p "$RUNS/logs"                           # the jobs' logs (sbatch does not create the folder)
 cd "$CLID_ROOT"
 

@@ -1611,6 +1611,11 @@ for name, change, fragment in [("config-garbage", corrupt("config.json", b"{"), 
 # -- a researcher's first hour (issue 40): --recipe, --allow-download, --ids, 07 without --refs, the misleads ------
 row("04", "recipe-unknown", lambda w, d: w.train_args(d / "out", "--recipe", "fast"), "invalid choice: 'fast'")
 row("06", "recipe-unknown", lambda w, d: w.selection_args(d / "out", "--recipe", "paperish"), "invalid choice: 'paperish'")
+row("04", "recipe-file-missing", lambda w, d: w.train_args(d / "out", "--recipe", d / "mine.toml"), "no recipe ")
+row("04", "recipe-file-not-toml", lambda w, d: w.train_args(d / "out", "--recipe", write(d, "mine.toml", "lr = [")),
+    "mine.toml is not TOML")
+row("06", "recipe-sets-no-flag", lambda w, d: w.selection_args(d / "out", "--recipe", write(d, "mine.toml", "[train]\nrate = 1")),
+    "mine.toml sets rate, not a flag of this stage")
 row("05", "allow-download-not-taken", lambda w, d: w.score_args(d / "out.h5", "--allow-download"),
     "unrecognized arguments: --allow-download")
 row("stats", "tokenizer-not-on-disk-offline", lambda w, d: [w.captions, "--tokenizer", "no-such-org/no-such-tokenizer"],

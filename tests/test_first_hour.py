@@ -330,6 +330,63 @@ def test_recipe_demo_sets_the_demos_settings_and_flags_still_win(tmp_path, monke
     assert capsys.readouterr().err == ""  # (no warning for a warm-up shorter than the run)
 
 
+def test_recipes_are_files_read_by_name_or_path_and_flags_still_win(tmp_path, monkeypatch):
+    """--recipe NAME reads recipes/NAME.toml ([train] for every model, [extended] or [scoring] for one), or a
+    .toml file; a recipe may extend another; flags given still win."""
+    monkeypatch.delenv("CLID_DEMO_STEPS", raising=False)
+    train = import_script("04_train_base.py", "recipe_files_04").parse_args
+    select = import_script("06_train_selection.py", "recipe_files_06").parse_args
+    files = ["--captions", str(tmp_path / "c.json"), "--features", str(tmp_path / "f.h5"), "--out", str(tmp_path / "o")]
+
+    coco = train(files + ["--recipe", "coco", "--data", "extended", "--selfgen", str(tmp_path / "s.jsonl")])
+    assert (coco.preset, coco.batch_size, coco.lr_horizon, coco.max_steps, coco.output_vocab) == (
+        "labert", 64, 300_000, 100_000, None)
+    assert train(files + ["--recipe", "coco"]).lr_horizon == 0  # (the trusted-only baseline: its own cosine)
+    pool = files + ["--selfgen", str(tmp_path / "s.jsonl"), "--quality", str(tmp_path / "q.h5")]
+    assert (select(pool + ["--recipe", "coco"]).eta, select(pool + ["--recipe", "coco"]).lr_horizon) == (1200, 300_000)
+
+    paragraph = select(pool + ["--recipe", "paragraph"])  # the demo's, with paragraphs and fewer steps
+    assert (paragraph.levels, paragraph.max_steps, paragraph.eta, paragraph.preset, paragraph.lr) == (
+        "paragraph", 400, 7, "tiny", 2e-3)
+
+    mine = tmp_path / "mine.toml"
+    mine.write_text('extends = "demo"\n[train]\nlr = 1e-3\n[resolved]\nsteps = 300\n')
+    own = train(files + ["--recipe", str(mine), "--warmup", "10"])
+    assert (own.recipe, own.lr, own.max_steps, own.warmup, own.preset) == (str(mine), 1e-3, 300, 10, "tiny")
+
+
+def test_the_recipe_reader_prints_one_setting_for_a_shell(tmp_path):
+    """python clid/run/recipes.py get NAME TABLE.KEY (demo.sh, slurm/common.sh): one value, or one error line."""
+    def reader(*args):
+        return subprocess.run([sys.executable, "clid/run/recipes.py", *args], cwd=ROOT, capture_output=True, text=True)
+
+    assert reader("get", "demo", "resolved.steps").stdout == "1000\n"
+    assert reader("get", "demo", "train.lr").stdout == "0.002\n"
+    assert reader("get", "paragraph", "train.batch_size").stdout == "64\n"  # (demo's, extended)
+    assert reader("get", "coco", "scoring.max_steps").stdout == "200000\n"
+    assert reader("get", "demo", "resolved.shortlist").stdout == "1\n"
+    assert (reader("eta", "demo").stdout, reader("eta", "paragraph").stdout) == ("18\n", "7\n")
+    for args, says in [(("get", "demo", "train.nope"), "has no setting train.nope"), (("get", "demo", "train"), "is a table"),
+                       (("get", "fast", "train.lr"), "no recipe "), (("eta", "coco"), "has no setting resolved.steps")]:
+        done = reader(*args)
+        assert done.returncode == 1 and done.stderr.startswith("error: ") and says in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1
+    loop = tmp_path / "loop.toml"
+    loop.write_text(f'extends = "{loop}"\n')
+    assert "extends itself" in reader("get", str(loop), "train.lr").stderr
+
+
+def test_each_setting_is_written_in_its_recipe_only():
+    """demo.sh and slurm/ take their training numbers from recipes/ (no number of a recipe written there too)."""
+    common = (ROOT / "slurm" / "common.sh").read_text()
+    for number in ("300000", "200000", "--batch-size 64", "labert", "STEPS:=1000", "SAVE_EVERY:=500"):
+        assert number not in common, number
+    demo = (ROOT / "demo.sh").read_text()
+    for setting in ("STEPS:-1000", "ETA:-18", "LR:-2e-3", "BATCH:-64", "PER_IMAGE:-5", ":-2000", ":-400", ":-200",
+                    "decode-steps 10", "3 * STEPS"):
+        assert setting not in demo, setting
+
+
 # ---------------------------------------------------------------------------------------------
 # The README and the gallery
 

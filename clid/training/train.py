@@ -40,7 +40,7 @@ from clid.method.checkpoints import checkpoint_exists, feature_record, restore, 
 from clid.data.examples import Examples
 from clid.data.inputs import add_left_out_arg, add_token_cache_arg
 from clid.base.rng import item_rng, item_seed
-from clid.run.recipes import DEMO_RECIPE, DEMO_STEPS, DEMO_STEPS_ENV, demo_steps
+from clid.run.recipes import DEMO_STEPS_ENV, PAPER, flag_defaults, recipe_arg, recipe_names, recipe_path, resolved, resolved_steps
 from clid.training.resume import already_trained, check_resume, hold_out_folder, training_record
 from clid.base.text import eos_id
 
@@ -339,29 +339,35 @@ TRAIN_GROUPS = {  # the --help sections of 04 and 06
 }
 
 
-def parse_train_args(p, argv):
-    """Parse 04's or 06's flags. ``--recipe demo`` makes the demo's settings (:data:`DEMO_RECIPE`) the
-    defaults, so that a flag given on the command line still wins."""
+def parse_train_args(p, argv, model):
+    """Parse 04's or 06's flags. ``--recipe NAME`` makes the recipe's settings for ``model`` (one of
+    :data:`clid.run.recipes.MODELS`, or a function of the parsed flags that names it) the defaults, so that a flag
+    given on the command line still wins."""
     args = p.parse_args(argv)
-    if args.recipe == "demo":
-        p.set_defaults(**DEMO_RECIPE)
+    if args.recipe != PAPER:
+        defaults = flag_defaults(args.recipe, model(args) if callable(model) else model)
+        unknown = [name for name in defaults if not hasattr(args, name)]
+        if unknown:
+            p.error(f"--recipe {args.recipe}: {recipe_path(args.recipe)} sets {', '.join(unknown)}, not a flag of this stage")
+        p.set_defaults(**defaults)
         args = p.parse_args(argv)
     return args
 
 
 def recipe_schedule(args, start_step: int = 0, horizon_factor: int = 1) -> None:
-    """Resolve what ``--recipe demo`` leaves open: ``--max-steps`` is ``start_step`` (a continued
-    checkpoint's step) plus :func:`demo_steps`, and ``--lr-horizon`` ``horizon_factor`` times that
-    (0: the cosine ends at --max-steps)."""
+    """Resolve what a recipe with steps (``--recipe demo``) leaves open: ``--max-steps`` is ``start_step`` (a
+    continued checkpoint's step) plus the recipe's steps (:func:`clid.run.recipes.resolved_steps`), and
+    ``--lr-horizon`` ``horizon_factor`` times that (0: the cosine ends at --max-steps)."""
     if args.max_steps is None:
-        args.max_steps = start_step + demo_steps()
+        args.max_steps = start_step + resolved_steps(args.recipe)
     if args.lr_horizon is None:
         args.lr_horizon = horizon_factor * args.max_steps if horizon_factor > 1 else 0
 
 
 def recipe_vocab(args, *caption_files) -> None:
-    """``--recipe demo`` without ``--output-vocab``: shortlist the tokens of the caption files the run reads."""
-    if args.recipe == "demo" and not args.output_vocab:
+    """A recipe that shortlists (``--recipe demo``), without ``--output-vocab``: shortlist the tokens of the caption
+    files the run reads."""
+    if resolved(args.recipe).get("shortlist") and not args.output_vocab:
         args.output_vocab = [str(f) for f in caption_files if f]
 
 
@@ -383,12 +389,11 @@ def add_train_args(groups: dict) -> None:
     add_split_args(data)
     add_left_out_arg(data)
     add_token_cache_arg(data)
-    model.add_argument("--recipe", choices=["paper", "demo"], default="paper",
-                       help="paper: every default below (LaBERT's recipe, as the paper); demo: the demo's settings, "
-                            "a small model trained from scratch in minutes on a CPU (--preset tiny, --lr 2e-3, "
-                            f"--warmup 100, --dropout 0, --region-norm standardize, --eval-every 0, {DEMO_STEPS} steps or "
-                            f"{DEMO_STEPS_ENV}, the output vocabulary shortlisted to the captions read); flags given "
-                            "still win")
+    model.add_argument("--recipe", type=recipe_arg, default=PAPER, metavar="NAME",
+                       help=f"{PAPER}: every default below (LaBERT's recipe, as the paper); "
+                            f"{', '.join(recipe_names())}: the settings of recipes/NAME.toml, each explained there (or "
+                            "of a .toml file given): demo, the demo's small model trained from scratch in minutes on a "
+                            f"CPU ({DEMO_STEPS_ENV} sets its steps); flags given still win")
     model.add_argument("--preset", choices=["tiny", "minilm", "labert"], default="labert",
                        help="the captioner: tiny (3 layers of 192, random; for tests and the demo), minilm (6 x 384 "
                             "BERT from an offline package), labert (BERT-base, as the paper; needs --bert or a download)")
@@ -481,9 +486,10 @@ def check_train_args(p, args) -> None:
     if args.lr_horizon and args.lr_horizon < args.max_steps:
         p.error(f"--lr-horizon {args.lr_horizon} is below --max-steps {args.max_steps}: the learning rate would be 0 "
                 "for the last steps (0: the horizon is --max-steps)")
-    recipe_steps = args.recipe == "demo" and args.warmup == DEMO_RECIPE["warmup"] and args.max_steps == demo_steps()
+    recipe_steps = ("steps" in resolved(args.recipe) and args.warmup == flag_defaults(args.recipe, "trusted").get("warmup")
+                    and args.max_steps == resolved_steps(args.recipe))
     if args.warmup >= args.max_steps and recipe_steps:  # (both set by the recipe, the steps by CLID_DEMO_STEPS)
-        print(f"note: --recipe demo of {args.max_steps} steps ({DEMO_STEPS_ENV}): the learning rate stays in the "
+        print(f"note: --recipe {args.recipe} of {args.max_steps} steps ({DEMO_STEPS_ENV}): the learning rate stays in the "
               f"recipe's {args.warmup}-step warm-up for the whole run, as a smoke test needs no more", flush=True)
     elif args.warmup >= args.max_steps:
         print(f"warning: --warmup {args.warmup} is not below --max-steps {args.max_steps}: the learning rate rises for "
