@@ -44,8 +44,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from clid.base import files
-from clid.run import runs, shard
-from clid.run.cli import HelpFormatter, device, non_negative_float, non_negative_int, positive_int, run_main
+from clid.run import runs, runtime, shard
+from clid.run.cli import HelpFormatter, non_negative_float, non_negative_int, positive_int, run_main
 from clid.base.files import DataError
 from clid.method.emlnet import EMLNET_SIZE, EMLNet, normalise01
 from clid.data.images import Item, list_items, try_load, unique_items
@@ -173,11 +173,10 @@ def parse_args(argv=None):
     io.add_argument("--preview-dir", default=None, help="preview folder (default: OUT without suffix + _preview)")
     io.add_argument("--scene-graphs", default=None, help="scene_graphs.json whose boxes the previews draw")
     io.add_argument("--image-data", default=None, help="image_data.json for --scene-graphs (sizes, COCO ids)")
-    run.add_argument("--device", type=device, default=None,
-                     help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    runtime.add_device_arg(run)
     shard.add_shard_args(run)
     args = parser.parse_args(argv)
-    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    args.device = str(runtime.device_plan(args.device).device)
     if args.method == "emlnet" and not args.weights:
         parser.exit(2, "error: --method emlnet needs --weights IMAGENET PLACES DECODER (the released EML-Net "
                        "checkpoints res_imagenet.pth res_places.pth res_decoder.pth), or use --method spectral\n")

@@ -31,7 +31,7 @@ from typing import Callable
 
 from clid.base import files
 from clid.run import runs, runtime, shard
-from clid.run.cli import HelpFormatter, add_download_arg, device, non_negative_float, positive_int, run_main
+from clid.run.cli import HelpFormatter, add_download_arg, non_negative_float, positive_int, run_main
 from clid.data.records import report_wordless
 from clid.base.files import DataError
 from clid.method import english as en
@@ -183,7 +183,7 @@ class ModelParaphraser:
                 self.model = AutoModelForSeq2SeqLM.from_pretrained(name).to(device).eval()
                 self.config = self.model.config
                 reorder_self_attention_only(self.model)
-                if runtime.device_type(device) == "cuda":  # (on the CPU the padding would only cost time)
+                if runtime.device_plan(device).gpu:  # (on the CPU the padding would only cost time)
                     pad_vocabulary(self.model)
         except Exception as err:  # OSError (not found), ValueError / ImportError (cannot convert)
             from clid.base.hub import is_local, load_problem
@@ -293,8 +293,7 @@ def parse_args(argv=None):
                     help="length levels for 'level' (paragraph: sentence breaks count as tokens)")
     run.add_argument("--chunk-size", type=positive_int, default=2000, help="captions per resumable chunk")
     io.add_argument("--tokenizer", default=None, help="length tokenizer folder (default: offline bert-base-uncased)")
-    run.add_argument("--device", type=device, default=None,
-                     help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    runtime.add_device_arg(run)
     shard.add_shard_args(run)
     return parser.parse_args(argv)
 
@@ -302,11 +301,9 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.model != "rules":  # what --precision auto means on this device (recorded: it changes the paraphrases)
-        import torch
-
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        args.precision = runtime.use_precision(args.precision, device)
-        args.engine = choose_engine(args.engine, device)  # (recorded: the engines' beams can differ)
+        plan = runtime.device_plan(args.device, args.precision)
+        args.device, args.precision = str(plan.device), plan.use()
+        args.engine = choose_engine(args.engine, args.device)  # (recorded: the engines' beams can differ)
     record = runs.run_record(args, inputs=("inp", "tokenizer"), settings=(
         "model", "num_beams", "max_length", "piece_tokens", "min_ratio", "levels", "tokenizer")
         + (("precision", "engine") if args.model != "rules" else ()))
@@ -367,13 +364,12 @@ def make_paraphraser(args, tokenizer, counts: Counter):
     """(name, function from captions to paraphrases) for ``--model``."""
     if args.model == "rules":
         return "rules", lambda captions: [rules_paraphrase(c) for c in captions]
-    import torch
-
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    plan = runtime.device_plan(args.device, args.precision)
+    device = str(plan.device)
     model = ModelParaphraser(args.model, device, args.num_beams, args.batch_size, args.max_length, args.precision,
                              args.engine)
     print(f"beam search: {args.engine}")
-    if args.batch_size == "auto" and runtime.device_type(device) == "cuda":
+    if args.batch_size == "auto" and plan.batch_by_memory:
         print(f"--batch-size auto: {model.batch_size} pieces a batch")
     return args.model.rstrip("/"), lambda captions: paraphrase_captions(
         captions, model, tokenizer, args.piece_tokens, args.min_ratio, counts)

@@ -161,9 +161,9 @@ def main(argv=None):
     started = start_run(args)
     if started is None:
         return
-    rank, world, device, features = started
+    rank, world, plan, features = started
     files = CaptionFiles(args.levels, args.token_cache)  # every caption file read once, shared by what follows
-    model = new_model(args, features, device, files=files)
+    model = new_model(args, features, plan.device, files=files)
     if args.init_from or args.continue_from:
         source = args.init_from or args.continue_from
         check_features_match(read_config(source), features, source)
@@ -176,7 +176,7 @@ def main(argv=None):
         standardize_regions(model, features, examples.image_ids)
 
     trainer = make_trainer(args, "04_train_base", model, examples, RegionCache.for_model(features, model.config, cache_bytes(args.region_cache)),
-                           features, val_ids, args.out, device, rank, world, continue_from=args.continue_from)
+                           features, val_ids, args.out, plan, rank, world, continue_from=args.continue_from)
     n = len(examples)
     batch_for = (balanced_batches(examples.levels, args.batch_size, args.seed) if args.balanced
                  else lambda step: epoch_batches(n, args.batch_size, step, args.seed))

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from clid.run import runs, runtime, shard
-from clid.run.cli import HelpFormatter, device, positive_int, run_main
+from clid.run.cli import HelpFormatter, positive_int, run_main
 from clid.data.splits import add_split_args
 from clid.data.store import FeatureStore, RegionCache, add_bad_features_arg, add_region_cache_arg, cache_bytes, check_features_match
 from clid.base.files import DataError, read_arrays, write_quality
@@ -76,15 +76,14 @@ def parse_args(argv=None):
     runtime.add_batch_size_arg(scoring, BATCH_SIZE, "captions scored together")
     runtime.add_precision_arg(scoring)
     run.add_argument("--chunk-size", type=positive_int, default=4096, help="captions per resumable chunk")
-    scoring.add_argument("--device", type=device, default=None,
-                         help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
+    runtime.add_device_arg(scoring)
     add_split_args(data)
     add_left_out_arg(data)
     add_token_cache_arg(data)
     shard.add_shard_args(run)
     args = p.parse_args(argv)
-    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    args.precision = runtime.use_precision(args.precision, args.device)  # what auto means here: recorded
+    plan = runtime.device_plan(args.device, args.precision)
+    args.device, args.precision = str(plan.device), plan.use()  # what auto means here: recorded
     return args
 
 
@@ -139,7 +138,7 @@ def scoring_batch_size(args, model, features: FeatureStore) -> int:
     positions = n_regions + model.levels[-1][1]
     size = runtime.batch_size(args.batch_size, args.device, runtime.encoder_bytes(model.config, positions, args.precision),
                               BATCH_SIZE)
-    if args.batch_size == "auto" and runtime.device_type(args.device) == "cuda":
+    if args.batch_size == "auto" and runtime.device_plan(args.device).batch_by_memory:
         print(f"--batch-size auto: {size} captions a batch")
     return size
 

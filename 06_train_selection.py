@@ -122,11 +122,11 @@ def main(argv=None):
     started = start_run(args)
     if started is None:
         return
-    rank, world, device, features = started
+    rank, world, plan, features = started
     out = Path(args.out)
     files = CaptionFiles(args.levels, args.token_cache)  # every caption file read once, shared by what follows
     # the model: as 04 starts it (bert), randomly initialised (the authors' code), or a checkpoint's weights
-    model = new_model(args, features, device, pretrained=args.init != "random", files=files)
+    model = new_model(args, features, plan.device, pretrained=args.init != "random", files=files)
     if args.init not in ("bert", "random"):
         check_features_match(read_config(args.init), features, args.init)
         load_init_weights(model, args.init, "--init")
@@ -151,7 +151,7 @@ def main(argv=None):
     texts = (caption_texts(examples.caption_ids, files.records(args.captions)[0], args.selfgen,
                            examples.digests)
              if (args.difficulty or "").startswith("clip:") else None)  # (CLIP reads the text, not the tokens)
-    strategy = selection.make_strategy(args, data, examples, model, regions, device, out, u, val, texts,
+    strategy = selection.make_strategy(args, data, examples, model, regions, plan.device, out, u, val, texts,
                                        items.filenames, check, rank)
     if check and isinstance(strategy, selection.Schedule):  # every rank must draw the same captions
         check([p["digest"] for p in strategy.plan])
@@ -161,7 +161,7 @@ def main(argv=None):
         selection.write_log(out, strategy.log_rows())
 
     trainer = make_trainer(args, "06_train_selection", model, examples, regions, features, items.val_ids, out,
-                           device, rank, world)
+                           plan, rank, world)
 
     rounds = strategy.rounds(trainer.step, trainer.state)
     if isinstance(strategy, selection.Schedule):  # a plan fixed before training: each round drawn while one trains

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from clid.run import runtime
 from clid.caption import add_decoding_args
-from clid.run.cli import HelpFormatter, add_download_arg, device, non_negative_int, run_main
+from clid.run.cli import HelpFormatter, add_download_arg, non_negative_int, run_main
 from clid.method.metrics import (
     SSA_LEVELS,
     CocoScorer,
@@ -95,7 +95,7 @@ def parse_args(argv=None):
                          help="auto: run SPICE when Stanford CoreNLP is there or can be downloaded")
     report.add_argument("--examples", type=non_negative_int, default=3,
                         help="images shown with their captions in report.md (default: 3)")
-    runs.add_argument("--device", type=device, default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
+    runtime.add_device_arg(runs, default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
     add_decoding_args(runs)
     runs.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")
     scoring.add_argument("--tokenizer", default=None, help="tokenizer for caption lengths (default: offline bert-base-uncased)")
@@ -112,7 +112,7 @@ def parse_args(argv=None):
         for flag, given in (("--long-refs", args.long_refs), ("--test-ids", args.test_ids)):
             if given:
                 p.error(f"{flag} needs --refs (without --refs, 07 reports length control alone)")
-    args.precision = runtime.use_precision(args.precision, args.device)  # what auto means here
+    args.precision = runtime.device_plan(args.device, args.precision).use()  # what auto means here
     return args
 
 

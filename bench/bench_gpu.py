@@ -145,7 +145,7 @@ class Table:
 
 
 def sync(device: str) -> None:
-    if runtime.device_type(device) == "cuda":
+    if runtime.device_plan(device).gpu:
         torch.cuda.synchronize()
 
 
@@ -186,7 +186,7 @@ def rates(values: list[float], items: int) -> list[float]:
 
 def target_for(device: str, h200: float, h100: float, relation: str = ">=") -> tuple[float | None, str]:
     """(the issue's target on this GPU, its text): H200's, or H100's on an H100; none on the CPU."""
-    if runtime.device_type(device) != "cuda":
+    if not runtime.device_plan(device).gpu:
         return None, ""
     name = torch.cuda.get_device_name()
     value = h100 if "H100" in name else h200
@@ -287,7 +287,7 @@ class Data:
 
 def kernels(table: Table, size: dict, device: str, rounds: int) -> None:
     gen = torch.Generator().manual_seed(0)
-    cuda = runtime.device_type(device) == "cuda"
+    cuda = runtime.device_plan(device).gpu
     rounds = max(rounds, size["kernel_repeats"])
     N, T, V = size["seq_shape"]
     logits = (torch.randn(N, T, V, generator=gen) * 3).to(device, torch.bfloat16)
@@ -404,10 +404,7 @@ class TrainRig:
 
 def train(table: Table, size: dict, device: str, rig: TrainRig, rounds: int) -> None:
     """The training-step rows and the loader alone, each beside the staged bound."""
-    from functools import partial
-
     from clid.data.store import FeatureStore, RegionCache
-    from clid.method.captioner import Captioner
     from clid.training.train import Trainer, TrainSettings
 
     model, steps = rig.model, size["train_steps"]
@@ -417,23 +414,22 @@ def train(table: Table, size: dict, device: str, rig: TrainRig, rounds: int) -> 
     folder = Path(tempfile.mkdtemp(prefix="bench-train-"))
     made = itertools.cycle(rig.made)
 
-    def trainer_steps(precision: str, grouped: bool | None, defer: bool | None):
-        settings = TrainSettings(precision=precision, workers=0, warmup=10, max_steps=10**6)
-        trainer = Trainer(model, rig.data.examples, rig.regions, settings, folder / precision, {},
-                          torch.device(device), defer_checks=defer)
+    def trainer_steps(plan: runtime.DevicePlan):
+        settings = TrainSettings(precision=plan.precision, workers=0, warmup=10, max_steps=10**6)
+        trainer = Trainer(model, rig.data.examples, rig.regions, settings, folder / plan.precision, {}, plan)
 
         def run():
-            runtime.use_precision(precision, device)  # (TF32 for auto only: the rounds interleave)
-            model.encode = partial(Captioner.encode, model, grouped=grouped)
+            plan.use()  # (TF32 for auto only: the rounds interleave)
             for _ in range(steps):
                 trainer.train_step(next(made))
             trainer.check_finite()
-            del model.encode
         return run
 
-    fns = {"auto": trainer_steps("auto", grouped=None, defer=None), "bound": rig.bound_steps}
-    if runtime.device_type(device) != "cuda":  # (on a GPU the rows of before issue 42 would only cost time)
-        fns["before"] = trainer_steps("fp32", grouped=True, defer=False)
+    plan = runtime.device_plan(device, "auto")
+    fns = {"auto": trainer_steps(plan), "bound": rig.bound_steps}
+    if not plan.gpu:  # (on a GPU the rows of before issue 42 would only cost time)
+        before = runtime.device_plan(device, "fp32").replace(grouped_encoding=True, defer_checks=False)
+        fns["before"] = trainer_steps(before)
     t = interleaved(fns, device, rounds, per_call={k: steps for k in fns})
     for key, name in (("before", "training step (Trainer.train_step), before: one pass per text length, fp32, "
                                  "host checks"),
@@ -446,7 +442,7 @@ def train(table: Table, size: dict, device: str, rig: TrainRig, rounds: int) -> 
     settings = TrainSettings(precision="auto", warmup=10, max_steps=10**6)
     store = FeatureStore(rig.data.features_path)
     reader = Trainer(model, rig.data.examples, RegionCache.for_model(store, model.config), settings,
-                     folder / "loader", {}, torch.device(device))
+                     folder / "loader", {}, plan)
     count, first = size["loader_batches"], itertools.count(0, size["loader_batches"] + 1)
 
     def loader() -> float:
@@ -465,7 +461,7 @@ def train(table: Table, size: dict, device: str, rig: TrainRig, rounds: int) -> 
     loaded, bound = rates(t["loader"], 1), rates(t["bound"], 1)
     table.add(f"loader alone: batches/s from the HDF5 file ({reader.workers} workers, no step)", loaded,
               "batches/s", "the staged bound's steps/s", bound,
-              ">= 1x the bound's steps/s", median(loaded) >= median(bound) if runtime.device_type(device) == "cuda" else None)
+              ">= 1x the bound's steps/s", median(loaded) >= median(bound) if plan.gpu else None)
 
 
 def run_04(size: dict, data: Data, folder: Path, torchrun: int = 0) -> float:
@@ -502,7 +498,7 @@ def train04(table: Table, size: dict, device: str, rig: TrainRig, folder: Path, 
             stop_after: float) -> float:
     """04 from the HDF5 file beside the staged bound (and under torchrun where several GPUs are); returns 04's
     median seconds per step."""
-    cuda = runtime.device_type(device) == "cuda"
+    cuda = runtime.device_plan(device).gpu
     gpus = torch.cuda.device_count() if cuda else 0
     fns = {"04": lambda: run_04(size, rig.data, folder), "bound": rig.bound_steps}
     if gpus > 1:
@@ -525,7 +521,7 @@ def train04(table: Table, size: dict, device: str, rig: TrainRig, folder: Path, 
 def score(table: Table, size: dict, device: str, data: Data, rounds: int, stop_after: float) -> float:
     """05's rows; returns captions/s with today's defaults (one model)."""
     from clid.data.store import RegionCache
-    from clid.method.scoring import caption_logprobs, caption_logprobs_eager, default_head
+    from clid.method.scoring import caption_logprobs, caption_logprobs_eager
 
     trusted = captioner(size, data.tokenizer, device, size["classes"], seed=1).eval()
     regions = RegionCache.for_model(data.features, trusted.config)
@@ -540,9 +536,11 @@ def score(table: Table, size: dict, device: str, data: Data, rounds: int, stop_a
     eager_set = examples.subset(np.arange(0, len(examples), max(1, len(examples) // size["eager_captions"])))
     outputs = {}
 
-    def run(name, captions, **options):
+    plan = runtime.device_plan(device)
+
+    def run(name, captions, head=plan.head, **options):
         def call():
-            outputs[name] = caption_logprobs(trusted, captions, regions, device=device, **options)
+            outputs[name] = caption_logprobs(trusted, captions, regions, device=plan.replace(head=head), **options)
         return call
 
     fns = {"auto": run("auto", full, batch_size=batch, precision="auto"),
@@ -570,7 +568,7 @@ def score(table: Table, size: dict, device: str, data: Data, rounds: int, stop_a
     table.add("05, the authors' eager loop (fp32)", authors, "captions/s", "--precision auto", now)
 
     names = {"fused": "the fused op token_logprob_hidden", "eager": "linear + log_softmax + gather"}
-    default = default_head(device)
+    default = plan.head
     other = "fused" if default == "eager" else "eager"
     one_pass = examples.subset(np.resize(per_level[size["score_levels"][0]], batch))
     t = interleaved({head: run(head, one_pass, batch_size=batch, precision="auto", head=head)
@@ -670,7 +668,7 @@ def paraphrase(table: Table, size: dict, device: str, rounds: int) -> float:
         table.note("03 Pegasus on CTranslate2", f"skipped: {why_not}")
     model = model.to(device, torch.bfloat16 if precision == "bf16" else torch.float32)
     on_device = ids.to(device)
-    cuda = runtime.device_type(device) == "cuda"
+    cuda = runtime.device_plan(device).gpu
     # 03's transformers path: the cross-attention cache left in place, on a GPU the output layer padded to a
     # multiple of 64 (there the plain model beside it)
     padded = stage03.reorder_self_attention_only(stage03.pad_vocabulary(copy.deepcopy(model)) if cuda else model)
@@ -745,7 +743,7 @@ def main(argv=None) -> None:
     p.add_argument("--json", default=None, help="also write the rows to this file")
     args = p.parse_args(argv)
     device = args.device or ("cpu" if args.smoke else "cuda")
-    if runtime.device_type(device) == "cuda" and not torch.cuda.is_available():
+    if runtime.device_plan(device).gpu and not torch.cuda.is_available():
         p.error("no GPU here: give --smoke (tiny sizes on the CPU) or --device cpu")
     if args.budget <= 0:
         p.error(f"--budget must be a positive number of seconds, not {args.budget:g}")
@@ -753,7 +751,7 @@ def main(argv=None) -> None:
     if args.smoke:
         torch.set_num_threads(1)  # (tiny matrices: more threads only wait for each other)
     started = time.time()
-    name = torch.cuda.get_device_name() if runtime.device_type(device) == "cuda" else "CPU"
+    name = torch.cuda.get_device_name() if runtime.device_plan(device).gpu else "CPU"
     print(f"{time.strftime('%Y-%m-%d %H:%M')}: {name}, torch {torch.__version__}, {ops.build_info()}, "
           f"{args.repeats} interleaved rounds a row")
     table = Table(device, args.json)

@@ -32,7 +32,7 @@ from clid.run.cli import HelpFormatter, run_main  # noqa: E402
 def report(prof, wall: float, count: int, what: str, device: str, rows: int) -> None:
     """The wall time and GPU busy time per ``what``, then the top operators by GPU time and by host time."""
     events = prof.key_averages()
-    cuda = runtime.device_type(device) == "cuda"
+    cuda = runtime.device_plan(device).gpu
     # the GPU's own events (kernels, copies), each once: an operator's row repeats its kernels' time
     busy = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e3  # (ms)
     print(f"{wall / count * 1e3:.2f} ms a {what} (wall), the GPU busy {busy / count:.2f} ms of it "
@@ -59,7 +59,7 @@ def train(size: dict, device: str, steps: int, rows: int) -> None:
             trainer.train_step(next(batches))
         trainer.check_finite()
         sync(device)
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if runtime.device_type(device) == "cuda" else [])
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if runtime.device_plan(device).gpu else [])
         with profile(activities=activities) as prof:
             start = time.perf_counter()
             for _ in range(steps):
@@ -100,7 +100,7 @@ def paraphrase(size: dict, device: str, rows: int) -> None:
 
     generate()
     sync(device)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if runtime.device_type(device) == "cuda" else [])
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if runtime.device_plan(device).gpu else [])
     with profile(activities=activities) as prof:
         start = time.perf_counter()
         generate()

@@ -36,9 +36,9 @@ BLOCK_NGRAM = 3  # the caption command's and the API's --block-ngram (07 keeps t
 
 def default_device() -> str:
     """``cuda`` when a GPU is there, else ``cpu``."""
-    import torch
+    from clid.run import runtime
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(runtime.default_device())
 
 
 def add_decoding_args(parser, block_ngram: int = 0) -> None:
@@ -173,7 +173,7 @@ class CaptionWriter:
     @classmethod
     def from_checkpoint(cls, folder, device: str | None = None, features=None, **options) -> "CaptionWriter":
         """Load a checkpoint folder (04, 06) onto ``device`` (default: cuda if available, else cpu)."""
-        from clid.run.cli import device_problem
+        from clid.run.runtime import device_problem
         from clid.method import checkpoints
 
         device = device or default_device()
@@ -225,7 +225,7 @@ class CaptionWriter:
         (its first image's regions, all positions re-predicted: float32 logits and probabilities)."""
         from clid.run import runtime
 
-        if self.batch_size != "auto" or runtime.device_type(self.device) != "cuda" or not image_ids:
+        if self.batch_size != "auto" or not runtime.device_plan(self.device).batch_by_memory or not image_ids:
             return runtime.batch_size(self.batch_size, self.device, 1.0, BATCH_SIZE)
         config, high = self.model.config, max(self.levels[level - 1][1] for level in levels)
         positions = len(source.get(image_ids[0]).features) + high

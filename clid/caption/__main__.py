@@ -29,9 +29,9 @@ import argparse
 from pathlib import Path
 
 from clid.run import runs, runtime, shard
-from clid.caption import BLOCK_NGRAM, CaptionWriter, add_decoding_args, caption_records, decode_steps, default_device, describe_levels
+from clid.caption import BLOCK_NGRAM, CaptionWriter, add_decoding_args, caption_records, decode_steps, describe_levels
 from clid.caption.gallery import THUMBNAIL_SIDE, image_files, is_gallery, thumbnail, write_gallery
-from clid.run.cli import HelpFormatter, device, level_numbers, number, positive_int, run_main
+from clid.run.cli import HelpFormatter, level_numbers, number, positive_int, run_main
 from clid.features.__main__ import MAX_GRID
 from clid.data.store import FeatureStore, add_bad_features_arg
 from clid.base.files import DataError, check_not_input, natural_key, read_jsonl, write_jsonl
@@ -59,8 +59,7 @@ def parse_args(argv=None):
     decoding.add_argument("--levels", nargs="+", default=None, metavar="LEVEL",
                           help="level numbers (from 1) to decode, or 'all' for every level of the checkpoint "
                                "(default: all)")
-    decoding.add_argument("--device", type=device, default=None,
-                          help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
+    runtime.add_device_arg(decoding)
     add_decoding_args(decoding, block_ngram=BLOCK_NGRAM)
     output = p.add_argument_group("output", "the captions file and the gallery")
     output.add_argument("--out", required=True, help="captions JSONL to write")
@@ -192,8 +191,8 @@ def main(argv=None) -> None:
         args.features = compute_features(args)
     store = FeatureStore(args.features, bad=args.bad_features)
     ids, names = read_ids(args, store)
-    device = args.device or default_device()
-    args.precision = runtime.use_precision(args.precision, device)  # what auto means here: recorded
+    plan = runtime.device_plan(args.device, args.precision)
+    device, args.precision = str(plan.device), plan.use()  # what auto means here: recorded
     writer = CaptionWriter.from_checkpoint(args.checkpoint, device, batch_size=args.batch_size,
                                            eos_decay=args.eos_decay, labert_average=args.labert_average,
                                            precision=args.precision, block_ngram=args.block_ngram)

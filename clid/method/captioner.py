@@ -42,6 +42,7 @@ from torch import nn
 
 from clid.base.text import default_tokenizer_path, get_levels, load_tokenizer
 from clid.data.region_inputs import BOX_INPUTS
+from clid.run import runtime
 
 # ---------------------------------------------------------------------------------------------
 # Configuration and presets
@@ -420,7 +421,7 @@ class Captioner(nn.Module):
         ``text_positions`` [B, Q] (long): return only the states there, [B, Q, H], and skip the last
         layer's work at every other position (05 reads one position per pass).
 
-        ``grouped`` (default: on the CPU, not on a GPU): rows run through the encoder in groups of
+        ``grouped`` (default: the device plan's, clid.run.runtime: on the CPU, not on a GPU): rows run through the encoder in groups of
         equal text length, each cut to its own length, so no compute goes to padded text (a batch of
         mixed levels costs what its captions cost). That pays on a CPU; on a GPU the groups' small
         passes and the synchronisations that form them cost more than the padding, so there the batch
@@ -431,7 +432,9 @@ class Captioner(nn.Module):
         key_mask = torch.cat([region_mask, text_mask], dim=1)
         x = self.embeddings(regions, region_pos, input_ids, levels)  # one embedding lookup for the batch
         R, T = regions.shape[1], input_ids.shape[1]
-        if not (regions.device.type == "cpu" if grouped is None else grouped):
+        if grouped is None:
+            grouped = runtime.device_plan(regions.device).grouped_encoding
+        if not grouped:
             states = self.encoder(x, key_mask[:, None, None, :], keep=None if text_positions is None else R + text_positions)
             return states[:, R:] * text_mask[..., None] if text_positions is None else \
                 states * text_mask.gather(1, text_positions)[..., None]
@@ -476,9 +479,10 @@ class Captioner(nn.Module):
     def logits_from_hidden(self, h):
         return F.linear(h, self.output_weight, self.head.bias)
 
-    def forward(self, regions, region_pos, region_mask, input_ids, levels, positions):
-        """Logits [P, V] at the positions (bool [B, T], or their flat places) that need a prediction."""
-        states = self.encode(regions, region_pos, region_mask, input_ids, levels)
+    def forward(self, regions, region_pos, region_mask, input_ids, levels, positions, grouped=None):
+        """Logits [P, V] at the positions (bool [B, T], or their flat places) that need a prediction
+        (``grouped``: :meth:`encode`'s)."""
+        states = self.encode(regions, region_pos, region_mask, input_ids, levels, grouped=grouped)
         return self.logits_from_hidden(self.hidden(states, positions))
 
     @property

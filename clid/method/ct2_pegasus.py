@@ -26,7 +26,9 @@ def available(device: str) -> str | None:
         import ctranslate2
     except ImportError:
         return "the ctranslate2 package is not installed"
-    if device.startswith("cuda"):
+    from clid.run import runtime
+
+    if runtime.device_plan(device).gpu:
         if ctranslate2.get_cuda_device_count() == 0:
             return "ctranslate2 sees no GPU (its wheel needs a CUDA 12 driver or newer)"
         for lib in ("libcublas.so.12", "libcublasLt.so.12"):
@@ -161,9 +163,11 @@ class Translator:
     def __init__(self, path: Path, device: str, precision: str, threads: int):
         import ctranslate2
 
-        kind, _, index = device.partition(":")
-        compute = {"bf16": "bfloat16", "fp32": "float32"}[precision] if kind == "cuda" else "float32"
-        self.translator = ctranslate2.Translator(str(path), device=kind, device_index=int(index or 0),
+        from clid.run import runtime
+
+        plan = runtime.device_plan(device, precision)
+        compute = {"bf16": "bfloat16", "fp32": "float32"}[plan.compute] if plan.gpu else "float32"
+        self.translator = ctranslate2.Translator(str(path), device=plan.type, device_index=plan.device.index or 0,
                                                  compute_type=compute, intra_threads=threads)
 
     def generate(self, batch_ids: list[list[int]], num_beams: int, max_length: int, generation_config,

@@ -9,7 +9,7 @@ Modes (``prefix`` is the default and the authors' definition):
   length of a pass) and sorted by caption length, so no pass is spent on padding; finished captions
   drop out of the batch; the last encoder layer and the LM head run only at the scored position,
   the head through the fused ``clid.ops.token_logprob_hidden`` on the CPU (no [P, V] logits) and
-  the plain linear + log_softmax + gather on a GPU (:func:`default_head`).
+  the plain linear + log_softmax + gather on a GPU (the device plan's head: clid.run.runtime).
 - ``pseudo``: reveal every other token and mask only position t (a pseudo-log-likelihood; the
   authors' ``past_only=False`` branch). An approximation.
 - ``onepass``: mask everything, one pass, read every position. The cheapest approximation.
@@ -60,10 +60,10 @@ HEADS = ("fused", "eager")
 
 
 def default_head(device) -> str:
-    """The head that is faster end to end where it runs: the fused op on the CPU, where it saves the [P, V]
-    logits' memory traffic; linear + log_softmax + gather on a GPU, where cuBLAS and torch's kernels beat it
-    (measured by bench/bench_gpu.py: docs/gpu.md)."""
-    return "eager" if runtime.device_type(device) == "cuda" else "fused"
+    """The head that is faster end to end where it runs (the device plan's): the fused op on the CPU, where it
+    saves the [P, V] logits' memory traffic; linear + log_softmax + gather on a GPU, where cuBLAS and torch's
+    kernels beat it (measured by bench/bench_gpu.py: docs/gpu.md)."""
+    return runtime.as_plan(device).head
 
 
 @torch.no_grad()
@@ -74,7 +74,8 @@ def caption_logprobs(model: Captioner, examples: Examples, regions: RegionCache,
 
     ``precision`` (clid.run.runtime): under bf16 the encoder runs in bfloat16 autocast and the head's
     projection in bfloat16 (float32 results). ``head``: "fused" (``clid.ops.token_logprob_hidden``),
-    "eager" (linear, log_softmax, gather) or None (:func:`default_head`). On a GPU nothing waits for the device
+    "eager" (linear, log_softmax, gather) or None (the plan's). ``device``: a device, or the stage's
+    :class:`~clid.run.runtime.DevicePlan`, whose head and encoding are used. On a GPU nothing waits for the device
     until the end: each batch's regions are read and padded in a second thread while the GPU works on
     the batch before, and copied from pinned memory.
     """
@@ -83,8 +84,10 @@ def caption_logprobs(model: Captioner, examples: Examples, regions: RegionCache,
     model.eval()
     tok = model.tokenizer
     end, mask_id = eos_id(tok), tok.mask_token_id
-    bf16 = runtime.resolve(precision, device) == "bf16"
-    logprob = _head_logprob(head or default_head(device), model, model.output_weight.to(torch.bfloat16) if bf16 else model.output_weight)
+    plan = runtime.as_plan(device, precision)
+    device, precision, grouped = plan.device, plan.compute, plan.grouped_encoding
+    bf16 = precision == "bf16"
+    logprob = _head_logprob(head or plan.head, model, model.output_weight.to(torch.bfloat16) if bf16 else model.output_weight)
 
     def batch_inputs(batch):  # (CPU, pinned on a GPU) targets and regions of a batch
         chunk, _ = batch
@@ -106,7 +109,7 @@ def caption_logprobs(model: Captioner, examples: Examples, regions: RegionCache,
         with runtime.autocast(precision, device):
             if mode == "onepass":
                 ids = torch.full_like(targets, mask_id)
-                states = model.encode(feats, pos, rmask, ids, levels)[:, :n_max]
+                states = model.encode(feats, pos, rmask, ids, levels, grouped=grouped)[:, :n_max]
                 scored = torch.arange(n_max, device=device)[None, :] < torch.as_tensor(lengths, device=device)[:, None]
                 logp = logprob(model.hidden(states, scored), classes[:, :n_max][scored])
                 total.index_add_(0, scored.nonzero()[:, 0], logp.double())
@@ -120,7 +123,8 @@ def caption_logprobs(model: Captioner, examples: Examples, regions: RegionCache,
                         ids = targets[:n].clone()
                         ids[:, t] = mask_id
                     at_t = torch.full((n, 1), t, dtype=torch.long, device=device)
-                    states = model.encode(feats[:n], pos[:n], rmask[:n], ids, levels[:n], text_positions=at_t)
+                    states = model.encode(feats[:n], pos[:n], rmask[:n], ids, levels[:n], text_positions=at_t,
+                                          grouped=grouped)
                     total[:n] += logprob(model.hidden(states[:, 0]), classes[:n, t]).double()
         totals.append(total)
         if progress is not None:

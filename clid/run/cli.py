@@ -127,31 +127,6 @@ probability = number(float, low=0, high=1, high_open=True, what="a probability i
 unit_interval = number(float, low=0, high=1, what="a number in [0, 1]")
 
 
-def device_problem(text: str) -> str | None:
-    """Why ``text`` is not a device to run on here (``cpu``, ``cuda``, ``cuda:N`` of a GPU that is there), or None."""
-    import torch
-
-    try:
-        where = torch.device(text)
-    except (RuntimeError, ValueError):
-        where = None
-    if where is None or where.type not in ("cpu", "cuda"):
-        return f"must be cpu, cuda or cuda:N, got {text!r}"
-    count = torch.cuda.device_count() if where.type == "cuda" else 0
-    if where.type == "cuda" and not count:
-        return f"{text}: no CUDA GPU is available here (or this PyTorch has no CUDA); give --device cpu"
-    if where.type == "cuda" and where.index is not None and where.index >= count:
-        return f"{text}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}"
-    return None
-
-
-def device(text: str) -> str:
-    """argparse type of ``--device`` (:func:`device_problem`)."""
-    if problem := device_problem(text):
-        raise argparse.ArgumentTypeError(problem)
-    return text
-
-
 # ---------------------------------------------------------------------------------------------
 # Running a command: offline, and bad input is one line, not a traceback
 

@@ -1,5 +1,8 @@
-"""How a stage uses its device: the arithmetic precision (``--precision``) and the batch size
-(``--batch-size auto``), one home for the stages that run a model (03 to 07, ``clid.caption``).
+"""How a stage uses its device, one home for every stage and command: the device plan
+(:class:`DevicePlan`, made once by :func:`device_plan` from ``--device`` and ``--precision``), the
+arithmetic precision (``--precision``) and the batch size (``--batch-size auto``).
+
+This is the one module that asks what kind of device a stage runs on; the others ask the plan.
 
 ``--precision``:
 
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+from dataclasses import dataclass
 
 import torch
 
@@ -34,6 +39,125 @@ def add_precision_arg(parser) -> None:
 def device_type(device) -> str:
     """"cuda" or "cpu" of a device, a device name ("cuda:1", checked where --device is parsed) or None (the CPU)."""
     return torch.device(device).type if device is not None else "cpu"
+
+
+# ---------------------------------------------------------------------------------------------
+# --device and the device plan
+
+DEVICE_HELP = "cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)"
+
+
+def device_problem(text: str) -> str | None:
+    """Why ``text`` is not a device to run on here (``cpu``, ``cuda``, ``cuda:N`` of a GPU that is there), or None."""
+    try:
+        where = torch.device(text)
+    except (RuntimeError, ValueError):
+        where = None
+    if where is None or where.type not in ("cpu", "cuda"):
+        return f"must be cpu, cuda or cuda:N, got {text!r}"
+    count = torch.cuda.device_count() if where.type == "cuda" else 0
+    if where.type == "cuda" and not count:
+        return f"{text}: no CUDA GPU is available here (or this PyTorch has no CUDA); give --device cpu"
+    if where.type == "cuda" and where.index is not None and where.index >= count:
+        return f"{text}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}"
+    return None
+
+
+def device_arg(text: str) -> str:
+    """argparse type of ``--device`` (:func:`device_problem`)."""
+    if problem := device_problem(text):
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def add_device_arg(parser, default=None, help: str = DEVICE_HELP) -> None:
+    """``--device``, the one definition of every stage and command that has it (None: :func:`default_device`)."""
+    parser.add_argument("--device", type=device_arg, default=default, help=help)
+
+
+def default_device(index: int | None = None) -> torch.device:
+    """The GPU when there is one (the ``index``-th; default: the current one), else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", index) if index is not None else torch.device("cuda")
+    return torch.device("cpu")
+
+
+def available_workers() -> int:
+    """The cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """Every choice that depends on where a stage runs, made once (:func:`device_plan`) and passed down.
+
+    On a GPU: bfloat16 autocast under ``--precision auto``, one padded encoder pass per batch (its small
+    grouped passes and the synchronisations that form them would cost more than the padding), the plain
+    head (cuBLAS and torch's kernels beat the fused op there), loader processes that hand over pinned
+    batches, checks of finite values deferred to the log steps (no wait for the device inside a step),
+    ``--batch-size auto`` measured from the free memory. On the CPU: float32, the encoder's grouped passes
+    (no compute on padded text), the fused head (no [P, V] logits), batches made in the training process,
+    a check after every step. The fused AdamW kernel everywhere: the same update rule as the default loop.
+    """
+    device: torch.device
+    precision: str  # the flag as given: auto, fp32 or bf16 (what it means here: :attr:`compute`)
+    gpu: bool  # the device is a CUDA GPU
+    compute: str  # the resolved precision: "fp32" or "bf16"
+    grouped_encoding: bool  # the encoder runs rows of equal text length together (else one padded pass)
+    head: str  # Eq. 2's head: "fused" (clid.ops.token_logprob_hidden) or "eager" (linear, log_softmax, gather)
+    pin_memory: bool  # batches go to the device from pinned memory, without waiting
+    defer_checks: bool  # the training loop checks finite values at the log steps only (no host sync per step)
+    fused_optimizer: bool  # AdamW's fused kernel
+    batch_by_memory: bool  # --batch-size auto is measured from the device's free memory
+    dist_backend: str  # the process group's backend under torchrun
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The compute dtype of the autocast regions."""
+        return torch.bfloat16 if self.compute == "bf16" else torch.float32
+
+    @property
+    def type(self) -> str:
+        """The device's kind, "cuda" or "cpu" (for a library that takes it by name)."""
+        return self.device.type
+
+    def loader_workers(self, requested) -> int:
+        """--workers: a number, or "auto": none on the CPU (they would take its cores from the training), four on
+        a GPU (fewer on a machine with fewer cores to spare)."""
+        if requested != "auto":
+            return int(requested)
+        if not self.gpu:
+            return 0
+        return max(0, min(4, available_workers() // max(1, torch.cuda.device_count()) - 1))
+
+    def use(self) -> str:
+        """Set torch's float32 matrix precision for this plan (:func:`use_precision`); returns :attr:`compute`."""
+        return use_precision(self.precision, self.device)
+
+    def autocast(self):
+        """The autocast context of this plan (a no-op for fp32)."""
+        return autocast(self.compute, self.device)
+
+    def replace(self, **choices) -> "DevicePlan":
+        """This plan with other choices (a benchmark's switch, a test's)."""
+        from dataclasses import replace
+
+        return replace(self, **choices)
+
+
+def device_plan(device=None, precision: str = "auto") -> DevicePlan:
+    """The plan of a stage on ``device`` (a torch device, a name such as "cuda:1", or None: :func:`default_device`)
+    under ``precision`` (--precision)."""
+    device = torch.device(device) if device is not None else default_device()
+    gpu = device.type == "cuda"
+    return DevicePlan(device=device, precision=precision, gpu=gpu, compute=resolve(precision, device),
+                      grouped_encoding=not gpu, head="eager" if gpu else "fused", pin_memory=gpu, defer_checks=gpu,
+                      fused_optimizer=True, batch_by_memory=gpu, dist_backend="nccl" if gpu else "gloo")
+
+
+def as_plan(device, precision: str = "auto") -> DevicePlan:
+    """``device`` when it is a plan already, else :func:`device_plan` of it (a library call given a device)."""
+    return device if isinstance(device, DevicePlan) else device_plan(device, precision)
 
 
 def resolve(precision: str, device) -> str:

@@ -27,13 +27,11 @@ def training_record(args) -> dict:
 def resolve_precision(record: dict) -> dict:
     """``record`` with its ``--precision`` as it resolves on this machine's device ("auto" is float32 on the
     CPU, bfloat16 on a GPU: clid.run.runtime), as 05 records it; an earlier record's "auto" is read the same way."""
-    import torch
-
     from clid.run import runtime
 
     value = record.get("settings", {}).get("--precision")
     if value in runtime.PRECISIONS:
-        record["settings"]["--precision"] = runtime.resolve(value, "cuda" if torch.cuda.is_available() else "cpu")
+        record["settings"]["--precision"] = runtime.device_plan(None, value).compute
     return record
 
 

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import math
@@ -164,17 +165,6 @@ class BadBatch:
         raise SystemExit(f"error: {self.problem}")
 
 
-def loader_workers(requested, device) -> int:
-    """--workers: a number, or "auto": none on the CPU (they would take its cores from the training), four on
-    a GPU (fewer on a machine with fewer cores to spare)."""
-    if requested != "auto":
-        return int(requested)
-    if runtime.device_type(device) != "cuda":
-        return 0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(4, cores // max(1, torch.cuda.device_count()) - 1))
-
-
 def quick_control_precision(model: Captioner, features: FeatureStore, image_ids: list[str], device,
                             precision: str = "fp32") -> dict:
     """Share of ``image_ids`` whose caption decoded at each level has a length inside that level."""
@@ -247,8 +237,9 @@ def balanced_batches(levels, batch_size: int, seed: int) -> Callable[[int], np.n
 DIST_TIMEOUT_MINUTES = 60.0  # --dist-timeout: a rank may wait this long for the others (e.g. a checkpoint)
 
 
-def init_distributed(timeout_minutes: float = DIST_TIMEOUT_MINUTES) -> tuple[int, int, torch.device]:
-    """(global rank, world size, device); starts the process group under torchrun (gloo on CPU, NCCL on GPU).
+def init_distributed(timeout_minutes: float = DIST_TIMEOUT_MINUTES,
+                     precision: str = "auto") -> tuple[int, int, runtime.DevicePlan]:
+    """(global rank, world size, device plan); starts the process group under torchrun (gloo on CPU, NCCL on GPU).
 
     The rank is the global one (``RANK``: checkpoints, logs and the output lock are rank 0's, on one node of
     several); the GPU is the node's ``LOCAL_RANK``-th. A collective waits up to ``timeout_minutes`` for a
@@ -256,16 +247,14 @@ def init_distributed(timeout_minutes: float = DIST_TIMEOUT_MINUTES) -> tuple[int
     """
     world = int(os.environ.get("WORLD_SIZE", 1))
     rank = int(os.environ.get("RANK", 0))
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
+    plan = runtime.device_plan(runtime.default_device(int(os.environ.get("LOCAL_RANK", 0))), precision)
+    if plan.gpu:
+        torch.cuda.set_device(plan.device)
     if world > 1 and not dist.is_initialized():
         from datetime import timedelta
 
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(minutes=timeout_minutes))
-    return rank, world, device
+        dist.init_process_group(plan.dist_backend, timeout=timedelta(minutes=timeout_minutes))
+    return rank, world, plan
 
 
 def finish_distributed(out, rank: int, world: int) -> None:
@@ -323,7 +312,7 @@ class TrainSettings:
     log_every: int = 20
     seed: int = 0
     precision: str = "auto"  # clid.run.runtime: bfloat16 autocast of the forward pass on a GPU, float32 on the CPU
-    workers: int | str = "auto"  # batch-making processes (loader_workers)
+    workers: int | str = "auto"  # batch-making processes (DevicePlan.loader_workers)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,8 +491,8 @@ def settings_from_args(args) -> TrainSettings:
 
 
 def start_run(args):
-    """(rank, world, device, features) for a training stage; None when ``--out`` is already trained."""
-    rank, world, device = init_distributed(args.dist_timeout)
+    """(rank, world, device plan, features) for a training stage; None when ``--out`` is already trained."""
+    rank, world, plan = init_distributed(args.dist_timeout, args.precision)
     if args.batch_size < world:
         raise SystemExit(f"error: --batch-size {args.batch_size} is the global batch, split over {world} processes: "
                          f"give at least {world}")
@@ -516,7 +505,7 @@ def start_run(args):
         features = FeatureStore(args.features, bad=args.bad_features)
     except FileNotFoundError as err:
         raise SystemExit(f"error: {err}") from None
-    return rank, world, device, features
+    return rank, world, plan, features
 
 
 def new_model(args, features: FeatureStore, device, pretrained: bool = True, files=None) -> Captioner:
@@ -604,14 +593,19 @@ class Trainer:
     def __init__(self, model: Captioner, examples: Examples, regions: RegionCache, settings: TrainSettings,
                  out_dir, config_extra: dict, device, rank: int = 0, world: int = 1,
                  evaluate: Callable[[Captioner, int], dict] | None = None, defer_checks: bool | None = None):
+        """``device``: the stage's :class:`~clid.run.runtime.DevicePlan` (or a device: its plan under
+        ``settings.precision``); ``defer_checks`` overrides the plan's."""
         self.model, self.examples, self.regions, self.settings = model, examples, regions, settings
-        runtime.use_precision(settings.precision, device)
-        self.out_dir, self.config_extra, self.device = Path(out_dir), config_extra, device
+        plan = runtime.as_plan(device, settings.precision)
+        self.plan = plan if defer_checks is None else plan.replace(defer_checks=defer_checks)
+        self.plan.use()
+        self.out_dir, self.config_extra, self.device = Path(out_dir), config_extra, plan.device
         self.rank, self.world, self.evaluate = rank, world, evaluate
-        self.workers = loader_workers(settings.workers, device)
+        self.workers = plan.loader_workers(settings.workers)
         # the fused AdamW kernel: the same update rule as the default loop, several times faster on CPU
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.999),
-                                           eps=settings.adam_eps, weight_decay=settings.weight_decay, fused=True)
+                                           eps=settings.adam_eps, weight_decay=settings.weight_decay,
+                                           fused=plan.fused_optimizer)
         # A key's bias adds the same number to all of a query's scores, which the softmax removes: its true
         # gradient is 0, and the computed one is rounding noise that AdamW would scale up to full steps (noise
         # that differs with the world size). It gets a gradient of 0: only the weight decay moves it.
@@ -619,12 +613,12 @@ class Trainer:
             layer.attention.self.key.bias.register_hook(torch.zeros_like)
         self.ddp = None
         if world > 1:  # DDP also starts every rank from rank 0's weights
-            self.ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+            self.ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[plan.device] if plan.gpu else None)
         eos = eos_id(model.tokenizer)
         self.eos_class = eos if model.output_index is None else int(model.output_index[eos])
-        # checks deferred to the log steps (default: on a GPU; on the CPU a check costs nothing)
-        self.defer_checks = device.type == "cuda" if defer_checks is None else defer_checks
-        self.nonfinite = torch.zeros((), device=device)  # 1 from the first non-finite step on (deferred checks)
+        # checks deferred to the log steps (the plan's: on a GPU; on the CPU a check costs nothing)
+        self.defer_checks = self.plan.defer_checks
+        self.nonfinite = torch.zeros((), device=self.device)  # 1 from the first non-finite step on (deferred checks)
         self.unchecked: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (step, loss, gradient norm)
         self.step = 0
         self.state: dict = {}
@@ -638,6 +632,12 @@ class Trainer:
         self.state = restore(self.out_dir, self.model, self.optimizer)
         self.step = int(self.state["step"])
         return True
+
+    def continue_from(self, folder) -> None:
+        """Start from the checkpoint in ``folder`` (another run's): its weights, optimizer state and step, so
+        its schedule goes on."""
+        self.state = restore(folder, self.model, self.optimizer)
+        self.step = int(self.state["step"])
 
     # -- one step -------------------------------------------------------------------------------
     def train_step(self, batch) -> torch.Tensor:
@@ -654,8 +654,8 @@ class Trainer:
         torch.manual_seed(item_seed(settings.seed, "dropout", self.step, self.rank))  # dropout keyed by step
         inputs, places, classes = batch
         *inputs, places, classes = runtime.to_device([*inputs, places, classes], self.device)
-        with runtime.autocast(settings.precision, self.device):
-            logits = (self.ddp or model)(*inputs, places)
+        with self.plan.autocast():
+            logits = (self.ddp or model)(*inputs, places, grouped=self.plan.grouped_encoding)
         loss_sum, weight_sum = masked_lm_loss(logits, classes, self.eos_class, settings.eos_weight,
                                               settings.label_smoothing)
         total_weight, reported = weight_sum.detach().clone(), loss_sum.detach().clone()
@@ -737,7 +737,7 @@ class Trainer:
         # (the tokenizer's own threads must not cross the fork either: said before it, the workers stay quiet)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=self.workers,
-                                             pin_memory=self.device.type == "cuda", worker_init_fn=data.open_in_worker,
+                                             pin_memory=self.plan.pin_memory, worker_init_fn=data.open_in_worker,
                                              multiprocessing_context="fork", prefetch_factor=4, timeout=WORKER_TIMEOUT)
         return self.watched(loader)
 
@@ -779,32 +779,22 @@ class Trainer:
             state_for: Callable[[int], dict] | None = None) -> None:
         """Train from the current step up to ``end_step``, checkpointing every ``save_every`` steps.
 
-        ``state_for(step)`` adds fields to the saved training state (e.g. 06's iteration).
+        ``state_for(step)`` adds fields to the saved training state (e.g. 06's iteration). The guards are
+        helpers: a stop request (:meth:`stop_if_requested`), finite values (:meth:`train_step`, and
+        :meth:`check_finite` at the steps that log, evaluate or save), a loader process's death (:meth:`guarded`).
         """
         from clid.base.progress import Progress
 
-        settings = self.settings
         bar = Progress(end_step, desc, "step", initial=self.step, disable=self.rank != 0)
         started, losses = time.time(), []
-        terminated = StopRequest()
+        stop = StopRequest()
         batches = self.batches(batch_for, range(self.step, end_step))
-        try:  # the bar closes before an error stops the run, so the error is the last line
+        with self.guarded(batches, bar, stop):
             for batch in batches:
-                # (every DDP rank stops at the same step; under deferred checks they agree at the log steps only,
-                # as agreeing waits for them all)
-                agree = not self.defer_checks or self.world == 1 or self.step % settings.log_every == 0
-                if agree and terminated.agreed(self.world, self.device):
-                    self.save(state_for(self.step) if state_for else None)
-                    bar.close()
-                    if self.rank == 0:
-                        print(f"stopped by {terminated.name} at step {self.step} of {end_step}; the checkpoint in "
-                              f"{self.out_dir} is saved: the same command resumes from it", flush=True)
-                    raise SystemExit(128 + terminated.signal)
+                self.stop_if_requested(stop, end_step, bar, state_for)
                 losses.append(self.train_step(batch))
                 lr = self.optimizer.param_groups[0]["lr"]
-                log_now = self.step % settings.log_every == 0 or self.step == end_step
-                evaluate_now = self.evaluate and settings.eval_every and self.step % settings.eval_every == 0
-                save_now = self.step % settings.save_every == 0 or self.step == end_step
+                log_now, evaluate_now, save_now = self.due(end_step)
                 if self.defer_checks:
                     if log_now or evaluate_now or save_now:
                         self.check_finite()
@@ -812,40 +802,79 @@ class Trainer:
                 else:
                     bar.update(1, loss=float(losses[-1]), lr=lr)
                 if log_now:
-                    mean = float(np.mean(torch.stack(losses).tolist()))
-                    self.log({"step": self.step, "loss": mean, "lr": lr, "seconds": round(time.time() - started, 2)})
-                    if self.defer_checks:
-                        bar.update(0, loss=mean)
+                    self.log_losses(losses, lr, started, bar)
                     losses = []
                 if evaluate_now and self.rank == 0:
-                    result = self.evaluate(self.model, self.step)
-                    self.log({"step": self.step, "eval": result})
-                    bar.write(f"step {self.step}: " + " ".join(f"{k}={v}" for k, v in result.items()))
+                    self.log_evaluation(bar)
                 if save_now:
                     self.save(state_for(self.step) if state_for else None)
+
+    @contextlib.contextmanager
+    def guarded(self, batches, bar, stop: "StopRequest"):
+        """Around the loop: a loader process's death raised in it is one line (:meth:`loader_failure`); on the
+        way out the loader processes end, the bar closes (before an error stops the run, so the error is the
+        last line) and SIGTERM's handler is restored."""
+        try:
+            yield
         except RuntimeError as err:
             raise self.loader_failure(err) from None
         finally:
             if hasattr(batches, "close"):
                 batches.close()
             bar.close()
-            terminated.restore()
+            stop.restore()
+
+    def stop_if_requested(self, stop: "StopRequest", end_step: int, bar, state_for) -> None:
+        """When a process was asked to stop (SIGTERM), checkpoint the current step and exit (128 + the signal).
+        Every DDP rank stops at the same step; under deferred checks they agree at the log steps only, as
+        agreeing waits for them all."""
+        agree = not self.defer_checks or self.world == 1 or self.step % self.settings.log_every == 0
+        if not (agree and stop.agreed(self.world, self.device)):
+            return
+        self.save(state_for(self.step) if state_for else None)
+        bar.close()
+        if self.rank == 0:
+            print(f"stopped by {stop.name} at step {self.step} of {end_step}; the checkpoint in "
+                  f"{self.out_dir} is saved: the same command resumes from it", flush=True)
+        raise SystemExit(128 + stop.signal)
+
+    def due(self, end_step: int) -> tuple[bool, bool, bool]:
+        """Whether the step just taken logs, evaluates and checkpoints."""
+        settings, step = self.settings, self.step
+        log_now = step % settings.log_every == 0 or step == end_step
+        evaluate_now = bool(self.evaluate and settings.eval_every and step % settings.eval_every == 0)
+        save_now = step % settings.save_every == 0 or step == end_step
+        return log_now, evaluate_now, save_now
+
+    def log_losses(self, losses: list[torch.Tensor], lr: float, started: float, bar) -> None:
+        """The log line of the steps since the last one: their mean loss, the learning rate, the time so far."""
+        mean = float(np.mean(torch.stack(losses).tolist()))
+        self.log({"step": self.step, "loss": mean, "lr": lr, "seconds": round(time.time() - started, 2)})
+        if self.defer_checks:
+            bar.update(0, loss=mean)
+
+    def log_evaluation(self, bar) -> None:
+        """The validation check at this step: logged and written under the bar."""
+        result = self.evaluate(self.model, self.step)
+        self.log({"step": self.step, "eval": result})
+        bar.write(f"step {self.step}: " + " ".join(f"{k}={v}" for k, v in result.items()))
 
 
 def make_trainer(args, stage: str, model: Captioner, examples: Examples, regions: RegionCache, features: FeatureStore,
-                 val_ids: list[str], out, device, rank: int, world: int, continue_from=None) -> Trainer:
-    """The :class:`Trainer` of a training stage (``stage``: its name in config.json), resumed from the
-    checkpoint in ``out`` if there is one, else continuing the checkpoint ``continue_from`` (its weights,
-    optimizer state and step) if given; prints where it starts and the model line."""
+                 val_ids: list[str], out, plan: runtime.DevicePlan, rank: int, world: int,
+                 continue_from=None) -> Trainer:
+    """The :class:`Trainer` of a training stage (``stage``: its name in config.json) on the stage's device
+    ``plan``, resumed from the checkpoint in ``out`` if there is one, else continuing the checkpoint
+    ``continue_from`` (its weights, optimizer state and step) if given; prints where it starts and the model line."""
+    device = plan.device
     trainer = Trainer(model, examples, regions, settings_from_args(args), out,
                       {"train": vars(args), "stage": stage, "run": training_record(args), **feature_record(features)},
-                      device, rank, world, validation_check(args, features, val_ids, device))
+                      plan, rank, world, validation_check(args, features, val_ids, device))
     if trainer.resume():
         if rank == 0:
             print(f"resumed from {out} at step {trainer.step}")
-    elif continue_from:  # the checkpoint's weights, optimizer state and step: its schedule goes on
-        trainer.state = restore(continue_from, model, trainer.optimizer)
-        trainer.step = int(trainer.state["step"])
+    elif continue_from:
+        trainer.continue_from(continue_from)
         if rank == 0:
             print(f"continuing {continue_from} from step {trainer.step} (lr {args.lr}, warm-up {args.warmup}, "
                   f"horizon {args.lr_horizon})")
