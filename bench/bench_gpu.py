@@ -51,6 +51,7 @@ import math
 import os
 import statistics
 import subprocess
+import signal
 import sys
 import tempfile
 import time
@@ -730,6 +731,11 @@ def recipe_hours(table: Table, step_04: float | None, score_rate: float | None, 
     table.rows.append({"path": "recipe GPU-hours", "04+06 fixed": fixed, **parts, "per million": per_million})
 
 
+def stopped(signum, frame):
+    """SIGTERM (a time limit): stop the section measured now; main's finally prints what was measured."""
+    raise SystemExit(f"error: stopped by signal {signal.Signals(signum).name} after the rows above")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, the GPU-only rows skipped (the tests)")
@@ -757,39 +763,42 @@ def main(argv=None) -> None:
     table = Table(device, args.json)
     step_04 = score_rate = paraphrase_rate = None
     rig, failed = None, []
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        data = Data(folder, size) if set(args.sections) & {"train", "train04", "score", "caption"} else None
-        for k, section in enumerate(args.sections):
-            left = args.budget - (time.time() - started)
-            if left <= 0:
-                print(f"== {section}: skipped, past the budget of {args.budget:g} s")
-                continue
-            # 04's and 05's rounds stop within their share of what is left (they take the longest)
-            share = left * WEIGHT[section] / sum(WEIGHT[s] for s in args.sections[k:])
-            print(f"== {section} (at {time.time() - started:.0f} s)", flush=True)
-            try:  # (a section that fails is reported; the others still run)
-                with torch.inference_mode(False):
-                    if section in ("train", "train04") and rig is None:
-                        rig = TrainRig(size, device, data)
-                    if section == "kernels":
-                        kernels(table, size, device, args.repeats)
-                    elif section == "train":
-                        train(table, size, device, rig, args.repeats)
-                    elif section == "train04":
-                        step_04 = train04(table, size, device, rig, folder, args.repeats, share)
-                    elif section == "score":
-                        score_rate = score(table, size, device, data, args.repeats, share)
-                    elif section == "caption":
-                        caption(table, size, device, data, args.repeats)
-                    elif section == "paraphrase":
-                        paraphrase_rate = paraphrase(table, size, device, args.repeats)
-            except Exception:
-                traceback.print_exc()
-                failed.append(section)
-                table.note(f"section {section}", "failed (the traceback above)")
-    recipe_hours(table, step_04, score_rate, paraphrase_rate)
-    table.write()
+    signal.signal(signal.SIGTERM, stopped)  # (a time limit: the GPU-hours of the rows measured are still printed)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            data = Data(folder, size) if set(args.sections) & {"train", "train04", "score", "caption"} else None
+            for k, section in enumerate(args.sections):
+                left = args.budget - (time.time() - started)
+                if left <= 0:
+                    print(f"== {section}: skipped, past the budget of {args.budget:g} s")
+                    continue
+                # 04's and 05's rounds stop within their share of what is left (they take the longest)
+                share = left * WEIGHT[section] / sum(WEIGHT[s] for s in args.sections[k:])
+                print(f"== {section} (at {time.time() - started:.0f} s)", flush=True)
+                try:  # (a section that fails is reported; the others still run)
+                    with torch.inference_mode(False):
+                        if section in ("train", "train04") and rig is None:
+                            rig = TrainRig(size, device, data)
+                        if section == "kernels":
+                            kernels(table, size, device, args.repeats)
+                        elif section == "train":
+                            train(table, size, device, rig, args.repeats)
+                        elif section == "train04":
+                            step_04 = train04(table, size, device, rig, folder, args.repeats, share)
+                        elif section == "score":
+                            score_rate = score(table, size, device, data, args.repeats, share)
+                        elif section == "caption":
+                            caption(table, size, device, data, args.repeats)
+                        elif section == "paraphrase":
+                            paraphrase_rate = paraphrase(table, size, device, args.repeats)
+                except Exception:
+                    traceback.print_exc()
+                    failed.append(section)
+                    table.note(f"section {section}", "failed (the traceback above)")
+    finally:
+        recipe_hours(table, step_04, score_rate, paraphrase_rate)
+        table.write()
     print(f"done in {time.time() - started:.0f} s")
     if failed:
         raise SystemExit(f"error: the sections {', '.join(failed)} failed")

@@ -52,3 +52,34 @@ def test_gpu_profile_smoke_on_the_cpu():
     for line in ("== training, 2 steps as 04 runs them", "ms a step (wall)", "== 03 Pegasus, one batch of",
                  "ms a decoding step (wall)", "Self CPU time total"):
         assert line in proc.stdout, f"no {line!r} in:\n{proc.stdout}"
+
+
+def test_a_time_limit_still_prints_the_gpu_hours_of_what_was_measured(tmp_path):
+    """gpu_check.sh stops the benchmark at its time limit (SIGTERM): the rows measured and the GPU-hours they
+    give are still printed and written, and the exit status says it was stopped."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    out = tmp_path / "rows.json"
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen([sys.executable, "bench/bench_gpu.py", "--smoke", "--repeats", "2", "--sections", "kernels",
+                             "paraphrase", "--json", str(out)], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("== paraphrase"):
+            time.sleep(1)
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stdout.readlines()
+    proc.wait(timeout=120)
+    text = "".join(lines)
+    assert proc.returncode == 1 and "stopped by signal SIGTERM" in text, text[-2000:]
+    assert "The COCO recipe's GPU-hours" in text and "fixed: 04 + 06, 300,000 steps at 04's step from HDF5: not measured" in text
+    rows = {row["path"] for row in json.loads(out.read_text())}
+    assert any(path.startswith("seq_logprob [") for path in rows) and "recipe GPU-hours" in rows
