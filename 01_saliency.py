@@ -117,7 +117,7 @@ def parse_args(argv=None):
     method.add_argument("--map-side", type=positive_int, default=64, help="longer side of the stored map, in cells")
     run.add_argument("--batch-size", type=positive_int, default=32, help="images per EML-Net batch")
     run.add_argument("--workers", type=positive_int, default=2, help="image-decoding threads")
-    run.add_argument("--chunk-size", type=positive_int, default=1000, help="images per resumable chunk")
+    shard.add_chunk_size_arg(run, 1000, "images")
     io.add_argument("--preview", type=non_negative_int, default=0, metavar="N", help="write PNG previews of the first N images")
     io.add_argument("--preview-dir", default=None, help="preview folder (default: OUT without suffix + _preview)")
     io.add_argument("--scene-graphs", default=None, help="scene_graphs.json whose boxes the previews draw")

@@ -47,7 +47,8 @@ from pathlib import Path
 
 from clid.base import files
 from clid.run import runs, shard
-from clid.run.cli import HelpFormatter, non_negative_int, positive_int, run_main, unit_interval
+from clid.run.cli import (HelpFormatter, add_levels_arg, add_tokenizer_arg, non_negative_int, positive_int, run_main,
+                           unit_interval)
 from clid.data.scenegraphs import load_graph_files, load_image_data
 from clid.demo.truth import TrueGraphs, judge
 from clid.base.files import DataError
@@ -110,11 +111,10 @@ def parse_args(argv=None):
     walks.add_argument("--per-image", type=positive_int, default=5, help="captions per image")
     walks.add_argument("--paragraph", action="store_true",
                        help="a jump starts a new sentence instead of 'and' (implied by --levels paragraph)")
-    walks.add_argument("--levels", default=None, choices=["caption", "paragraph", "labert"],
-                       help="length levels for 'level'; paragraph also makes jumps start new sentences "
-                            "(default: paragraph with --paragraph, else caption)")
-    run.add_argument("--chunk-size", type=positive_int, default=2000, help="graphs per resumable chunk")
-    walks.add_argument("--tokenizer", default=None, help="tokenizer folder (default: offline bert-base-uncased)")
+    add_levels_arg(walks, "length levels for 'level'; paragraph also makes jumps start new sentences "
+                          "(default: paragraph with --paragraph, else caption)", default=None)
+    shard.add_chunk_size_arg(run, 2000, "graphs")
+    add_tokenizer_arg(walks)
     graphs.add_argument("--clean-graphs", default=None, metavar="FILE",
                         help="the demo world's true graphs (00's scene_graphs_clean.json; diagnostics only): each "
                              "caption gets 'truth', its counts of hallucinated and mislabelled objects, wrong "

@@ -29,7 +29,8 @@ from collections import Counter
 
 from clid.base import files
 from clid.run import runs, runtime, shard
-from clid.run.cli import HelpFormatter, add_download_arg, device, non_negative_float, positive_int, run_main
+from clid.run.cli import (HelpFormatter, add_download_arg, add_levels_arg, add_tokenizer_arg, device, non_negative_float,
+                           positive_int, run_main)
 from clid.data.records import report_wordless
 from clid.method.paraphrase import (BATCH_SIZE, DEFAULT_MODEL, ENGINES, ModelParaphraser, choose_engine,
                                     paraphrase_captions, rules_paraphrase)
@@ -60,10 +61,9 @@ def parse_args(argv=None):
                        help="split captions into pieces of at most this many model tokens")
     model.add_argument("--min-ratio", type=non_negative_float, default=0.5,
                        help="reject paraphrases shorter than this share of the original")
-    io.add_argument("--levels", default="caption", choices=["caption", "paragraph", "labert"],
-                    help="length levels for 'level' (paragraph: sentence breaks count as tokens)")
-    run.add_argument("--chunk-size", type=positive_int, default=2000, help="captions per resumable chunk")
-    io.add_argument("--tokenizer", default=None, help="length tokenizer folder (default: offline bert-base-uncased)")
+    add_levels_arg(io, "length levels for 'level' (paragraph: sentence breaks count as tokens)")
+    shard.add_chunk_size_arg(run, 2000, "captions")
+    add_tokenizer_arg(io, "length tokenizer folder")
     run.add_argument("--device", type=device, default=None,
                      help="cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)")
     shard.add_shard_args(run)
