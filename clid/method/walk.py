@@ -47,7 +47,7 @@ def draw(rng: np.random.Generator, weights: np.ndarray, count: int) -> list[int]
 
 def walk(g: Prepared, rng: np.random.Generator, k: int, t_sal: float, n_attr: int,
          paragraph: bool) -> list[Mention]:
-    """All mentions of one caption, in order, before the final cut (steps 2 to 5 of the module docstring)."""
+    """All mentions of one caption, in order, before the final cut (see the module docstring)."""
     visited: set[int] = set()
     mentions: list[Mention] = []
 
