@@ -32,7 +32,6 @@ a kill; a resume with other inputs or flags is refused unless ``--restart`` (see
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -40,64 +39,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from clid.base import files
 from clid.run import runs, runtime, shard
 from clid.run.cli import HelpFormatter, non_negative_float, non_negative_int, positive_int, run_main
-from clid.base.files import DataError
-from clid.method.emlnet import EMLNET_SIZE, EMLNet, normalise01
+from clid.method.emlnet import EMLNET_SIZE, EMLNet
+from clid.method.saliency import SPECTRAL_SIZE, map_shape, resize_map, spectral_residual
 from clid.data.images import Item, list_items, try_load, unique_items
-
-SPECTRAL_SIZE = 64  # Hou & Zhang work on a 64 x 64 image
-
-
-# ---------------------------------------------------------------------------------------------
-# Map helpers
-
-def map_shape(width: int, height: int, side: int) -> tuple[int, int]:
-    """(h, w) of the stored map: the longer side is ``side`` cells, the aspect ratio kept."""
-    scale = side / max(width, height)
-    return max(1, round(height * scale)), max(1, round(width * scale))
-
-
-def resize_map(smap: torch.Tensor, shape: tuple[int, int]) -> np.ndarray:
-    """One [H, W] map resized (bilinear, anti-aliased) and re-normalised to [0, 1]."""
-    out = F.interpolate(smap[None, None], size=shape, mode="bilinear", align_corners=False, antialias=True)
-    return normalise01(out[0]).numpy()[0]
-
-
-# ---------------------------------------------------------------------------------------------
-# Spectral residual (Hou & Zhang 2007)
-
-def spectral_residual(gray: torch.Tensor, sigma: float = 2.5, mirror: bool = True) -> torch.Tensor:
-    """Saliency of [B, H, W] grey images in [0, 1]; returns [B, H, W] maps in [0, 1].
-
-    The Fourier transform treats the image as periodic, so the jump between opposite borders
-    shows up as bright borders and corners. With ``mirror`` the image is first extended by its
-    mirror image (half its size on each side), which makes it continuous across the borders,
-    and the centre is cut out afterwards.
-    """
-    gray = gray.float()
-    h, w = gray.shape[-2:]
-    if mirror:
-        gray = F.pad(gray[:, None], (w // 2, w // 2, h // 2, h // 2), mode="reflect")[:, 0]
-    spectrum = torch.fft.fft2(gray)
-    log_amplitude = torch.log(spectrum.abs().clamp_min(1e-12))
-    # the spectral residual R = log amplitude - its 3 x 3 local average (the spectrum is periodic)
-    local_mean = F.avg_pool2d(F.pad(log_amplitude[:, None], (1, 1, 1, 1), mode="circular"), 3, stride=1)[:, 0]
-    # back to the image domain with the original phase P, squared: |ifft(exp(R + iP))|^2, where
-    # exp(R + iP) = spectrum * exp(R - log amplitude) = spectrum * exp(-local mean)
-    saliency = torch.fft.ifft2(spectrum * torch.exp(-local_mean)).abs() ** 2
-    # smoothed by a Gaussian, applied in the Fourier domain (a circular blur, as the FFT sees the image)
-    fy, fx = torch.fft.fftfreq(gray.shape[-2]), torch.fft.fftfreq(gray.shape[-1])
-    transfer = torch.exp(-2 * math.pi ** 2 * sigma ** 2 * (fy[:, None] ** 2 + fx[None, :] ** 2))
-    saliency = torch.fft.ifft2(torch.fft.fft2(saliency) * transfer).real
-    if mirror:
-        saliency = saliency[:, h // 2:h // 2 + h, w // 2:w // 2 + w]
-    return normalise01(saliency)
-
 
 # ---------------------------------------------------------------------------------------------
 # Preview
@@ -168,7 +117,7 @@ def parse_args(argv=None):
     method.add_argument("--map-side", type=positive_int, default=64, help="longer side of the stored map, in cells")
     run.add_argument("--batch-size", type=positive_int, default=32, help="images per EML-Net batch")
     run.add_argument("--workers", type=positive_int, default=2, help="image-decoding threads")
-    run.add_argument("--chunk-size", type=positive_int, default=1000, help="images per resumable chunk")
+    shard.add_chunk_size_arg(run, 1000, "images")
     io.add_argument("--preview", type=non_negative_int, default=0, metavar="N", help="write PNG previews of the first N images")
     io.add_argument("--preview-dir", default=None, help="preview folder (default: OUT without suffix + _preview)")
     io.add_argument("--scene-graphs", default=None, help="scene_graphs.json whose boxes the previews draw")
@@ -243,10 +192,7 @@ def read_items(args) -> list[Item]:
     images = Path(args.images)
     if not images.is_dir():
         sys.exit(f"error: {images}: image folder not found")
-    try:
-        return unique_items(list_items(images, args.list))
-    except DataError as err:
-        sys.exit(f"error: {err}")
+    return unique_items(list_items(images, args.list))
 
 
 class Previews:

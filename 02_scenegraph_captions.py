@@ -18,7 +18,7 @@ Several graph files: each image is captioned from one graph. Visual Genome graph
 that is in VG takes its VG graph); among files of the same kind, the first file given wins. The
 count of images per file is printed.
 
-The walk (one caption; randomness keyed by (seed, graph id, caption number)):
+The walk (one caption; randomness keyed by (seed, graph id, caption number); clid/method/walk.py):
   1. object saliency = the saliency map summed inside the object's box, normalised over the
      image's objects (``--saliency none``: the same sum over a centre-bias prior map, see
      ``prior_saliency`` in clid/method/graphs.py);
@@ -43,113 +43,23 @@ import argparse
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from clid.base import files
 from clid.run import runs, shard
-from clid.run.cli import HelpFormatter, non_negative_int, positive_int, run_main, unit_interval
+from clid.run.cli import (HelpFormatter, add_levels_arg, add_tokenizer_arg, non_negative_int, positive_int, run_main,
+                           unit_interval)
 from clid.data.scenegraphs import load_graph_files, load_image_data
 from clid.demo.truth import TrueGraphs, judge
 from clid.base.files import DataError
 from clid.base.rng import item_rng
-from clid.method import english as en
 from clid.method.graphs import Prepared, SaliencySource, load_problem_kind, output_ids, prepare
+from clid.method.walk import render, walk
 from clid.data.stats import format_table, length_stats
 from clid.base.text import caption_lengths, length_to_level, load_tokenizer
 
 # ---------------------------------------------------------------------------------------------
-# The walk
-
-@dataclass
-class Mention:
-    index: int  # object index in the graph
-    connector: list[str]  # words before the noun phrase: predicate, "and", "."
-    phrase: str
-    attributes: tuple[str, ...] = ()  # the attributes the phrase gives the object
-    relation: tuple[int, str] | None = None  # (index of the object it hangs from, predicate)
-
-
-def draw(rng: np.random.Generator, weights: np.ndarray, count: int) -> list[int]:
-    """Draw ``count`` indices without replacement, proportional to ``weights`` (uniform among the
-    rest once the remaining weights are all zero)."""
-    weights = np.asarray(weights, dtype=np.float64).copy()
-    picked = []
-    for _ in range(min(count, len(weights))):
-        available = np.ones(len(weights), bool)
-        available[picked] = False
-        w = np.where(available, weights, 0.0)
-        p = w / w.sum() if w.sum() > 0 else available / available.sum()
-        picked.append(int(rng.choice(len(weights), p=p)))
-    return picked
-
-
-def walk(g: Prepared, rng: np.random.Generator, k: int, t_sal: float, n_attr: int,
-         paragraph: bool) -> list[Mention]:
-    """All mentions of one caption, in order, before the final cut (see the module docstring)."""
-    visited: set[int] = set()
-    mentions: list[Mention] = []
-
-    def first_mention(i: int, connector: list[str], relation) -> Mention:
-        attrs = [a for a in g.attributes[i] if a != g.nouns[i]]
-        n = int(rng.integers(0, min(n_attr, len(attrs)) + 1))
-        chosen = [attrs[j] for j in sorted(rng.choice(len(attrs), size=n, replace=False))] if n else []
-        return Mention(i, connector, en.mention(g.nouns[i], chosen), tuple(chosen), relation)
-
-    def enter(i: int, connector: list[str], relation=None) -> list | None:
-        """Mention object i; a first visit draws its children and returns them to be walked."""
-        if i in visited:  # a re-visit: "the <noun>", no propagation
-            mentions.append(Mention(i, connector, en.mention(g.nouns[i], definite=True), (), relation))
-            return None
-        visited.add(i)
-        mentions.append(first_mention(i, connector, relation))
-        kids = g.children[i]
-        return [i, kids, draw(rng, g.saliency[[c for c, _ in kids]], k), 0]
-
-    def visit(i: int, connector: list[str]) -> None:
-        """Depth first from object i, with a stack of its own (a chain of thousands of objects is fine):
-        each child's predicate is drawn just before the child is walked."""
-        stack = [frame] if (frame := enter(i, connector)) else []
-        while stack:
-            parent, kids, picks, n = top = stack[-1]
-            if n == len(picks):
-                stack.pop()
-                continue
-            top[3] += 1
-            child, predicates = kids[picks[n]]
-            predicate = predicates[int(rng.integers(len(predicates)))]
-            relation = (parent, predicate)
-            if frame := enter(child, (["and"] if n else []) + en.predicate_phrase(predicate).split(), relation):
-                stack.append(frame)
-
-    visit(draw(rng, g.saliency, 1)[0], [])
-    while True:
-        covered = float(g.saliency[sorted(visited)].sum())
-        unvisited = [i for i in range(len(g.nouns)) if i not in visited]
-        if covered >= t_sal - 1e-9 or not unvisited:
-            break
-        jump = unvisited[draw(rng, g.saliency[unvisited], 1)[0]]
-        visit(jump, ["."] if paragraph else ["and"])
-    return mentions
-
-
-def render(mentions: list[Mention]) -> str:
-    """Caption text: connectors and noun phrases joined, doubled words removed, each sentence
-    capitalised and ended with a period."""
-    sentences, words = [], []
-    for m in mentions:
-        for word in m.connector:
-            if word == ".":
-                sentences.append(" ".join(words))
-                words = []
-            else:
-                words.append(word)
-        words.append(m.phrase)
-    sentences.append(" ".join(words))
-    return " ".join(en.finish_sentence(en.remove_doubled_words(s)) for s in sentences if s.strip())
-
+# One image's captions
 
 def caption_image(g: Prepared, seed: int, args, true_graphs=None) -> list[dict]:
     """``--per-image`` captions of one graph (without lengths); with ``true_graphs``
@@ -201,11 +111,10 @@ def parse_args(argv=None):
     walks.add_argument("--per-image", type=positive_int, default=5, help="captions per image")
     walks.add_argument("--paragraph", action="store_true",
                        help="a jump starts a new sentence instead of 'and' (implied by --levels paragraph)")
-    walks.add_argument("--levels", default=None, choices=["caption", "paragraph", "labert"],
-                       help="length levels for 'level'; paragraph also makes jumps start new sentences "
-                            "(default: paragraph with --paragraph, else caption)")
-    run.add_argument("--chunk-size", type=positive_int, default=2000, help="graphs per resumable chunk")
-    walks.add_argument("--tokenizer", default=None, help="tokenizer folder (default: offline bert-base-uncased)")
+    add_levels_arg(walks, "length levels for 'level'; paragraph also makes jumps start new sentences "
+                          "(default: paragraph with --paragraph, else caption)", default=None)
+    shard.add_chunk_size_arg(run, 2000, "graphs")
+    add_tokenizer_arg(walks)
     graphs.add_argument("--clean-graphs", default=None, metavar="FILE",
                         help="the demo world's true graphs (00's scene_graphs_clean.json; diagnostics only): each "
                              "caption gets 'truth', its counts of hallucinated and mislabelled objects, wrong "
@@ -281,13 +190,10 @@ def main(argv=None) -> int:
 
 def load_graphs(args):
     """(graphs, graphs that do not parse as (image id, reason), image_data or None)."""
-    try:
-        image_data = load_image_data(args.image_data) if args.image_data else None
-        graphs, load_problems, notes = load_graph_files(
-            args.scene_graphs, args.graph_format, image_data, args.sizes, args.images, args.labelmap,
-            args.min_object_conf, args.min_relation_conf)
-    except (DataError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
+    image_data = load_image_data(args.image_data) if args.image_data else None
+    graphs, load_problems, notes = load_graph_files(
+        args.scene_graphs, args.graph_format, image_data, args.sizes, args.images, args.labelmap,
+        args.min_object_conf, args.min_relation_conf)
     print("\n".join(notes))
     return graphs, load_problems, image_data
 

@@ -168,10 +168,7 @@ def main(argv=None):
         source = args.init_from or args.continue_from
         check_features_match(read_config(source), features, source)
         load_init_weights(model, source, "--init-from" if args.init_from else "--continue-from")
-    try:
-        examples, val_ids = load_examples(args, features, model.tokenizer, model.levels, rank, files)
-    except DataError as err:
-        sys.exit(f"error: {err}")
+    examples, val_ids = load_examples(args, features, model.tokenizer, model.levels, rank, files)
     if not (args.init_from or args.continue_from):  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
 

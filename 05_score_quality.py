@@ -39,11 +39,12 @@ from clid.run import runs, runtime, shard
 from clid.run.cli import HelpFormatter, positive_int, run_main
 from clid.data.splits import add_split_args
 from clid.data.store import FeatureStore, RegionCache, add_bad_features_arg, add_region_cache_arg, cache_bytes, check_features_match
-from clid.base.files import DataError, read_arrays, write_quality
+from clid.base.files import read_arrays, write_quality
 from clid.method.checkpoints import load_checkpoint, read_config, saved_config
 from clid.data.examples import Examples
 from clid.data.inputs import (CaptionFiles, add_left_out_arg, add_token_cache_arg, check_left_out,
                               report_skipped, training_items, usable)
+from clid.method.quality import eq1_quality
 from clid.method.scoring import MODES, caption_logprobs
 from clid.base.text import load_tokenizer
 
@@ -75,7 +76,7 @@ def parse_args(argv=None):
     data.add_argument("--include-trusted", action="store_true", help="also score the trusted captions (needs --captions)")
     runtime.add_batch_size_arg(scoring, BATCH_SIZE, "captions scored together")
     runtime.add_precision_arg(scoring)
-    run.add_argument("--chunk-size", type=positive_int, default=4096, help="captions per resumable chunk")
+    shard.add_chunk_size_arg(run, 4096, "captions")
     runtime.add_device_arg(scoring)
     add_split_args(data)
     add_left_out_arg(data)
@@ -143,20 +144,6 @@ def scoring_batch_size(args, model, features: FeatureStore) -> int:
     return size
 
 
-def score_chunk(chunk, items: Examples, models, features, regions, args):
-    """Score one chunk of captions (``chunk.items``: rows of ``items``) with both models; write its part of
-    the quality file (Eq. 1, with the digest of each caption's text) and the captions it could not score
-    (``skipped.tsv``: reason, count)."""
-    examples, skipped = usable(items.subset(chunk.items), models[0].levels, "selfgen", features)
-    # progress counts captions: a batch counts half its size per model
-    logp = [caption_logprobs(m, examples, regions, args.mode, args.batch_size, args.device, args.count == "level",
-                             progress=lambda n, k=k: chunk.progress(n // 2 if k == 0 else n - n // 2),
-                             precision=args.precision)
-            for k, m in enumerate(models)]
-    shard.write_table(chunk.table("skipped.tsv"), ("reason", "count"), sorted(skipped.items()))
-    write_quality(chunk.path, examples.caption_ids, logp[0], logp[1], examples.sources, examples.digests)
-
-
 def report(out: Path) -> None:
     """Print the share of positive u per source and plot the histograms (the separation figure)."""
     q = read_arrays(out)
@@ -187,37 +174,59 @@ def report(out: Path) -> None:
         print(f"  histogram: {plot}")
 
 
+def load_models(args, features: FeatureStore):
+    """The trusted and the extended model, checked against the features and against each other."""
+    for folder in (args.trusted, args.extended):
+        check_features_match(read_config(folder), features, folder)
+    trusted, extended = load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)
+    if any(getattr(trusted.config, name) != getattr(extended.config, name)
+           for name in ("levels", "output_vocab", "num_classes", "box_input")):
+        sys.exit("error: the trusted and extended checkpoints use different length levels, output vocabularies, "
+                 "region class counts or box inputs")
+    if same_weights(trusted, extended):
+        sys.exit(f"error: --trusted {args.trusted} and --extended {args.extended} hold the same weights: every u "
+                 "would be 0; give the model trained on trusted captions and the one trained on the extended set")
+    return trusted, extended
+
+
 def main(argv=None):
     args = parse_args(argv)
     record = runs.run_record(args, inputs=("trusted", "extended", "selfgen", "features", "captions", "test_ids"),
                              settings=("mode", "count", "include_trusted", "test_ids", "no_split_check", "precision"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".h5", ".hdf5"))
-    try:
-        # the captions are tokenised as the models read them: with the scoring model's tokenizer and levels
-        levels, tokenizer = saved_config(args.trusted).levels, load_tokenizer(str(args.trusted))
-        items, skipped = load_items(args, CaptionFiles(levels, args.token_cache), tokenizer)
-        features = FeatureStore(args.features, bad=args.bad_features)
-    except (DataError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
+
+    # the captions, tokenised as the models read them: with the scoring model's tokenizer and levels
+    levels, tokenizer = saved_config(args.trusted).levels, load_tokenizer(str(args.trusted))
+    items, skipped = load_items(args, CaptionFiles(levels, args.token_cache), tokenizer)
+    features = FeatureStore(args.features, bad=args.bad_features)
     check_items_left_out(items, skipped, features, args)
-    if not job.done:
-        for folder in (args.trusted, args.extended):
-            check_features_match(read_config(folder), features, folder)
-        models = [load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)]
-        if any(getattr(models[0].config, name) != getattr(models[1].config, name)
-               for name in ("levels", "output_vocab", "num_classes", "box_input")):
-            sys.exit("error: the trusted and extended checkpoints use different length levels, output vocabularies, "
-                     "region class counts or box inputs")
-        if same_weights(*models):
-            sys.exit(f"error: --trusted {args.trusted} and --extended {args.extended} hold the same weights: every u "
-                     "would be 0; give the model trained on trusted captions and the one trained on the extended set")
-        regions = RegionCache.for_model(features, models[0].config, cache_bytes(args.region_cache))
-        args.batch_size = scoring_batch_size(args, models[0], features)
     rows = range(len(items))  # (the job's items: rows of items)
     if not job.done:
+        trusted, extended = load_models(args, features)
+        regions = RegionCache.for_model(features, trusted.config, cache_bytes(args.region_cache))
+        args.batch_size = scoring_batch_size(args, trusted, features)
         print(f"scoring {len(job.spec.select(rows))} of {len(items)} captions (shard {job.spec.shard_id}/"
               f"{job.spec.num_shards}) in {args.mode} mode on {args.device}")
-    done = job.run(rows, lambda chunk: score_chunk(chunk, items, models, features, regions, args), "05 score", "cap")
+
+    def score(chunk):
+        """One chunk of captions (rows of ``items``): Eq. 2 under each model, Eq. 1 from the two; written to its
+        part of the quality file (with the digest of each caption's text), and the captions it could not score
+        (``skipped.tsv``: reason, count)."""
+        examples, not_scored = usable(items.subset(chunk.items), trusted.levels, "selfgen", features)
+
+        def eq2(model, progress):  # Eq. 2: each caption's length-normalised log-likelihood under ``model``
+            return caption_logprobs(model, examples, regions, args.mode, args.batch_size, args.device,
+                                    args.count == "level", progress, args.precision)
+
+        # progress counts captions: a batch counts half its size per model
+        logp_trusted = eq2(trusted, lambda n: chunk.progress(n // 2))
+        logp_extended = eq2(extended, lambda n: chunk.progress(n - n // 2))
+        u = eq1_quality(logp_trusted, logp_extended)
+        shard.write_table(chunk.table("skipped.tsv"), ("reason", "count"), sorted(not_scored.items()))
+        write_quality(chunk.path, examples.caption_ids, logp_trusted, logp_extended, u, examples.sources,
+                      examples.digests)
+
+    done = job.run(rows, score, "05 score", "cap")
     for reason, count in shard.read_table(shard.side_path(job.written(), "skipped.tsv")):
         skipped[reason] += int(count)
     report_skipped(skipped, features, "not scored")

@@ -34,14 +34,11 @@ length count (--length-count strict: a caption filling its level without "." is 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import os
 from pathlib import Path
-
 
 from clid.run import runtime
 from clid.caption import add_decoding_args
-from clid.run.cli import HelpFormatter, add_download_arg, non_negative_int, run_main
+from clid.run.cli import HelpFormatter, add_download_arg, add_tokenizer_arg, non_negative_int, run_main
 from clid.method.metrics import (
     SSA_LEVELS,
     CocoScorer,
@@ -54,11 +51,12 @@ from clid.method.metrics import (
     to_ssa_levels,
     write_generated,
 )
-from clid.report import FIGURES, combine, length_histograms, selfgen_captions, write_outputs
+from clid.caption.cached import generate_cached
+from clid.report import (FIGURES, combine, eval_files, length_histograms, report_coverage, run_ids, run_list,
+                         selfgen_captions, write_outputs)
 from clid.data.store import FeatureStore, add_bad_features_arg
-from clid.base.files import DataError, check_not_input, check_output_folder, natural_key, read_json, write_json
-from clid.run.runs import file_state
-from clid.base.text import LEVEL_SETS, get_levels, level_set_name, load_tokenizer
+from clid.base.files import DataError, check_not_input, check_output_folder, natural_key
+from clid.base.text import LEVEL_SETS, get_levels, load_tokenizer
 
 
 def parse_args(argv=None):
@@ -98,7 +96,7 @@ def parse_args(argv=None):
     runtime.add_device_arg(runs, default="cpu", help="generation device: cpu, cuda, cuda:1, ...")
     add_decoding_args(runs)
     runs.add_argument("--regenerate", action="store_true", help="generate again even if generated/<run>.jsonl is current")
-    scoring.add_argument("--tokenizer", default=None, help="tokenizer for caption lengths (default: offline bert-base-uncased)")
+    add_tokenizer_arg(scoring, "tokenizer for caption lengths")
     report.add_argument("--combine", nargs="+", metavar="EVAL_DIR",
                         help="instead of evaluating: report several 07 output folders together (e.g. one per seed, each "
                              "on its own test images); a method's runs in all of them give its mean ± std")
@@ -116,109 +114,6 @@ def parse_args(argv=None):
     return args
 
 
-# ---------------------------------------------------------------------------------------------
-# Inputs
-
-def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_ids: list[str], num_levels: int,
-                    what: str = "test images") -> None:
-    """Print how many of the evaluated images (``what``) have a caption of this run and how many have none
-    (misses); raise :class:`DataError` naming the first unmatched image id when no caption is of a test image."""
-    test = set(image_ids)
-    captioned = {i for by_image in captions.values() for i in by_image if i in test}
-    if not captioned:
-        first = next((i for by_image in captions.values() for i in by_image), None)  # the file's first
-        if first is None:
-            raise DataError(path, None, "holds no captions")
-        raise DataError(path, None, f"none of its captions is of a test image (first unmatched image id: {first!r}; "
-                                    f"test image ids look like {image_ids[0]!r})")
-    held = [n for n in range(1, num_levels + 1) if captions.get(n)]  # the levels this run has captions at
-    everywhere = sum(1 for i in image_ids if all(i in captions[n] for n in held))
-    print(f"{name}: {len(captioned)} of {len(image_ids)} {what} have a caption, {everywhere} at each of the "
-          f"{len(held)} levels it holds ({', '.join(f'L{n}' for n in held)}); {len(image_ids) - len(captioned)} "
-          "have none (they count as misses)")
-
-
-def run_list(args) -> list[tuple[str, str, str]]:
-    """(name, "checkpoint" | "generated", path) per entry, checkpoints first. A name given as
-    NAME=PATH or by --name may repeat (runs of one method); two bare paths with one name may not."""
-    entries = [("checkpoint", e) for e in args.checkpoint] + [("generated", e) for e in args.generated]
-    if not entries:
-        raise SystemExit("error: nothing to evaluate; give --checkpoint CKPT or --generated FILE")
-    if args.name and len(args.name) != len(entries):
-        raise SystemExit(f"error: {len(args.name)} --name for {len(entries)} runs (checkpoints first, then generated files)")
-    runs, bare = [], []
-    for k, (kind, entry) in enumerate(entries):
-        name, sep, path = entry.partition("=")
-        if not sep or not name or os.path.exists(entry):  # a bare path (which may hold "=")
-            name, path = (Path(entry).name if kind == "checkpoint" else Path(entry).stem), entry
-            if not args.name:
-                bare.append(name)
-        runs.append((args.name[k] if args.name else name, kind, path))
-    names = [n for n, _, _ in runs]
-    duplicates = sorted({n for n in bare if names.count(n) > 1})
-    if duplicates:
-        raise SystemExit(f"error: several runs are named {duplicates}; name them as NAME=PATH or with --name")
-    return runs
-
-
-def run_ids(runs) -> list[str]:
-    """A unique id per run: the method's name, or NAME-runK when the method has several runs."""
-    names = [name for name, _, _ in runs]
-    return [name if names.count(name) == 1 else f"{name}-run{names[:k].count(name) + 1}"
-            for k, name in enumerate(names)]
-
-
-# ---------------------------------------------------------------------------------------------
-# Generation from a checkpoint, cached in OUT/generated/<run>.jsonl
-
-def check_levels(checkpoint, levels, wanted_levels):
-    """A checkpoint's levels, or one clear error when --levels asks for other ones."""
-    if wanted_levels is not None and levels != wanted_levels:
-        raise SystemExit(f"error: {checkpoint} was trained with levels {level_set_name(levels)}, not --levels "
-                         f"{level_set_name(wanted_levels)}; leave out --levels to take the checkpoint's")
-    return levels
-
-
-def generate_run(checkpoint, cache: Path, args, image_ids, features, wanted_levels):
-    """(levels, {level: {image_id: caption}}, {level: filled image ids}, number of test images without features)."""
-    meta_path = cache.with_suffix(".meta.json")
-    decoding = {"steps": args.decode_steps, "eos_decay": args.eos_decay, "labert_average": args.labert_average}
-    if args.block_ngram:  # (a key without it: the cache of the authors' decoding stays valid)
-        decoding["block_ngram"] = args.block_ngram
-    if args.precision != "fp32":  # (float32 captions keep the key they had before --precision)
-        decoding["precision"] = args.precision
-    if not Path(checkpoint).exists():
-        from clid.method.checkpoints import MISSING_HINT
-
-        raise SystemExit(f"error: {checkpoint}: checkpoint not found ({MISSING_HINT})")
-    key = {"checkpoint": str(checkpoint), "files": file_state(checkpoint), "features": file_state(features.path),
-           "images": hashlib.sha1("\n".join(image_ids).encode()).hexdigest(), "decoding": decoding}
-    if not args.regenerate and cache.exists() and meta_path.exists():
-        meta = read_json(meta_path)
-        if meta.get("key") == key:
-            levels = check_levels(checkpoint, get_levels(meta["levels"]), wanted_levels)
-            print(f"{checkpoint}: reusing {cache} (checkpoint, features and decoding unchanged)")
-            return (levels, *read_generated(cache, len(levels), with_filled=True), meta["no_features"])
-
-    from clid.caption import CaptionWriter, decode_steps
-
-    writer = CaptionWriter.from_checkpoint(checkpoint, device=args.device, batch_size=args.batch_size,
-                                           eos_decay=args.eos_decay, labert_average=args.labert_average,
-                                           precision=args.precision, block_ngram=args.block_ngram)
-    levels = check_levels(checkpoint, writer.levels, wanted_levels)
-    writer.steps = decode_steps(args.decode_steps, len(levels))
-    writer.use_features(features)
-    have = [i for i in image_ids if i in features]
-    if not have:
-        raise SystemExit(f"error: {features.path} holds none of the {len(image_ids)} test images")
-    print(f"{checkpoint}: generating captions for {len(have)} test images at {len(levels)} levels")
-    generated, filled = writer.decode(have, "all", progress=True)
-    write_generated(cache, generated, filled)
-    write_json(meta_path, {"key": key, "levels": [list(l) for l in levels],
-                           "no_features": len(image_ids) - len(have)}, indent=1)
-    return levels, generated, filled, len(image_ids) - len(have)
-
-
 def collect_captions(runs, ids, args, image_ids, out: Path):
     """Every run's captions: (levels, {run: (captions, filled)}, {run: source}, {run: skip counts}, the
     evaluated image ids). ``image_ids`` None (no --refs): every image captioned by a run, where a checkpoint
@@ -229,7 +124,7 @@ def collect_captions(runs, ids, args, image_ids, out: Path):
     to_caption = image_ids if image_ids is not None else features.ids() if features is not None else []
     for run, (name, kind, path) in zip(ids, runs):
         if kind == "checkpoint":
-            run_levels, generated, filled, no_features = generate_run(
+            run_levels, generated, filled, no_features = generate_cached(
                 path, out / "generated" / f"{run}.jsonl", args, to_caption, features, levels)
             levels = levels or run_levels
             if run_levels != levels:
@@ -260,11 +155,6 @@ def collect_captions(runs, ids, args, image_ids, out: Path):
 
 
 # ---------------------------------------------------------------------------------------------
-
-def eval_files(out: Path) -> set[str]:
-    """The names 07 writes into its output folder (the report's only where 07's metrics.json is there)."""
-    return {"generated", "metrics.json", "report.md", *FIGURES} if (out / "metrics.json").is_file() else {"generated"}
-
 
 def main(argv=None) -> None:
     args = parse_args(argv)

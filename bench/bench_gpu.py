@@ -624,15 +624,11 @@ def caption(table: Table, size: dict, device: str, data: Data, rounds: int) -> N
 
 def paraphrase(table: Table, size: dict, device: str, rounds: int) -> float:
     """03's beam search on its two engines, the same ids; returns pieces/s of the faster one."""
-    import importlib.util
-
     from transformers import PegasusConfig, PegasusForConditionalGeneration
 
     from clid.method import ct2_pegasus
+    from clid.method import paraphrase as paraphrasers
 
-    spec = importlib.util.spec_from_file_location("stage03", ROOT / "03_paraphrase.py")
-    stage03 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(stage03)
     config = PegasusConfig(max_position_embeddings=128, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
                            forced_eos_token_id=None, **size["pegasus"])
     torch.manual_seed(0)
@@ -640,8 +636,8 @@ def paraphrase(table: Table, size: dict, device: str, rounds: int) -> float:
         model = PegasusForConditionalGeneration(config).eval()
     precision = runtime.use_precision("auto", device)
     beams, new = size["beams"], size["new_tokens"]
-    per_piece = stage03.bytes_per_piece(config, beams, size["piece_tokens"] + new, precision)
-    batch = runtime.batch_size("auto", device, per_piece, stage03.BATCH_SIZE, most=256)
+    per_piece = paraphrasers.bytes_per_piece(config, beams, size["piece_tokens"] + new, precision)
+    batch = runtime.batch_size("auto", device, per_piece, paraphrasers.BATCH_SIZE, most=256)
     gen = torch.Generator().manual_seed(3)
     ids = torch.randint(2, config.vocab_size, (batch, size["piece_tokens"]), generator=gen)
     ids[:, -1] = config.eos_token_id
@@ -672,7 +668,7 @@ def paraphrase(table: Table, size: dict, device: str, rounds: int) -> float:
     cuda = runtime.device_plan(device).gpu
     # 03's transformers path: the cross-attention cache left in place, on a GPU the output layer padded to a
     # multiple of 64 (there the plain model beside it)
-    padded = stage03.reorder_self_attention_only(stage03.pad_vocabulary(copy.deepcopy(model)) if cuda else model)
+    padded = paraphrasers.reorder_self_attention_only(paraphrasers.pad_vocabulary(copy.deepcopy(model)) if cuda else model)
 
     def transformers(which, m):
         def call():

@@ -69,6 +69,7 @@ def write_world(work: Path, n_images: int, n_selfgen: int, seed: int = 0) -> dic
     import numpy as np
 
     from clid.base.files import write_h5_groups, write_quality
+    from clid.method.quality import eq1_quality
     from clid.data.examples import text_digest
 
     rng = random.Random(seed)
@@ -91,7 +92,7 @@ def write_world(work: Path, n_images: int, n_selfgen: int, seed: int = 0) -> dic
                                            for k in range(n_images + 50)),
                     root_attrs={"feature_kind": "synthetic", "feature_dim": 16})
     logp = noise.normal(-2.0, 0.3, size=(2, n_selfgen))
-    write_quality(work / "quality.h5", ids, logp[0], logp[1], text_digest=[text_digest(t) for t in texts])
+    write_quality(work / "quality.h5", ids, logp[0], logp[1], eq1_quality(*logp), text_digest=[text_digest(t) for t in texts])
     return {"captions": work / "captions.json", "selfgen": work / "selfgen.jsonl", "features": work / "features.h5",
             "quality": work / "quality.h5"}
 

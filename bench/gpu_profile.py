@@ -73,13 +73,10 @@ def train(size: dict, device: str, steps: int, rows: int) -> None:
 
 def paraphrase(size: dict, device: str, rows: int) -> None:
     """One batch of 03's beam search at --batch-size auto, in bf16 on a GPU."""
-    import importlib.util
-
     from transformers import PegasusConfig, PegasusForConditionalGeneration
 
-    spec = importlib.util.spec_from_file_location("stage03", ROOT / "03_paraphrase.py")
-    stage03 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(stage03)
+    from clid.method import paraphrase as paraphrasers
+
     config = PegasusConfig(max_position_embeddings=128, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
                            **size["pegasus"])
     precision = runtime.resolve("auto", device)
@@ -89,8 +86,8 @@ def paraphrase(size: dict, device: str, rows: int) -> None:
     if precision == "bf16":
         model = model.to(torch.bfloat16)
     beams, new = size["beams"], size["new_tokens"]
-    per_piece = stage03.bytes_per_piece(config, beams, size["piece_tokens"] + new, precision)
-    batch = runtime.batch_size("auto", device, per_piece, stage03.BATCH_SIZE, most=256)
+    per_piece = paraphrasers.bytes_per_piece(config, beams, size["piece_tokens"] + new, precision)
+    batch = runtime.batch_size("auto", device, per_piece, paraphrasers.BATCH_SIZE, most=256)
     ids = torch.randint(2, config.vocab_size, (batch, size["piece_tokens"]), generator=torch.Generator().manual_seed(3))
     ids = ids.to(device)
 

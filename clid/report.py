@@ -4,13 +4,18 @@ control precision per level as the paper's Figure 5, length histograms).
 A *method* is one or more runs (e.g. seeds) evaluated alike; its row per level holds each number's
 mean over the runs that have it, and ``<number>_std``, the sample standard deviation (ddof 1), when
 two or more runs have it. The report writes ``mean ± std``; a method of one run shows its value.
+
+It also names 07's runs (:func:`run_list`, :func:`run_ids`), reports which images each run captions
+(:func:`report_coverage`) and says which files 07 writes into its folder (:func:`eval_files`).
 """
 from __future__ import annotations
 
+import os
 import statistics
+from pathlib import Path
 
 from clid.method.metrics import QUALITY_METRICS
-from clid.base.files import atomic_path, natural_key, write_json
+from clid.base.files import DataError, atomic_path, natural_key, write_json
 from clid.base.text import caption_lengths
 
 # The paper's Table 1: control precision (%) at the 7 caption levels, and their average (COCO)
@@ -468,3 +473,60 @@ def combine(eval_dirs, out) -> None:
     plot_control_precision(out / FIGURES[0], summary, levels)
     plot_quality_vs_control(out / FIGURES[1], summary, levels)
     print_summary(out, summary, meta["level_set"], 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# 07's runs, the images they caption, and the files 07 writes
+
+def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_ids: list[str], num_levels: int,
+                    what: str = "test images") -> None:
+    """Print how many of the evaluated images (``what``) have a caption of this run and how many have none
+    (misses); raise :class:`DataError` naming the first unmatched image id when no caption is of a test image."""
+    test = set(image_ids)
+    captioned = {i for by_image in captions.values() for i in by_image if i in test}
+    if not captioned:
+        first = next((i for by_image in captions.values() for i in by_image), None)  # the file's first
+        if first is None:
+            raise DataError(path, None, "holds no captions")
+        raise DataError(path, None, f"none of its captions is of a test image (first unmatched image id: {first!r}; "
+                                    f"test image ids look like {image_ids[0]!r})")
+    held = [n for n in range(1, num_levels + 1) if captions.get(n)]  # the levels this run has captions at
+    everywhere = sum(1 for i in image_ids if all(i in captions[n] for n in held))
+    print(f"{name}: {len(captioned)} of {len(image_ids)} {what} have a caption, {everywhere} at each of the "
+          f"{len(held)} levels it holds ({', '.join(f'L{n}' for n in held)}); {len(image_ids) - len(captioned)} "
+          "have none (they count as misses)")
+
+
+def run_list(args) -> list[tuple[str, str, str]]:
+    """(name, "checkpoint" | "generated", path) per entry, checkpoints first. A name given as
+    NAME=PATH or by --name may repeat (runs of one method); two bare paths with one name may not."""
+    entries = [("checkpoint", e) for e in args.checkpoint] + [("generated", e) for e in args.generated]
+    if not entries:
+        raise SystemExit("error: nothing to evaluate; give --checkpoint CKPT or --generated FILE")
+    if args.name and len(args.name) != len(entries):
+        raise SystemExit(f"error: {len(args.name)} --name for {len(entries)} runs (checkpoints first, then generated files)")
+    runs, bare = [], []
+    for k, (kind, entry) in enumerate(entries):
+        name, sep, path = entry.partition("=")
+        if not sep or not name or os.path.exists(entry):  # a bare path (which may hold "=")
+            name, path = (Path(entry).name if kind == "checkpoint" else Path(entry).stem), entry
+            if not args.name:
+                bare.append(name)
+        runs.append((args.name[k] if args.name else name, kind, path))
+    names = [n for n, _, _ in runs]
+    duplicates = sorted({n for n in bare if names.count(n) > 1})
+    if duplicates:
+        raise SystemExit(f"error: several runs are named {duplicates}; name them as NAME=PATH or with --name")
+    return runs
+
+
+def run_ids(runs) -> list[str]:
+    """A unique id per run: the method's name, or NAME-runK when the method has several runs."""
+    names = [name for name, _, _ in runs]
+    return [name if names.count(name) == 1 else f"{name}-run{names[:k].count(name) + 1}"
+            for k, name in enumerate(names)]
+
+
+def eval_files(out: Path) -> set[str]:
+    """The names 07 writes into its output folder (the report's only where 07's metrics.json is there)."""
+    return {"generated", "metrics.json", "report.md", *FIGURES} if (out / "metrics.json").is_file() else {"generated"}

@@ -122,6 +122,7 @@ def world(tmp_path_factory) -> World:
     from PIL import Image
 
     from clid.base.files import write_h5_groups, write_jsonl, write_quality
+    from clid.method.quality import eq1_quality
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -137,7 +138,8 @@ def world(tmp_path_factory) -> World:
     write_jsonl(generated, [{"image_id": im["cocoid"], "level": 1, "caption": "a red dog"}
                             for im in data["images"] if im["split"] == "test"])
     quality = root / "quality.h5"
-    write_quality(quality, [r["id"] for r in records], np.linspace(-2, -1, len(records)), np.full(len(records), -1.5))
+    logp = np.linspace(-2, -1, len(records)), np.full(len(records), -1.5)
+    write_quality(quality, [r["id"] for r in records], *logp, eq1_quality(*logp))
     images = root / "images"
     images.mkdir()
     rng = np.random.default_rng(0)
@@ -1734,6 +1736,7 @@ def scored_quality(w: World, d: Path, trusted: bool = False) -> Path:
     from clid.data.captions import load_karpathy
     from clid.base.files import read_jsonl, write_quality
     from clid.data.examples import text_digest
+    from clid.method.quality import eq1_quality
 
     records = list(read_jsonl(w.selfgen))
     ids, texts = [r["id"] for r in records], [r["caption"] for r in records]
@@ -1744,7 +1747,8 @@ def scored_quality(w: World, d: Path, trusted: bool = False) -> Path:
                 texts += r.captions
     u = np.linspace(-2, -1, len(ids))
     path = d / "scored.h5"
-    write_quality(path, ids, u, np.full(len(ids), -1.5), text_digest=[text_digest(t) for t in texts])
+    logp = u, np.full(len(ids), -1.5)
+    write_quality(path, ids, *logp, eq1_quality(*logp), text_digest=[text_digest(t) for t in texts])
     return path
 
 
@@ -2316,6 +2320,7 @@ def test_07_cache_is_keyed_by_the_features_file(world: World, tmp_path, capsys):
     """Captions generated from one feature file are not reused after --features changes."""
     from conftest import import_script
 
+    from clid.caption.cached import generate_cached
     from clid.data.store import FeatureStore
 
     script = import_script("07_eval.py", "eval_cache_by_features")
@@ -2327,6 +2332,6 @@ def test_07_cache_is_keyed_by_the_features_file(world: World, tmp_path, capsys):
         args = script.parse_args(["--refs", str(world.captions), "--features", str(features),
                                   "--checkpoint", str(world.trusted), "--out", str(tmp_path), "--decode-steps", "1"])
         store = FeatureStore(features)
-        script.generate_run(world.trusted, cache, args, image_ids, store, None)
+        generate_cached(world.trusted, cache, args, image_ids, store, None)
         store.close()
         assert expected in capsys.readouterr().out

@@ -22,6 +22,7 @@ from test_bad_input import run_stage
 from toyworld import make_toy_world
 
 from clid.base import files
+from clid.method.quality import eq1_quality
 from clid.run.shard import ShardLock
 
 ENV = {"OMP_NUM_THREADS": "1", "CLID_PROGRESS_SECONDS": "0"}  # a plain progress line at every update
@@ -36,8 +37,8 @@ def world(tmp_path_factory):
     records = [{"id": f"{im['cocoid']}-{k}", "image_id": im["cocoid"], "caption": f"a dog and a {word} ball"}
                for im in data["images"] if im["split"] == "train" for k, word in enumerate(["red", "big"])]
     files.write_jsonl(root / "selfgen.jsonl", records)
-    files.write_quality(root / "quality.h5", [r["id"] for r in records], np.linspace(-2, -1, len(records)),
-                        np.full(len(records), -1.5))
+    logp = np.linspace(-2, -1, len(records)), np.full(len(records), -1.5)
+    files.write_quality(root / "quality.h5", [r["id"] for r in records], *logp, eq1_quality(*logp))
     for name, seed in (("trusted", "0"), ("extended", "1")):  # two models for 05
         outcome = run_stage("04", train_args(root, root / name, "--max-steps", "2", "--seed", seed))
         assert outcome.code == 0, outcome.text

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 from conftest import ROOT, import_script, run_script
 
+from clid.caption.cached import generate_cached
 from clid.method import metrics
 from clid.data.store import FeatureStore
 from clid.base.files import DataError, read_json, write_h5_groups, write_json, write_jsonl
 from clid.method.captioner import CaptionerConfig, build_model
 from clid.method.checkpoints import load_checkpoint, save_model
 from clid.base.text import LEVEL_SETS, caption_length, caption_lengths
+from clid.report import run_ids, run_list
 
 QUALITY = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 
@@ -253,8 +255,8 @@ def test_checkpoint_runs_generate_cache_and_report(demo_like_world, monkeypatch)
     os.utime(world / "clid" / "model.safetensors", ns=(time.time_ns(), time.time_ns() + 10**9))
     args, features = script.parse_args(argv), FeatureStore(world / "features.h5")
     for name in ("trusted", "clid"):
-        levels, again, _, _ = script.generate_run(world / name, out / "generated" / f"{name}.jsonl", args,
-                                               test_ids, features, None)
+        levels, again, _, _ = generate_cached(world / name, out / "generated" / f"{name}.jsonl", args,
+                                              test_ids, features, None)
         assert levels == LEVEL_SETS["caption"]
         assert again[3][test_ids[5]] == FakeCaptioner(name, pool).caption(test_ids[5], 3)
     features.close()
@@ -384,21 +386,21 @@ def test_run_names(tmp_path):
     args = script.parse_args(["--refs", "r.json", "--out", "o", "--checkpoint", "runs/clid/",
                               "--generated", "other/clid.jsonl"])
     with pytest.raises(SystemExit, match="several runs are named"):
-        script.run_list(args)
+        run_list(args)
     args = script.parse_args(["--refs", "r.json", "--out", "o", "--checkpoint", "CLID=runs/s0/clid",
                               "--checkpoint", "runs/trusted", "--checkpoint", "CLID=runs/s1/clid",
                               "--generated", "mine=a/b.jsonl"])
-    runs = script.run_list(args)
+    runs = run_list(args)
     assert runs == [("CLID", "checkpoint", "runs/s0/clid"), ("trusted", "checkpoint", "runs/trusted"),
                     ("CLID", "checkpoint", "runs/s1/clid"), ("mine", "generated", "a/b.jsonl")]
-    assert script.run_ids(runs) == ["CLID-run1", "trusted", "CLID-run2", "mine"]
+    assert run_ids(runs) == ["CLID-run1", "trusted", "CLID-run2", "mine"]
     args = script.parse_args(["--refs", "r.json", "--out", "o", "--checkpoint", "runs/clid/",
                               "--generated", "other/clid.jsonl"])
     args.name = ["ours", "theirs"]
-    assert script.run_list(args) == [("ours", "checkpoint", "runs/clid/"), ("theirs", "generated", "other/clid.jsonl")]
+    assert run_list(args) == [("ours", "checkpoint", "runs/clid/"), ("theirs", "generated", "other/clid.jsonl")]
     args.name = ["ours"]
     with pytest.raises(SystemExit, match="1 --name for 2 runs"):
-        script.run_list(args)
+        run_list(args)
 
 
 # ---------------------------------------------------------------------------------------------

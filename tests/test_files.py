@@ -67,7 +67,7 @@ def test_h5_groups_and_feature_store(tmp_path):
 
 def test_quality_round_trip(tmp_path):
     path = tmp_path / "q.h5"
-    files.write_quality(path, ["a", "b"], [-1.0, -2.0], [-1.5, -1.0])
+    files.write_quality(path, ["a", "b"], [-1.0, -2.0], [-1.5, -1.0], [0.5, -1.0])
     q = files.read_quality(path)
     assert list(q["id"]) == ["a", "b"]
     np.testing.assert_allclose(q["u"], [0.5, -1.0])

@@ -147,7 +147,7 @@ def test_06_refuses_infinite_and_nan_scores(world, tmp_path):
     ids = ["1_0", "1_1", "2_0", "2_1"]
     for bad, shown in ((np.inf, "inf"), (-np.inf, "-inf"), (np.nan, "nan")):
         quality = tmp_path / f"q_{shown}.h5"
-        write_quality(quality, ids, [0.0, 0.0, bad, 0.0], np.zeros(4))
+        write_quality(quality, ids, [0.0, 0.0, bad, 0.0], np.zeros(4), [0.0, 0.0, bad, 0.0])
         with pytest.raises(DataError, match=re.escape(f"q_{shown}.h5: caption 2_0: u is {shown} (1 of the 4 scores are not finite)")):
             selection.scores_for(ids, quality)
     # the stage itself: one line, exit 1
@@ -155,7 +155,8 @@ def test_06_refuses_infinite_and_nan_scores(world, tmp_path):
     selfgen = tmp_path / "selfgen.jsonl"
     files.write_jsonl(selfgen, [{"id": f"{i}_0", "image_id": i, "caption": "a red dog in the park"} for i in range(1, 13)])
     quality = tmp_path / "quality.h5"
-    write_quality(quality, [f"{i}_0" for i in range(1, 13)], [0.0] * 4 + [np.inf] + [0.0] * 7, np.zeros(12))
+    u = [0.0] * 4 + [np.inf] + [0.0] * 7
+    write_quality(quality, [f"{i}_0" for i in range(1, 13)], u, np.zeros(12), u)
     proc = run_script("06_train_selection.py", "--captions", captions, "--features", features, "--selfgen", selfgen,
                       "--quality", quality, "--out", tmp_path / "clid", "--preset", "tiny", "--max-steps", "2",
                       "--eval-every", "0", check=False)

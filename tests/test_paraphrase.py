@@ -5,12 +5,12 @@ import time
 
 import numpy as np
 import pytest
-from conftest import import_script, run_one_thread
+from conftest import run_one_thread
 
 from clid.base import files
+from clid.method import paraphrase
 from clid.base.text import caption_lengths, length_to_level
 
-stage03 = import_script("03_paraphrase.py", "stage03")
 
 # captions as stage 02 writes them
 CAPTIONS = [
@@ -81,19 +81,19 @@ def world_captions(n, seed=0):
     ("A a man next to a trees.", "A man next to trees."),
 ])
 def test_rules(caption, expected):
-    assert stage03.rules_paraphrase(caption) == expected
+    assert paraphrase.rules_paraphrase(caption) == expected
 
 
 def test_rules_are_fast_and_keep_every_noun():
     captions = world_captions(3000)
     start = time.perf_counter()
-    out = [stage03.rules_paraphrase(c) for c in captions]
+    out = [paraphrase.rules_paraphrase(c) for c in captions]
     rate = len(captions) / (time.perf_counter() - start)
     assert rate > 2000, f"{rate:.0f} captions/s"
     assert sum(a != b for a, b in zip(captions, out)) > 300  # grouping and merging happen
     for before, after in zip(captions, out):
-        have = {stage03.lemma(w) for w in re.findall(r"[a-z]+", after.lower())}
-        assert {stage03.lemma(n) for n in stage03.head_nouns(before)} <= have, (before, after)
+        have = {paraphrase.lemma(w) for w in re.findall(r"[a-z]+", after.lower())}
+        assert {paraphrase.lemma(n) for n in paraphrase.head_nouns(before)} <= have, (before, after)
         assert after[0].isupper() and after.endswith(".") and ".." not in after
 
 
@@ -101,11 +101,11 @@ def test_check_paraphrase():
     from clid.base.text import load_tokenizer
 
     tok = load_tokenizer()
-    assert stage03.check_paraphrase("a dog and a dog on a bench", "two dogs on a bench", tok, 0.5) is None
-    assert stage03.check_paraphrase("a man riding a horse", "a person riding a horse", tok, 0.5) == "lost noun"
-    assert stage03.check_paraphrase("a small brown dog next to trees", "a dog near a tree", tok, 0.5) is None
+    assert paraphrase.check_paraphrase("a dog and a dog on a bench", "two dogs on a bench", tok, 0.5) is None
+    assert paraphrase.check_paraphrase("a man riding a horse", "a person riding a horse", tok, 0.5) == "lost noun"
+    assert paraphrase.check_paraphrase("a small brown dog next to trees", "a dog near a tree", tok, 0.5) is None
     long = "a large red striped kite flying over a tall green tree next to a small white house"
-    assert stage03.check_paraphrase(long, "a kite tree house", tok, 0.5) == "too short"
+    assert paraphrase.check_paraphrase(long, "a kite tree house", tok, 0.5) == "too short"
 
 
 def test_rules_from_the_shell_keeps_fields_and_shards(tmp_path):
@@ -125,7 +125,7 @@ def test_rules_from_the_shell_keeps_fields_and_shards(tmp_path):
     for r in records:
         new = out[r["id"]]
         assert new["raw_caption"] == r["caption"] and new["paraphraser"] == "rules"
-        assert new["caption"] == stage03.rules_paraphrase(r["caption"])
+        assert new["caption"] == paraphrase.rules_paraphrase(r["caption"])
         assert new["objects"] == r["objects"] and new["image_id"] == r["image_id"] and new["seed"] == 0
         assert new["n_tokens"] == lengths[r["id"]] and new["level"] == length_to_level(new["n_tokens"])
     assert out["0_0"]["caption"] == "Two windows and a tall brick building."
@@ -183,23 +183,23 @@ def tiny_pegasus(tmp_path_factory):
 
 
 def test_split_and_join(one_thread, tiny_pegasus):
-    model = stage03.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=2, batch_size=4, max_length=24)
+    model = paraphrase.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=2, batch_size=4, max_length=24)
     long = ("A man riding a horse and a dog next to a bench and a large red kite over a tree and a woman holding "
             "an umbrella and a car behind a tall white building and a small apple on a wooden table. A kite and a dog.")
-    sentences = stage03.split_caption(long, model.count_tokens, budget=20)
+    sentences = paraphrase.split_caption(long, model.count_tokens, budget=20)
     assert len(sentences) == 2 and len(sentences[0]) >= 3
     for piece in (p for s in sentences for p in s):
         assert model.count_tokens([piece])[0] <= 20 or " and " not in piece
     assert sentences[1] == ["A kite and a dog"]
     # joining the pieces unchanged gives the caption back; each piece keeps its nouns
-    assert stage03.join_caption(sentences) == long
-    assert stage03.join_caption([["A dog.", "A cat on a mat."], ["Two kites"]]) == "A dog and a cat on a mat. Two kites."
+    assert paraphrase.join_caption(sentences) == long
+    assert paraphrase.join_caption([["A dog.", "A cat on a mat."], ["Two kites"]]) == "A dog and a cat on a mat. Two kites."
 
 
 def test_model_batches_rejects_and_rejoins(one_thread, tiny_pegasus, tmp_path):
     from clid.base.text import load_tokenizer
 
-    model = stage03.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=2, batch_size=3, max_length=24)
+    model = paraphrase.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=2, batch_size=3, max_length=24)
     pieces = ["a dog on a bench", "a man", "a red kite over a tall tree", "a cat", "two dogs", "an apple", "a car"]
     batched = model(pieces)
     assert model.calls == 3 and len(batched) == 7  # 7 pieces in batches of 3
@@ -207,12 +207,12 @@ def test_model_batches_rejects_and_rejoins(one_thread, tiny_pegasus, tmp_path):
     assert batched[:3] == single  # sorted for batching, returned in the input order
 
     counts = __import__("collections").Counter()
-    out = stage03.paraphrase_captions(CAPTIONS, model, load_tokenizer(), budget=16, min_ratio=0.5, counts=counts)
+    out = paraphrase.paraphrase_captions(CAPTIONS, model, load_tokenizer(), budget=16, min_ratio=0.5, counts=counts)
     assert counts["piece kept: lost noun"] > 0  # random weights lose the nouns: the pieces are kept
     assert counts["pieces"] > len(CAPTIONS)  # long captions were split
     for before, after in zip(CAPTIONS, out):
-        have = {stage03.lemma(w) for w in re.findall(r"[a-z]+", after.lower())}
-        assert {stage03.lemma(n) for n in stage03.head_nouns(before)} <= have
+        have = {paraphrase.lemma(w) for w in re.findall(r"[a-z]+", after.lower())}
+        assert {paraphrase.lemma(n) for n in paraphrase.head_nouns(before)} <= have
         assert caption_lengths([after])[0] >= 0.5 * caption_lengths([before])[0]
         assert after.count(".") == before.count(".")  # the sentences survive the split and join
 
@@ -239,8 +239,8 @@ def test_ctranslate2_engine_equals_transformers(one_thread, tiny_pegasus):
     pytest.importorskip("ctranslate2")
     pieces = [p for c in world_captions(30, 3) for p in c.rstrip(".").split(" and ")][:60]
     for beams in (1, 10):
-        hf = stage03.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=beams, batch_size=8, max_length=24)
-        ct2 = stage03.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=beams, batch_size=8, max_length=24,
+        hf = paraphrase.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=beams, batch_size=8, max_length=24)
+        ct2 = paraphrase.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=beams, batch_size=8, max_length=24,
                                        engine="ctranslate2")
         a, b = hf(pieces), ct2(pieces)
         differ = [(p, x, y) for p, x, y in zip(pieces, a, b) if x != y]
@@ -248,7 +248,7 @@ def test_ctranslate2_engine_equals_transformers(one_thread, tiny_pegasus):
         counts = {}
         for name, model in (("transformers", hf), ("ctranslate2", ct2)):
             counts[name] = __import__("collections").Counter()
-            stage03.paraphrase_captions(CAPTIONS, model, load_tokenizer(), 16, 0.5, counts[name])
+            paraphrase.paraphrase_captions(CAPTIONS, model, load_tokenizer(), 16, 0.5, counts[name])
         assert counts["transformers"] == counts["ctranslate2"] and counts["transformers"]["pieces"] > len(CAPTIONS)
     converted = list(tiny_pegasus.glob("ctranslate2-*"))
     assert len(converted) == 1 and (converted[0] / "model.bin").exists()
@@ -287,16 +287,18 @@ def test_ctranslate2_conversion_is_reused_and_resumes(tmp_path, tiny_pegasus):
 
 
 def test_engine_choice(monkeypatch):
-    """auto takes CTranslate2 where it runs, else transformers; a named engine that cannot run is one line."""
+    """auto takes CTranslate2 on the CPU where it runs, transformers on a GPU or where it does not; a named engine that cannot run is one line."""
     from clid.method import ct2_pegasus
 
     monkeypatch.setattr(ct2_pegasus, "available", lambda device: None)
-    assert stage03.choose_engine("auto", "cpu") == "ctranslate2"
+    assert paraphrase.choose_engine("auto", "cpu") == "ctranslate2"
+    assert paraphrase.choose_engine("auto", "cuda") == "transformers"  # (the faster on a GPU, docs/gpu.md)
+    assert paraphrase.choose_engine("ctranslate2", "cuda") == "ctranslate2"
     monkeypatch.setattr(ct2_pegasus, "available", lambda device: "the ctranslate2 package is not installed")
-    assert stage03.choose_engine("auto", "cpu") == "transformers"
-    assert stage03.choose_engine("transformers", "cuda") == "transformers"
+    assert paraphrase.choose_engine("auto", "cpu") == "transformers"
+    assert paraphrase.choose_engine("transformers", "cuda") == "transformers"
     with pytest.raises(SystemExit, match="--engine ctranslate2: the ctranslate2 package is not installed"):
-        stage03.choose_engine("ctranslate2", "cpu")
+        paraphrase.choose_engine("ctranslate2", "cpu")
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no GPU on this machine")
@@ -310,13 +312,13 @@ def test_ctranslate2_on_the_gpu_equals_the_cpu(tiny_pegasus):
         pytest.skip(f"CTranslate2 on the GPU: {why_not}")
     pieces = [p for c in world_captions(30, 4) for p in c.rstrip(".").split(" and ")][:60]
     for beams in (1, 10):
-        out = {device: stage03.ModelParaphraser(str(tiny_pegasus), device, beams, 16, 24, engine="ctranslate2")(pieces)
+        out = {device: paraphrase.ModelParaphraser(str(tiny_pegasus), device, beams, 16, 24, engine="ctranslate2")(pieces)
                for device in ("cpu", "cuda")}
         differ = sum(a != b for a, b in zip(out["cpu"], out["cuda"]))
         print(f"{beams} beams: {differ} of {len(pieces)} paraphrases differ between the CPU and the GPU")
         assert differ == 0 if beams == 1 else differ <= len(pieces) // 10
-    bf16 = stage03.ModelParaphraser(str(tiny_pegasus), "cuda", 10, 16, 24, precision="bf16", engine="ctranslate2")
-    hf = stage03.ModelParaphraser(str(tiny_pegasus), "cuda", 10, 16, 24, precision="bf16")
+    bf16 = paraphrase.ModelParaphraser(str(tiny_pegasus), "cuda", 10, 16, 24, precision="bf16", engine="ctranslate2")
+    hf = paraphrase.ModelParaphraser(str(tiny_pegasus), "cuda", 10, 16, 24, precision="bf16")
     same = sum(a == b for a, b in zip(bf16(pieces), hf(pieces)))
     print(f"bf16, 10 beams: {same} of {len(pieces)} paraphrases alike on CTranslate2 and transformers")
 
@@ -324,12 +326,12 @@ def test_ctranslate2_on_the_gpu_equals_the_cpu(tiny_pegasus):
 def test_padded_vocabulary_gives_the_same_paraphrases(one_thread, tiny_pegasus):
     """The output layer padded to a multiple of 64 with -inf logits (03 on a GPU) changes no paraphrase, at 1 and
     10 beams, and no padded id is ever chosen."""
-    model = stage03.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=10, batch_size=8, max_length=24)
+    model = paraphrase.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=10, batch_size=8, max_length=24)
     real = model.model.config.vocab_size
     assert real % 64 != 0
     pieces = [p for c in world_captions(20, 6) for p in c.rstrip(".").split(" and ")][:40]
     before = {beams: (setattr(model, "num_beams", beams), model(pieces))[1] for beams in (1, 10)}
-    stage03.pad_vocabulary(model.model)
+    paraphrase.pad_vocabulary(model.model)
     assert model.model.config.vocab_size % 64 == 0 and model.model.lm_head.weight.shape[0] > real
     assert bool((model.model.final_logits_bias[0, real:] == float("-inf")).all())
     for beams in (1, 10):
@@ -343,7 +345,7 @@ def test_padded_vocabulary_gives_the_same_paraphrases(one_thread, tiny_pegasus):
 def test_self_attention_only_reorder_gives_the_same_paraphrases(one_thread, tiny_pegasus):
     """Beam search that leaves the cross-attention cache in place (03 on a GPU) gives the same paraphrases at 10
     beams; transformers did call the model's reorder (else the test would compare a path never taken)."""
-    model = stage03.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=10, batch_size=8, max_length=24)
+    model = paraphrase.ModelParaphraser(str(tiny_pegasus), "cpu", num_beams=10, batch_size=8, max_length=24)
     pieces = [p for c in world_captions(20, 7) for p in c.rstrip(".").split(" and ")][:40]
     after = model(pieces)  # (03 sets the hook)
     assert model.model.cache_reorders > 0

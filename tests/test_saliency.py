@@ -12,6 +12,7 @@ from PIL import Image
 from clid.base import files
 from clid.run import shard
 from clid.method import emlnet
+from clid.method.saliency import map_shape, spectral_residual
 from clid.data import images
 
 stage01 = import_script("01_saliency.py", "stage01")
@@ -46,7 +47,7 @@ def test_spectral_residual_finds_the_odd_object():
         image = 0.5 + 0.15 * np.sin(x * 1.3) * np.sin(y * 1.1) + 0.03 * rng.standard_normal((64, 64))
         blob = (y - cy) ** 2 + (x - cx) ** 2 <= 9
         image[blob] = 1.0
-        smap = stage01.spectral_residual(torch.tensor(image[None], dtype=torch.float32))[0].numpy()
+        smap = spectral_residual(torch.tensor(image[None], dtype=torch.float32))[0].numpy()
         assert smap.min() == 0 and smap.max() == pytest.approx(1)
         near = (y - cy) ** 2 + (x - cx) ** 2 <= 36
         assert smap[near].mean() > 4 * smap[~near].mean()
@@ -66,7 +67,7 @@ def test_folder_list_failures_and_rerun(tmp_path, photo_folder):
         width, height = Image.open(next(photo_folder.glob(f"{name}.*"))).size
         assert (attrs["width"], attrs["height"]) == (width, height) and attrs["method"] == "spectral"
         assert smap.dtype == np.float16 and max(smap.shape) == 48
-        assert smap.shape == stage01.map_shape(width, height, 48)
+        assert smap.shape == map_shape(width, height, 48)
         assert smap.min() == 0 and smap.max() == 1
     previews = sorted((tmp_path / "sal_preview").glob("*.png"))
     assert len(previews) == 2 and Image.open(previews[0]).height == 256

@@ -11,6 +11,7 @@ from conftest import import_script, run_one_thread
 from clid.base import files
 from clid.data.scenegraphs import load_scene_graphs
 from clid.method import graphs as scenegraph
+from clid.method.walk import render, walk
 from clid.base.text import caption_lengths, length_to_level
 
 stage02 = import_script("02_scenegraph_captions.py", "stage02")
@@ -60,7 +61,7 @@ def write_world(folder, n_images=30, seed=0):
 
 def prepared(nouns, children, saliency, attributes=None):
     n = len(nouns)
-    return stage02.Prepared(image_id="1", graph_id="1", nouns=nouns, attributes=attributes or [[] for _ in range(n)],
+    return scenegraph.Prepared(image_id="1", graph_id="1", nouns=nouns, attributes=attributes or [[] for _ in range(n)],
                             object_ids=list(range(100, 100 + n)), children=children,
                             saliency=np.asarray(saliency, dtype=float) / np.sum(saliency))
 
@@ -92,7 +93,7 @@ def test_prior_prefers_large_and_central_objects():
 
 def test_first_object_is_drawn_in_proportion_to_saliency():
     g = prepared(["man", "dog", "kite", "car"], [[], [], [], []], [0.5, 0.3, 0.15, 0.05])
-    starts = Counter(stage02.walk(g, np.random.default_rng(s), k=2, t_sal=0.0, n_attr=0, paragraph=False)[0].index
+    starts = Counter(walk(g, np.random.default_rng(s), k=2, t_sal=0.0, n_attr=0, paragraph=False)[0].index
                      for s in range(3000))
     for i, p in enumerate(g.saliency):
         assert starts[i] / 3000 == pytest.approx(p, abs=0.03)
@@ -104,7 +105,7 @@ def test_at_most_k_children_drawn_by_saliency():
     g = prepared(["man", "dog", "kite", "car", "bench"], [kids, [], [], [], []], [100, 0.6, 0.3, 0.05, 0.05])
     picked, walks = Counter(), 0
     for s in range(600):
-        mentions = stage02.walk(g, np.random.default_rng(s), k=2, t_sal=0.0, n_attr=0, paragraph=False)
+        mentions = walk(g, np.random.default_rng(s), k=2, t_sal=0.0, n_attr=0, paragraph=False)
         if mentions[0].index != 0:  # the man starts 99% of the walks
             continue
         walks += 1
@@ -119,10 +120,10 @@ def test_revisit_says_the_and_does_not_propagate():
     # man -> horse -> man (a cycle) and horse -> hat: the walk from the man never loops
     g = prepared(["man", "horse", "hat"], [[(1, ["riding"])], [(0, ["under"]), (2, ["next to"])], []], [10, 1, 1])
     for s in range(50):
-        mentions = stage02.walk(g, np.random.default_rng(s), k=2, t_sal=1.0, n_attr=0, paragraph=False)
+        mentions = walk(g, np.random.default_rng(s), k=2, t_sal=1.0, n_attr=0, paragraph=False)
         if mentions[0].index != 0:
             continue
-        text = stage02.render(mentions)
+        text = render(mentions)
         assert text.startswith("A man riding a horse")
         assert "under the man" in text
         assert [m.index for m in mentions].count(0) == 2 and len(mentions) == 4  # man, horse, the man, hat
@@ -136,7 +137,7 @@ def test_jumps_until_t_sal_is_covered():
             kids = [[(int(j), ["near"])] for j in rng.integers(0, n, size=n)]
             kids = [[c for c in ks if c[0] != i] for i, ks in enumerate(kids)]
             g = prepared([NAMES[i] for i in range(n)], kids, rng.random(n) + 0.01)
-            mentions = stage02.walk(g, np.random.default_rng(s), k=2, t_sal=t_sal, n_attr=0, paragraph=False)
+            mentions = walk(g, np.random.default_rng(s), k=2, t_sal=t_sal, n_attr=0, paragraph=False)
             seen = sorted({m.index for m in mentions})
             covered = g.saliency[seen].sum()
             assert covered >= t_sal - 1e-9 or len(seen) == n
@@ -149,7 +150,7 @@ def test_jumps_until_t_sal_is_covered():
 
 def test_paragraph_mode_starts_a_sentence_at_each_jump():
     g = prepared(["dog", "kite", "car"], [[], [], []], [1, 1, 1])
-    text = stage02.render(stage02.walk(g, np.random.default_rng(0), k=2, t_sal=1.0, n_attr=0, paragraph=True))
+    text = render(walk(g, np.random.default_rng(0), k=2, t_sal=1.0, n_attr=0, paragraph=True))
     assert re.fullmatch(r"An? \w+\. An? \w+\. An? \w+\.", text), text
 
 
@@ -177,10 +178,10 @@ def test_surface_text_reads_as_english():
                           {"subject_id": 0, "object_id": 4, "predicate": "has"},
                           {"subject_id": 2, "object_id": 3, "predicate": "under"}]}
     (g,), _ = load_scene_graphs_from([graph])
-    p = stage02.prepare(g, "7", None, [])
+    p = scenegraph.prepare(g, "7", None, [])
     texts = set()
     for s in range(300):
-        texts.add(stage02.render(stage02.walk(p, np.random.default_rng(s), k=2, t_sal=1.0, n_attr=4, paragraph=False)))
+        texts.add(render(walk(p, np.random.default_rng(s), k=2, t_sal=1.0, n_attr=4, paragraph=False)))
     joined = " ".join(texts)
     assert "riding a" in joined and "standing on" in joined and "with an umbrella" in joined
     assert re.search(r"\ban apple\b", joined.lower()) and "a red apple" in joined.lower()

@@ -87,7 +87,7 @@ def world(tmp_path_factory):
                     ids.append(f"{i}_{n}")
     quality = folder / "quality.h5"
     u = np.random.default_rng(0).normal(size=len(ids))
-    write_quality(quality, ids, u, np.zeros(len(ids)))
+    write_quality(quality, ids, u, np.zeros(len(ids)), u)
     return captions, features, selfgen, quality
 
 
@@ -125,7 +125,7 @@ def test_selection_run_log_and_resume_after_kill(tmp_path, world):
 def test_missing_scores_are_an_error(tmp_path, world):
     captions, features, selfgen, _ = world
     partial = tmp_path / "partial.h5"
-    write_quality(partial, ["1_0", "1_1"], [0.0, 0.0], [0.0, 0.0])
+    write_quality(partial, ["1_0", "1_1"], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0])
     proc = run_script(*cmd((captions, features, selfgen, partial), tmp_path / "x"), check=False)
     assert proc.returncode != 0 and "58 self-generated captions have no quality score" in proc.stderr
 

@@ -67,7 +67,7 @@ def test_resume_after_kill_skips_finished_chunks(tmp_path):
 def test_merge_command_and_h5_parts(tmp_path):
     out = tmp_path / "q.h5"
     for i, ids in enumerate((["b10", "b2"], ["a"])):
-        files.write_quality(shard.part_path(out, i, 2), ids, np.zeros(len(ids)), np.ones(len(ids)))
+        files.write_quality(shard.part_path(out, i, 2), ids, np.zeros(len(ids)), np.ones(len(ids)), -np.ones(len(ids)))
     run_script("-m", "clid.shard", "merge", out, "--num-shards", 2)
     assert list(files.read_quality(out)["id"]) == ["a", "b2", "b10"]
     # grouped HDF5 (saliency / features): groups of all parts
@@ -111,7 +111,7 @@ def test_empty_shards_write_empty_parts_and_the_merge_completes(tmp_path):
                                      for i in chunk])
 
     def arrays(chunk, path):
-        files.write_quality(path, [f"{i}_0" for i in chunk], np.zeros(len(chunk)), np.ones(len(chunk)))
+        files.write_quality(path, [f"{i}_0" for i in chunk], np.zeros(len(chunk)), np.ones(len(chunk)), -np.ones(len(chunk)))
 
     for name, process in (("c.jsonl", jsonl), ("s.h5", groups), ("q.h5", arrays)):
         out = tmp_path / name

@@ -206,11 +206,11 @@ def test_u_difficulty_needs_the_trusted_scores(toy, tmp_path):
     pool = sel.Pool(examples.image_ids, examples.caption_ids, 3, np.zeros(0), np.zeros(0, np.int64), 7)
     ids = [f"trusted:{c}" if k < 3 else c for k, c in enumerate(examples.caption_ids)]
     u = np.linspace(-1, 1, len(ids))
-    write_quality(tmp_path / "q.h5", ids, u, np.zeros(len(ids)))
+    write_quality(tmp_path / "q.h5", ids, u, np.zeros(len(ids)), u)
     args = args_for(strategy="curriculum", difficulty="u", quality=tmp_path / "q.h5")
     difficulty, _ = sel.example_difficulty(args, pool, examples, [], {}, regions, "cpu", tmp_path, None, write=False)
     np.testing.assert_allclose(difficulty, -u, rtol=1e-6)
-    write_quality(tmp_path / "q2.h5", ids[3:], u[3:], np.zeros(len(ids) - 3))
+    write_quality(tmp_path / "q2.h5", ids[3:], u[3:], np.zeros(len(ids) - 3), u[3:])
     with pytest.raises(DataError, match="3 trusted captions have no quality score.*--include-trusted"):
         sel.example_difficulty(args_for(strategy="curriculum", difficulty="u", quality=tmp_path / "q2.h5"), pool,
                                examples, [], {}, regions, "cpu", tmp_path, None, write=False)

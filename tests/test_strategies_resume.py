@@ -30,7 +30,8 @@ def world(tmp_path_factory):
                 f.write(json.dumps({"id": f"{i}_{n}", "image_id": i, "caption": text}) + "\n")
     ids = [f"{i}_{n}" for i in range(1, 11) for n in range(3)]
     ids += [f"trusted:{i}#{n}" for i in range(1, 11) for n in range(3)]
-    write_quality(folder / "quality.h5", ids, np.random.default_rng(0).normal(size=len(ids)), np.zeros(len(ids)))
+    u = np.random.default_rng(0).normal(size=len(ids))
+    write_quality(folder / "quality.h5", ids, u, np.zeros(len(ids)), u)
     return folder, captions, features, selfgen
 
 

@@ -99,7 +99,7 @@ def scored_pool(tmp_path):
     trusted = np.concatenate([np.full(18, 0.2), np.full(2, -0.1)])
     quality = tmp_path / "quality.h5"
     write_quality(quality, ids + [f"trusted:{k}#0" for k in range(20)], np.concatenate([u, trusted]),
-                  np.zeros(120), ["selfgen"] * 100 + ["trusted"] * 20)
+                  np.zeros(120), np.concatenate([u, trusted]), ["selfgen"] * 100 + ["trusted"] * 20)
     return selfgen, quality, u
 
 

@@ -323,14 +323,15 @@ def h5_group_ids(path) -> list[str]:
 QUALITY_FIELDS = ("logp_trusted", "logp_extended", "u")
 
 
-def write_quality(path, ids: list[str], logp_trusted, logp_extended, source=None, text_digest=None) -> None:
-    """Write the quality file, with Eq. 1: ``u = logp_trusted - logp_extended`` (in float64, stored
-    as float32); ``source`` (optional) says where each caption comes from ("selfgen", "trusted"),
-    ``text_digest`` (optional, uint64) what each scored caption's text was (clid.data.examples.text_digest)."""
-    logp_trusted, logp_extended = np.asarray(logp_trusted, np.float64), np.asarray(logp_extended, np.float64)
+def write_quality(path, ids: list[str], logp_trusted, logp_extended, u, source=None, text_digest=None) -> None:
+    """Write the quality file: each caption's two log-likelihoods and its quality ``u`` (Eq. 1,
+    :func:`clid.method.quality.eq1_quality`), stored as float32; ``source`` (optional) says where each caption
+    comes from ("selfgen", "trusted"), ``text_digest`` (optional, uint64) what each scored caption's text was
+    (clid.data.examples.text_digest)."""
     arrays = {"id": np.asarray([str(i) for i in ids], dtype=object),
-              "logp_trusted": logp_trusted.astype(np.float32), "logp_extended": logp_extended.astype(np.float32),
-              "u": (logp_trusted - logp_extended).astype(np.float32)}
+              "logp_trusted": np.asarray(logp_trusted, np.float64).astype(np.float32),
+              "logp_extended": np.asarray(logp_extended, np.float64).astype(np.float32),
+              "u": np.asarray(u, np.float64).astype(np.float32)}
     if source is not None:
         arrays["source"] = np.asarray([str(s) for s in source], dtype=object)
     if text_digest is not None:

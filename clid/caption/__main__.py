@@ -72,7 +72,7 @@ def parse_args(argv=None):
     output.add_argument("--thumbnail", type=positive_int, default=THUMBNAIL_SIDE,
                         help="longer side of a gallery image, in pixels")
     run = p.add_argument_group("run", "shards and resumable chunks")
-    run.add_argument("--chunk-size", type=positive_int, default=256, help="images per resumable chunk")
+    shard.add_chunk_size_arg(run, 256, "images")
     shard.add_shard_args(run)
     args = p.parse_args(argv)
     if args.levels in (None, ["all"]):

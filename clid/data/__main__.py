@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from clid.run import runs
-from clid.run.cli import HelpFormatter, WrappedHelpFormatter, non_negative_int, run_main
+from clid.run.cli import HelpFormatter, WrappedHelpFormatter, add_levels_arg, non_negative_int, run_main
 from clid.data.splits import convert_coco
-from clid.base.files import DataError, check_not_input, write_json, write_jsonl
-
-FORCE = "replace an existing --out that this command did not write (without it, such a file is refused)"
+from clid.base.files import check_not_input, write_json, write_jsonl
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m clid.data", description="Caption-file tools.",
@@ -30,7 +27,7 @@ def parse_args(argv=None):
                          help="take val (and restval) from the Karpathy split file (default: the 5,000 val2014 images "
                               "outside the test split with the smallest SHA-1 of their COCO id)")
     convert.add_argument("--val-size", type=non_negative_int, default=5000, help="validation images without --karpathy")
-    convert.add_argument("--force", action="store_true", help=FORCE)
+    runs.add_force_arg(convert)
     ssa = commands.add_parser(
         "convert-ssa", help="CIC-BART-SSA's SSA captions (one JSON per image) -> self-generated captions JSONL",
         formatter_class=WrappedHelpFormatter,
@@ -40,9 +37,8 @@ def parse_args(argv=None):
                     "an ungrounded object are left out and counted (clid/data/ssa.py).")
     ssa.add_argument("--ssa", nargs="+", required=True, metavar="PATH", help="SSA JSON files or folders of them")
     ssa.add_argument("--out", required=True, help="the JSONL to write")
-    ssa.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption",
-                     help="length levels for 'level'")
-    ssa.add_argument("--force", action="store_true", help=FORCE)
+    add_levels_arg(ssa, "length levels for 'level'")
+    runs.add_force_arg(ssa)
     return parser.parse_args(argv)
 
 
@@ -53,10 +49,7 @@ def main(argv=None) -> None:
     check_not_input(args.out, {"--captions": args.captions, "--karpathy": args.karpathy})
     command = "python -m clid.data convert-coco"
     runs.check_own_output(args.out, command, args.force)
-    try:
-        data, notes = convert_coco(args.captions, args.karpathy, args.val_size)
-    except (DataError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
+    data, notes = convert_coco(args.captions, args.karpathy, args.val_size)
     write_json(args.out, data)
     record = runs.run_record(args, inputs=("captions", "karpathy"), settings=("val_size",))
     runs.write_own_record(args.out, record, command)
@@ -69,12 +62,9 @@ def convert_ssa(args) -> None:
     from clid.data.stats import format_table, length_stats
 
     command, notes = "python -m clid.data convert-ssa", []
-    try:
-        check_not_input(args.out, {"--ssa": [*args.ssa, *ssa_files(args.ssa)]})
-        runs.check_own_output(args.out, command, args.force)
-        records, skipped, problems = load_ssa(args.ssa, args.levels, notes=notes)
-    except (DataError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
+    check_not_input(args.out, {"--ssa": [*args.ssa, *ssa_files(args.ssa)]})
+    runs.check_own_output(args.out, command, args.force)
+    records, skipped, problems = load_ssa(args.ssa, args.levels, notes=notes)
     write_jsonl(args.out, records)
     runs.write_own_record(args.out, runs.run_record(args, inputs=("ssa",), settings=("levels",)), command)
     for note in notes:

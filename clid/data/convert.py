@@ -92,7 +92,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"butd: the features' dimension; the byte count of a record then says float16, float32 or "
                         f"float64 (default: the dtype read from the values, {BUTD_DIM} as released where a payload "
                         "fits two)")
-    p.add_argument("--chunk-size", type=positive_int, default=1000, help="images per resumable chunk")
+    shard.add_chunk_size_arg(p, 1000, "images")
     shard.add_shard_args(p)
     args = p.parse_args(argv)
     if not args.out.endswith((".h5", ".hdf5")):

@@ -18,7 +18,7 @@ import json
 
 import numpy as np
 
-from clid.run.cli import HelpFormatter, add_download_arg, run_main
+from clid.run.cli import HelpFormatter, add_download_arg, add_levels_arg, add_tokenizer_arg, run_main
 from clid.base.text import caption_lengths, get_levels
 
 
@@ -125,10 +125,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m clid.stats", description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter)
     parser.add_argument("path", help="Karpathy JSON, COCO captions JSON, paragraphs JSON or JSONL")
-    parser.add_argument("--levels", default="caption", choices=["caption", "paragraph", "labert"],
-                        help="the length levels the shares are counted in")
+    add_levels_arg(parser, "the length levels the shares are counted in")
     parser.add_argument("--split", default=None, help="only this split (e.g. train, val, test)")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer folder or hub name (default: offline bert-base-uncased)")
+    add_tokenizer_arg(parser, "tokenizer folder or hub name")
     add_download_arg(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)

@@ -91,9 +91,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              f"{MAX_REGIONS} regions are read)")
     output = p.add_argument_group("output", "the region-feature file")
     output.add_argument("--out", required=True, help="the region-feature HDF5 to write")
-    output.add_argument("--force", action="store_true",
-                        help="replace an existing --out that this command did not write (without it, such a file "
-                             "is refused)")
+    runs.add_force_arg(output)
     encoder = p.add_argument_group("encoder", "what each region becomes (a checkpoint reads the settings it was "
                                               "trained on)")
     encoder.add_argument("--crop", type=positive_int, default=64, help="boxes are resized to crop x crop for the encoder")
@@ -167,10 +165,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     record = features_record(args)
     runs.check_own_output(args.out, COMMAND, args.force)
-    try:
-        items, skipped, source = regions_of(args)
-    except (DataError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
+    items, skipped, source = regions_of(args)
     if not items:
         first = f" (first: {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
         sys.exit(f"error: {args.images}: no image with boxes was found ({source}){first}")

@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from clid.run import runs
 from clid.run.cli import HelpFormatter, run_main
 
 EMLNET_SIZE = (480, 640)  # (height, width) of the SALICON images EML-Net was trained on
@@ -278,8 +279,7 @@ def main(argv=None) -> None:
                    help="unpickle the source if it holds more than tensors (a pickled module): this runs code "
                         "stored in the file, so use it only for a file you trust (the official EML-Net files hold "
                         "plain tensors and load without it)")
-    c.add_argument("--force", action="store_true",
-                   help="replace an existing --out that this command did not write (without it, such a file is refused)")
+    runs.add_force_arg(c)
     args = parser.parse_args(argv)
     count = convert(args.source, args.out, args.trust_pickle, args.force)
     print(f"wrote {count} tensors to {args.out}; pass it to 01_saliency.py --weights")

@@ -1,6 +1,9 @@
 """Eq. 2: length-normalised caption log-likelihoods under a (non-autoregressive) captioner.
 
-    log p(y | x) = (1/m) * sum_t log P(w_t | w_<t, x)
+    log p(y | x) = (1/m) * sum_t log P(w_t | w_<t, x)                            (Eq. 2)
+
+Stage 05 computes it under the trusted and the extended model; Eq. 1 (:mod:`clid.method.quality`) is their
+difference.
 
 Modes (``prefix`` is the default and the authors' definition):
 

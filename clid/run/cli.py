@@ -128,6 +128,21 @@ unit_interval = number(float, low=0, high=1, what="a number in [0, 1]")
 
 
 # ---------------------------------------------------------------------------------------------
+# Flags that several commands share
+
+def add_levels_arg(parser, help: str, default: str | None = "caption") -> None:
+    """``--levels``: a level set by name (clid.base.text.LEVEL_SETS: caption, paragraph, labert)."""
+    from clid.base.text import LEVEL_SETS
+
+    parser.add_argument("--levels", default=default, choices=list(LEVEL_SETS), help=help)
+
+
+def add_tokenizer_arg(parser, what: str = "tokenizer folder") -> None:
+    """``--tokenizer``: the tokenizer that counts caption lengths (clid.base.text.load_tokenizer)."""
+    parser.add_argument("--tokenizer", default=None, help=f"{what} (default: offline bert-base-uncased)")
+
+
+# ---------------------------------------------------------------------------------------------
 # Running a command: offline, and bad input is one line, not a traceback
 
 ALLOW_DOWNLOAD = "--allow-download"

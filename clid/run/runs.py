@@ -93,6 +93,14 @@ def record_path(out) -> Path:
     return out.with_name(f"{out.name}.run.json")
 
 
+FORCE_HELP = "replace an existing --out that this command did not write (without it, such a file is refused)"
+
+
+def add_force_arg(parser) -> None:
+    """``--force``: let a command replace an --out it did not write (:func:`check_own_output`)."""
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
+
+
 def check_own_output(out, command: str, replace: bool, flag: str = "--force") -> None:
     """Refuse an existing ``out`` that ``command`` did not write (no run record of it beside the file,
     :func:`write_own_record`), unless ``replace`` (the user gave ``flag``). A folder is refused."""

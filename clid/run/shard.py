@@ -52,6 +52,11 @@ def add_shard_args(parser: argparse.ArgumentParser, seed: int = 0) -> None:
                              "or settings, instead of refusing to mix them; replace an --out this stage did not write")
 
 
+def add_chunk_size_arg(parser, default: int, what: str) -> None:
+    """``--chunk-size``: how many ``what`` (images, graphs, captions) one resumable chunk holds."""
+    parser.add_argument("--chunk-size", type=positive_int, default=default, help=f"{what} per resumable chunk")
+
+
 @dataclass(frozen=True)
 class Shard:
     shard_id: int = 0
