@@ -49,6 +49,7 @@ import numpy as np
 
 from clid.run.cli import HelpFormatter, non_negative_int, number, positive_int, run_main, unit_interval
 from clid.demo import BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report, read_preview_records, write_preview
+from clid.data.encoder import add_encoder_size_args
 from clid.data.store import Regions, write_features
 from clid.base.files import read_json, write_json
 from clid.run.runs import record_differences, run_record
@@ -97,13 +98,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     world.add_argument("--refs-per-level", type=non_negative_int, default=3, help="long references per test image and level")
     world.add_argument("--long-levels", type=caption_levels, default="3,4,5,6",
                        help="caption levels of the long references, comma-separated")
-    features.add_argument("--crop", type=positive_int, default=64, help="object crops are resized to crop x crop for the encoder")
-    features.add_argument("--whole", type=positive_int, default=128, help="the whole image is resized to whole x whole")
+    add_encoder_size_args(features, "object crops are resized to crop x crop for the encoder")
     features.add_argument("--colour-bins", type=non_negative_int, default=4,
                           help="each region's features end with two joint RGB histograms, of its box and of what the box "
                                "adds over its surroundings, this many bins per channel (2 * bins**3 values; "
                                "0: EfficientNet features only)")
-    features.add_argument("--batch-size", type=positive_int, default=256, help="encoder batch size")
     run.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                      help="processes drawing and encoding the scenes (one torch thread each)")
     run.add_argument("--chunk", type=positive_int, default=16, help="images per work unit")

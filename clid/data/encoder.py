@@ -12,12 +12,20 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from clid.run.cli import is_whole_number
+from clid.run.cli import is_whole_number, positive_int
 from clid.data.scenegraphs import load_image_data, load_scene_graphs
 from clid.data.store import MAX_REGIONS
 from clid.base.files import DataError, natural_key, read_json
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
+
+
+def add_encoder_size_args(group, crop_help: str) -> None:
+    """``--crop``, ``--whole`` and ``--batch-size``: the sizes the encoder reads regions at, and its batch
+    (00 and ``python -m clid.features``)."""
+    group.add_argument("--crop", type=positive_int, default=64, help=crop_help)
+    group.add_argument("--whole", type=positive_int, default=128, help="the whole image is resized to whole x whole")
+    group.add_argument("--batch-size", type=positive_int, default=256, help="encoder batch size")
 
 
 def crop_regions(image: Image.Image, boxes, crop: int, whole: int, margin: float = 0.1):

@@ -39,6 +39,7 @@ from clid.run.cli import HelpFormatter, number, positive_int, run_main, unit_int
 from clid.data.scenegraphs import image_key_to_id
 from clid.data.encoder import (
     RegionFeatures,
+    add_encoder_size_args,
     detection_regions,
     graph_regions,
     grid_boxes,
@@ -94,11 +95,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     runs.add_force_arg(output)
     encoder = p.add_argument_group("encoder", "what each region becomes (a checkpoint reads the settings it was "
                                               "trained on)")
-    encoder.add_argument("--crop", type=positive_int, default=64, help="boxes are resized to crop x crop for the encoder")
-    encoder.add_argument("--whole", type=positive_int, default=128, help="the whole image is resized to whole x whole")
+    add_encoder_size_args(encoder, "boxes are resized to crop x crop for the encoder")
     encoder.add_argument("--colour-bins", type=number(int, low=0, high=16, what="an integer in 0..16"), default=4,
                          help="colour histogram bins per channel (0: none)")
-    encoder.add_argument("--batch-size", type=positive_int, default=256, help="encoder batch size")
     encoder.add_argument("--chunk", type=positive_int, default=16, help="images encoded together")
     args = p.parse_args(argv)
     if args.image_data and not args.scene_graphs:

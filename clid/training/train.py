@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from clid.run import runtime
-from clid.run.cli import add_download_arg, non_negative_float, non_negative_int, positive_float, positive_int, probability
+from clid.run.cli import add_download_arg, add_levels_arg, non_negative_float, non_negative_int, positive_float, positive_int, probability
 from clid.data.splits import add_split_args
 from clid.data.store import FeatureStore, RegionCache, add_bad_features_arg, add_region_cache_arg
 from clid.base.files import DataError
@@ -372,9 +372,8 @@ def add_train_args(groups: dict) -> None:
     data.add_argument("--features", required=True, help="region features HDF5")
     add_bad_features_arg(data)
     add_region_cache_arg(data)
-    data.add_argument("--levels", choices=["caption", "paragraph", "labert"], default="caption",
-                      help="the length levels: caption (the paper's 7 levels, 1-9, 10-19, ..., 60-69 tokens), "
-                           "paragraph (13 levels up to 129 tokens), labert (LaBERT's 4 levels)")
+    add_levels_arg(data, "the length levels: caption (the paper's 7 levels, 1-9, 10-19, ..., 60-69 tokens), "
+                         "paragraph (13 levels up to 129 tokens), labert (LaBERT's 4 levels)")
     add_split_args(data)
     add_left_out_arg(data)
     add_token_cache_arg(data)
