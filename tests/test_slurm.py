@@ -277,6 +277,24 @@ def test_torchrun_told_to_stop_ends_in_one_line_not_a_traceback(tmp_path):
     assert "Traceback" not in err and "SignalException" not in err
 
 
+def test_a_failing_worker_ends_torchrun_in_one_line_not_a_traceback(tmp_path):
+    """slurm/torchrun.py: a worker's one-line error (rank 0 prints it) is followed by one line of the launcher's,
+    naming the rank and its exit code, and exit code 1; not torchrun's ChildFailedError traceback."""
+    worker = tmp_path / "worker.py"
+    worker.write_text("import os, sys\n"
+                      "if os.environ['RANK'] == '0':\n"
+                      "    print('error: data.json: no such file', file=sys.stderr, flush=True)\n"
+                      "sys.exit(1)\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    done = subprocess.run([sys.executable, "slurm/torchrun.py", "--standalone", "--nproc_per_node", "2", str(worker)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("error: data.json: no such file") == 1
+    assert re.search(r"torchrun: \S+: rank [01] exited with code 1 \(its error is above; 2 of the job's processes "
+                     r"failed\)", done.stderr), done.stderr
+    assert "Traceback" not in done.stderr and "ChildFailedError" not in done.stderr, done.stderr
+
+
 def test_staging_copies_the_features_once_and_says_when_they_do_not_fit(tmp_path):
     features = tmp_path / "features.h5"
     features.write_bytes(os.urandom(4096))
