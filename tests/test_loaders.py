@@ -180,3 +180,34 @@ def test_large_caption_files_show_progress_while_read(tmp_path, monkeypatch, cap
         {"raw": "A dog."}]}]}))
     load_karpathy(karpathy)
     assert capsys.readouterr().out == ""
+
+
+def test_a_loader_process_refuses_a_feature_file_replaced_since_the_run_opened_it(tmp_path):
+    """A loader process opens the feature file again (FeatureStore.reopened): the same file opens, one replaced
+    or rewritten meanwhile is one DataError, so that a run never reads two files as one."""
+    import os
+    import shutil
+
+    import pytest
+
+    from clid.base.files import DataError
+    from clid.data.store import FeatureStore
+    from toyworld import make_toy_world
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _, features = make_toy_world(tmp_path / "a", n_train=4, n_val=1, n_test=1)
+    _, other = make_toy_world(tmp_path / "b", n_train=5, n_val=1, n_test=1, seed=1)
+    store = FeatureStore(features)
+    again = store.reopened()
+    assert again.path == store.path and again.ids() == store.ids()
+    shutil.copy(other, tmp_path / "new.h5")
+    os.replace(tmp_path / "new.h5", features)  # (as a rerun of a writer replaces its output)
+    with pytest.raises(DataError, match="the file was replaced while it was read"):
+        store.reopened()
+    replaced = FeatureStore(features)
+    with open(features, "r+b") as f:  # (rewritten in place: same inode, another size or time)
+        f.seek(0, os.SEEK_END)
+        f.write(b"\0" * 16)
+    with pytest.raises(DataError, match="the file was rewritten while it was read"):
+        replaced.reopened()

@@ -27,7 +27,8 @@ import h5py
 import numpy as np
 import torch
 
-from clid.base.files import DataError, check_image_groups, natural_key, open_h5, write_h5_groups
+from clid.base.files import (DataError, check_image_groups, check_unchanged, natural_key, open_h5, read_state,
+                             write_h5_groups)
 from clid.data.region_inputs import region_inputs
 
 
@@ -397,6 +398,7 @@ class FeatureStore:
         if Path(self.path).is_dir():
             raise DataError(self.path, None, "is a folder, not a region-feature file: python -m clid.features --images "
                                              f"{self.path} --boxes grid 4 --out FILE.h5 makes one of its images")
+        self.state = read_state(self.path)  # (a process that opens the file again reads this very file: reopened)
         self._file = open_h5(self.path, "feature file")
         if not len(self._file):
             raise DataError(self.path, None, "holds no image (expected one group per image id)")
@@ -418,6 +420,13 @@ class FeatureStore:
         except (TypeError, ValueError):
             raise DataError(self.path, "attribute 'feature_dim'", f"{dim!r} is not a whole number") from None
         self._file_shape()  # (a file with no features at all is refused now)
+
+
+    def reopened(self) -> "FeatureStore":
+        """The same file opened again (by a loader process: an HDF5 handle must not cross a fork); a file
+        replaced or rewritten since this one was opened is refused, so that a run never mixes two files."""
+        check_unchanged(self.path, self.state)
+        return FeatureStore(self.path, bad=self.bad)
 
     def entries_not_groups(self) -> list[str]:
         """The file's top-level entries that are not groups (one link lookup each, no object opened: about a

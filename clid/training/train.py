@@ -145,7 +145,7 @@ class StepBatches(torch.utils.data.Dataset):
         inherited cache when it is complete; the tokenizer's thread pool, started before the fork, is never
         waited for here, whatever TOKENIZERS_PARALLELISM says."""
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-        features = FeatureStore(self.regions.features.path, bad=self.regions.features.bad)
+        features = self.regions.features.reopened()
         if self.regions.complete:
             self.regions.features = features
         else:
@@ -767,7 +767,8 @@ class Trainer:
         elif str(err).startswith("DataLoader"):
             why = str(err).replace("DataLoader worker", "a loader process").split(". ")[0].strip().rstrip(".")
         elif "in DataLoader worker process" in str(err):  # (an error inside it: a full /dev/shm, a read-only one)
-            why = "a loader process failed: " + str(err).strip().splitlines()[-1][:300]
+            why = "a loader process failed: " + str(err).strip().splitlines()[-1].removeprefix(
+                f"{DataError.__module__}.DataError: ")[:300]
         else:
             return err
         return SystemExit(f"error: training stopped at step {self.step + 1}: {why} (--workers {self.workers}); nothing "
