@@ -26,6 +26,7 @@ import numpy as np
 
 from clid.base.files import DataError, check_unchanged, read_state, record_problem
 from clid.base.text import FlatEncoder, caption_words
+from clid.run import runtime
 
 MOST_PROCESSES = 8
 PARTS_PER_PROCESS = 8  # (smaller parts: the progress bar moves and the processes finish together)
@@ -39,8 +40,7 @@ class ReaderDied(DataError):
 
 def processes() -> int:
     """The cores this process may use (SLURM's allocation), at most :data:`MOST_PROCESSES`."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(MOST_PROCESSES, cores)
+    return min(MOST_PROCESSES, runtime.available_workers())
 
 
 def line_ranges(path, parts: int) -> list[tuple[int, int]]:

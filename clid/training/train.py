@@ -457,8 +457,8 @@ def workers_arg(text: str):
     """argparse type of --workers: a whole number from 0 to the cores this job may use, or "auto"."""
     if text == "auto":
         return text
-    workers, cores = non_negative_int(text), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if workers > (cores or 1):
+    workers, cores = non_negative_int(text), runtime.available_workers()
+    if workers > cores:
         raise argparse.ArgumentTypeError(f"{workers} loader processes on {cores} core(s) would only wait for each other: "
                                          f"give at most {cores}, or auto")
     return workers
