@@ -165,6 +165,8 @@ def main(argv=None) -> int:
         lengths = caption_lengths([r["caption"] for r in records], tokenizer, args.levels == "paragraph")
         for r, n in zip(records, lengths):
             r.update(n_tokens=n, level=length_to_level(n, args.levels), seed=args.seed)
+        if saliency is not None:  # (no chunk walks maps from two versions of the file)
+            saliency.check_unchanged()
         shard.write_table(chunk.table("problems.tsv"), PROBLEMS, problems)
         files.write_jsonl(chunk.path, records)
 

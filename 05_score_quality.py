@@ -222,6 +222,7 @@ def main(argv=None):
         logp_trusted = eq2(trusted, lambda n: chunk.progress(n // 2))
         logp_extended = eq2(extended, lambda n: chunk.progress(n - n // 2))
         u = eq1_quality(logp_trusted, logp_extended)
+        features.check_unchanged()  # (no chunk is scored from two versions of the file)
         shard.write_table(chunk.table("skipped.tsv"), ("reason", "count"), sorted(not_scored.items()))
         write_quality(chunk.path, examples.caption_ids, logp_trusted, logp_extended, u, examples.sources,
                       examples.digests)

@@ -425,8 +425,13 @@ class FeatureStore:
     def reopened(self) -> "FeatureStore":
         """The same file opened again (by a loader process: an HDF5 handle must not cross a fork); a file
         replaced or rewritten since this one was opened is refused, so that a run never mixes two files."""
-        check_unchanged(self.path, self.state)
+        self.check_unchanged()
         return FeatureStore(self.path, bad=self.bad)
+
+    def check_unchanged(self) -> None:
+        """Refuse the file (a DataError) when it was replaced or rewritten since it was opened: called before
+        a stage writes what it computed from the features (a chunk, a checkpoint, captions)."""
+        check_unchanged(self.path, self.state)
 
     def entries_not_groups(self) -> list[str]:
         """The file's top-level entries that are not groups (one link lookup each, no object opened: about a

@@ -207,4 +207,6 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
         if report is not None:
             report(len(batch))
     bar.close()
+    if hasattr(features, "check_unchanged"):  # (no caption comes from a feature file that changed meanwhile)
+        features.check_unchanged()
     return (out, filled) if return_filled else out

@@ -17,7 +17,7 @@ import numpy as np
 
 from clid.data.records import SceneGraph
 from clid.data.scenegraphs import check_box
-from clid.base.files import DataError, check_image_groups, h5_number, open_h5
+from clid.base.files import DataError, check_image_groups, check_unchanged, h5_number, open_h5, read_state
 from clid.base.text import preprocess
 
 # centre-bias prior: an isotropic Gaussian at the image centre, sigma = PRIOR_SIGMA * image side
@@ -123,8 +123,13 @@ class SaliencySource:
         self.path = str(path)
         if not Path(self.path).exists():
             raise SystemExit(f"error: {self.path}: saliency file not found (run 01_saliency.py, or give --saliency none)")
+        self.state = read_state(self.path)
         self.file = open_h5(self.path, "saliency file")
         check_image_groups(self.file, self.path, "saliency")
+
+    def check_unchanged(self) -> None:
+        """Refuse the file (a DataError) when it was replaced or rewritten since it was opened."""
+        check_unchanged(self.path, self.state)
 
     def get(self, image_id: str, graph_id: str):
         """``(map, width, height)`` or None. Maps are keyed by the output (COCO) id, or by the VG id

@@ -714,6 +714,7 @@ class Trainer:
     def save(self, extra_state: dict | None = None) -> None:
         """Checkpoint the current step; refuses (stops the run) if any weight is NaN or infinite."""
         self.check_finite()
+        self.regions.features.check_unchanged()  # (nothing learned from a feature file that changed is saved)
         for name, tensor in self.model.state_dict().items():  # the same weights on every DDP rank
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise SystemExit(f"error: the weights hold NaN or inf after step {self.step} ({name}); not saved, "
