@@ -31,3 +31,24 @@ def test_attribute_order_and_phrases():
 def test_cleanup():
     assert en.remove_doubled_words("a a dog on on the the grass") == "a dog on the grass"
     assert en.finish_sentence("  a dog  on the grass . ") == "A dog on the grass."
+
+
+def test_broken_phrases():
+    """A caption's phrase is broken by a function word at its end, an article before a function word, an
+    adjective before an article, or "a"/"an" against the next word's sound; whole captions are judged."""
+    assert en.broken_phrase("a dog and a".split()) and en.broken_phrase("a man wearing".split())
+    assert en.broken_phrase("a grass and a in front of a tree".split())
+    assert en.broken_phrase("a woman on a gray the road".split())
+    assert en.broken_phrase("a umbrella on the sand".split()) and en.broken_phrase("an dog".split())
+    assert not en.broken_phrase("a woman in front of an umbrella on the sand".split())
+    assert not en.broken_phrase("a man and a dog next to a table".split())
+    assert not en.broken_phrase("a umbrella".split()[:1] + ["dog"])  # "a dog"
+    assert not en.breaks_phrase("a", "umbrella", sound=False) and en.breaks_phrase("a", "umbrella")
+    assert en.breaks_phrase("the", None) and not en.breaks_phrase("road", None)
+
+
+def test_fix_articles_keeps_the_word_count():
+    assert en.fix_articles("a umbrella and an dog") == "an umbrella and a dog"
+    assert en.fix_articles("A apple on a hour glass.") == "An apple on an hour glass."
+    assert en.fix_articles("a a dog") == "a a dog"  # (an article before an article is left to the clean-up)
+    assert en.fix_articles("a 3 dogs") == "a 3 dogs"

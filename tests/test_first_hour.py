@@ -164,7 +164,7 @@ def check_the_quick_checkpoints_captions(checkout: Path, env: dict) -> None:
     """The quick checkpoint's captions of the demo world's test images, as `clid.caption` writes them by
     default (n-gram blocking): at L1 to L4 no more captions repeat a 3-gram than the world's own texts of
     the level do (its long descriptions; its trusted captions at L1 and L2), plus 5 points; no caption holds
-    a 4-gram three times; every length is inside its level. (That the blocking bites:
+    a 4-gram three times; at most 5% break a phrase (the world's texts: none); every length is inside its level. (That the blocking bites:
     test_blocking_fills_a_repeated_phrase_with_other_words.)
 
     The model is the one `make checkpoint` trains here: the tests' tiny world and CLID_DEMO_STEPS=2
@@ -196,6 +196,7 @@ def check_the_quick_checkpoints_captions(checkout: Path, env: dict) -> None:
         own = repetition(texts[level][1])["repeats_3gram"] if level in texts else 0.0
         assert rates["3", level]["repeats_3gram"] <= own + 0.05, (level, rates["3", level], own)
         assert rates["3", level]["max_4gram"] < 3, (level, rates["3", level])
+        assert rates["3", level]["broken"] <= 0.05, (level, rates["3", level])  # (the world's own texts: 0%)
 
 
 
@@ -216,6 +217,41 @@ def test_blocking_fills_a_repeated_phrase_with_other_words():
     assert chosen[0, 3:].tolist() == [a, dress, on, a, woman]
     # the authors' decoding takes the best words, "a dress and a dress and on" and the end
     assert [best[i][0] for i in range(3, 8)] == [a, dress, and_, on, END]
+
+
+def test_blocking_takes_no_word_that_breaks_a_phrase():
+    """The phrase rules of the decoding remedy: no article before a function word, no function word before the
+    end (the "." or the last position), no adjective before an article, no word piece after a function word;
+    the next best candidate is taken, and "a"/"an" are mended after decoding, keeping the length."""
+    import torch
+
+    from clid.base.text import eos_id, load_tokenizer
+    from clid.method.decode import PhraseIds, fill_without_repeats
+
+    tokenizer = load_tokenizer()
+    ids = dict(zip(*[["a", "the", "woman", "on", "in", "road", "and", "sand", "gray", "##ered", "tree"],
+                     tokenizer.convert_tokens_to_ids(["a", "the", "woman", "on", "in", "road", "and", "sand", "gray",
+                                                      "##ered", "tree"])]))
+    MASK, END = tokenizer.mask_token_id, eos_id(tokenizer)
+    row = torch.tensor([[ids["a"], ids["woman"], ids["on"], MASK, MASK, MASK, MASK]])
+    best = {3: ["the", "a"], 4: ["in", "road"], 5: ["and", "sand"], 6: ["and", "tree"]}  # best first
+    candidates = torch.tensor([[[t, t] for t in row[0].tolist()[:3]] + [[ids[w] for w in best[i]] for i in range(3, 7)]])
+    fill = lambda r, c, phrase: fill_without_repeats(r, r == MASK, c, torch.rand(1, r.shape[1], 2), 3, {MASK, END},
+                                                     END, first_end=0, phrase=phrase)[1][0].tolist()
+    phrase = PhraseIds(tokenizer)
+    # "the in": road | "road and" then "and" last: the row's end takes no function word: tree
+    assert fill(row, candidates, phrase)[3:] == [ids[w] for w in ("the", "road", "and", "tree")]
+    assert fill(row, candidates, None)[3:] == [ids[w] for w in ("the", "in", "and", "tree")]  # without: "the in"
+    # a function word before a fixed ".", an adjective before an article, a word piece after "a"
+    row = torch.tensor([[ids["a"], MASK, END]])
+    candidates = torch.tensor([[[ids["a"]] * 3, [ids["and"], ids["road"], ids["tree"]], [END] * 3]])
+    assert fill(row, candidates, phrase)[1] == ids["road"]
+    row = torch.tensor([[ids["gray"], MASK, ids["road"]]])
+    candidates = torch.tensor([[[ids["gray"]] * 3, [ids["the"], ids["sand"], ids["tree"]], [ids["road"]] * 3]])
+    assert fill(row, candidates, phrase)[1] == ids["sand"]
+    row = torch.tensor([[ids["a"], MASK, END]])
+    candidates = torch.tensor([[[ids["a"]] * 3, [ids["##ered"], ids["tree"], ids["road"]], [END] * 3]])
+    assert fill(row, candidates, phrase)[1] == ids["tree"]
 
 
 def test_every_docs_command_runs_as_written(tmp_path, hub):

@@ -27,7 +27,10 @@ no n-gram already in the sequence and doubles no word. A blocked word is replace
 "." (the end), and before the level's shortest length "." is no candidate at all, so that a blocked
 phrase does not turn into a shorter caption, nor one too short for its level (captions only: in a
 paragraph "." also ends a sentence). N-grams
-holding a [MASK] or "." (the end and the padding) do not count.
+holding a [MASK] or "." (the end and the padding) do not count. With blocking, a candidate that breaks a
+phrase with a neighbour is passed over too (no article before a function word, no function word at the end,
+no adjective before an article, no word piece after a function word: clid.method.english.breaks_phrase),
+and "a"/"an" are mended after decoding, the length unchanged.
 docs/decoding.md has its measurements on the demo world.
 """
 from __future__ import annotations
@@ -36,7 +39,7 @@ import torch
 
 from clid.data.store import FeatureStore, load_regions, pad_regions
 from clid.method.captioner import Captioner
-from clid.method.english import remove_doubled_words
+from clid.method.english import ADJECTIVES, FUNCTION_WORDS, breaks_phrase, fix_articles, remove_doubled_words
 from clid.base.text import content_end, decode, eos_id, get_levels, keeps_sentences
 
 # mask-predict steps per level: the 7 caption levels, then +5 per further level
@@ -62,6 +65,7 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
     mask_id = model.tokenizer.mask_token_id
     end = int(model.to_output(torch.tensor(eos_id(model.tokenizer))))  # the head's class of "."
     levels = torch.full((B,), level, dtype=torch.long, device=device)
+    phrase = PhraseIds(model.tokenizer) if block_ngram else None
     # penalty on "." at positions low-1 .. high-1: decay ** (high - position)
     eos_scale = torch.ones(high, device=device)
     if eos_decay != 1.0:
@@ -85,7 +89,7 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
             end_token = int(eos_id(model.tokenizer))
             ends = None if keeps_sentences(model.levels) else end_token  # (in a paragraph "." also ends a sentence)
             chosen_conf, chosen_ids = fill_without_repeats(ids, ids == mask_id, full_ids, full_conf, block_ngram,
-                                                           {mask_id, end_token}, ends, low - 1)
+                                                           {mask_id, end_token}, ends, low - 1, phrase)
             fill = (ids == mask_id)[where]
             confidence, predicted = confidence.clone(), predicted.clone()
             confidence[fill], predicted[fill] = chosen_conf[where][fill], chosen_ids[where][fill]
@@ -113,15 +117,34 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
     return tokens
 
 
+class PhraseIds:
+    """Which neighbouring token ids break a phrase, for :func:`fill_without_repeats`: the pairs of words
+    clid.method.english.breaks_phrase names (the stop "." as the end), and a word piece ("##ered") after a
+    function word ("a" + "##ered" reads "aered")."""
+
+    def __init__(self, tokenizer):
+        self.words = {i: w for w, i in tokenizer.get_vocab().items()}
+        self.stop = eos_id(tokenizer)
+
+    def breaks(self, left: int, right: int) -> bool:
+        word, next_word = self.words.get(left, ""), self.words.get(right, "")
+        if word not in FUNCTION_WORDS and word not in ADJECTIVES:
+            return False
+        if next_word.startswith("##"):
+            return word in FUNCTION_WORDS
+        return breaks_phrase(word, None if right == self.stop else next_word, sound=False)
+
+
 def fill_without_repeats(tokens: torch.Tensor, holes: torch.Tensor, candidates: torch.Tensor,
                          candidate_conf: torch.Tensor, n: int, exempt: set[int], end: int | None = None,
-                         first_end: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                         first_end: int = 0, phrase: "PhraseIds | None" = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(confidence [B, T], token id [B, T]) for the ``holes`` of ``tokens`` [B, T], filled left to right:
     at each hole the first of its ``candidates`` [B, T, K] (best first) that completes no n-gram already
     in the row (n-grams holding a token of ``exempt`` do not count), doubles no neighbour ("a a", which
-    the caption's clean-up would collapse to a shorter caption) and is not ``end`` before position
-    ``first_end``, nor ``end`` in place of a better candidate that was blocked (a blocked phrase does not
-    shorten the caption); the first candidate that is not such an ``end`` when every one repeats."""
+    the caption's clean-up would collapse to a shorter caption), breaks no phrase with a neighbour
+    (``phrase``: no function word before the stop, none after an article) and is not ``end`` before
+    position ``first_end``, nor ``end`` in place of a better candidate that was blocked (a blocked phrase
+    does not shorten the caption); the first candidate that is not such an ``end`` when every one repeats."""
     rows, holes_at = tokens.tolist(), holes.tolist()
     options, option_conf = candidates.tolist(), candidate_conf.tolist()
     out_ids = [[0] * len(row) for row in rows]
@@ -149,8 +172,11 @@ def fill_without_repeats(tokens: torch.Tensor, holes: torch.Tensor, candidates: 
                 if token == end and j != allowed[0]:  # a blocked word is replaced by a word, not by the end
                     continue
                 doubled = token not in exempt and token in row[max(0, at - 1):at] + row[at + 1:at + 2]
+                after = row[at + 1] if at + 1 < length else None if phrase is None else phrase.stop  # (the row's end)
+                broken = phrase is not None and ((at > 0 and phrase.breaks(row[at - 1], token)) or
+                                                 phrase.breaks(token, after))
                 grams = list(windows(at))
-                if not doubled and all(seen.get(g, 0) == 0 for g in grams) and len(set(grams)) == len(grams):
+                if not doubled and not broken and all(seen.get(g, 0) == 0 for g in grams) and len(set(grams)) == len(grams):
                     pick = j
                     break
             row[at] = options[b][at][pick]
@@ -200,7 +226,8 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
                                    block_ngram=block_ngram)
             for image_id, row in zip(batch, ids.tolist()):
                 text = decode(row, model.tokenizer, keep_sentences=paragraphs)
-                out[level][str(image_id)] = remove_doubled_words(text) if dedupe else text
+                text = remove_doubled_words(text) if dedupe else text
+                out[level][str(image_id)] = fix_articles(text) if block_ngram else text
                 if content_end(row, end, paragraphs) == len(row):  # filled the level without "." padding
                     filled[level].add(str(image_id))
             bar.update(1)

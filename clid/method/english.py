@@ -185,6 +185,42 @@ VERBS = {"wear", "hold", "ride", "sit", "stand", "carry", "eat", "look", "walk",
          "talk", "smile", "point", "carve", "wash", "open", "close", "pick", "drag", "dig", "paint", "fix",
          "sail", "skate", "ski", "surf", "board", "hover", "stick", "tie", "slice", "stir", "pour", "grab"}
 _AUXILIARIES = {"is", "are", "am", "was", "were", "be", "being", "been", "it", "its"}
+
+# Words that end no caption and follow no article ("... and a", "a the", "next a on"): articles, conjunctions,
+# prepositions, possessives, auxiliaries and the walks' participles (clid.method.walk)
+ARTICLES = {"a", "an", "the"}
+FUNCTION_WORDS = ARTICLES | {"and", "or", "of", "on", "in", "at", "to", "with", "by", "for", "from", "into", "onto",
+                             "over", "under", "below", "above", "behind", "beside", "near", "next", "front", "inside",
+                             "its", "his", "her", "their", "is", "are", "was", "were", "wearing", "holding"}
+
+
+ADJECTIVES = SIZE_WORDS | COLOUR_WORDS
+
+
+def breaks_phrase(left: str, right: str | None, sound: bool = True) -> bool:
+    """Whether the word ``left`` then ``right`` (None: the end) breaks a phrase: a function word at the end,
+    an article before a function word, an adjective before an article ("a gray the sky"), and (``sound``)
+    "a" or "an" against the next word's sound ("a umbrella", which :func:`fix_articles` mends)."""
+    if right is None:
+        return left in FUNCTION_WORDS
+    if sound and left in ("a", "an") and right.isalpha() and right not in FUNCTION_WORDS:
+        return left != article(right)
+    return (left in ARTICLES and right in FUNCTION_WORDS) or (left in ADJECTIVES and right in ARTICLES)
+
+
+def fix_articles(text: str) -> str:
+    """"a" or "an" as the next word sounds ("a umbrella" -> "an umbrella"); the word count stays."""
+    words = text.split(" ")
+    for i, (word, right) in enumerate(zip(words, words[1:])):
+        if word.lower() in ("a", "an") and right[:1].isalpha() and right.lower() not in FUNCTION_WORDS:
+            fixed = article(right)
+            words[i] = fixed if word.islower() else fixed.capitalize()
+    return " ".join(words)
+
+
+def broken_phrase(words: list[str]) -> bool:
+    """Whether lower-cased words (a full stop stripped) hold a pair that breaks a phrase (:func:`breaks_phrase`)."""
+    return any(breaks_phrase(left, right) for left, right in zip(words, words[1:] + [None]))
 _DOUBLING = re.compile(r"^[^aeiou]*[aeiou][^aeiouwxy]$")  # one-syllable CVC words double: sit -> sitting
 
 
