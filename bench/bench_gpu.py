@@ -378,9 +378,9 @@ class TrainRig:
         self.batches = StepBatches(data.examples, self.model, self.regions, self.schedule, range(count), seed=0)
         # every region read once (the cache is warm), each batch in pinned memory as the loader's workers hand
         # it over
-        self.made = [(runtime.pin(inputs, device), *runtime.pin([places, classes], device))
-                     for inputs, places, classes in (self.batches[i] for i in range(count))]
-        staged = [runtime.to_device([*inputs, places, classes], device) for inputs, places, classes in self.made]
+        self.made = [(runtime.pin(inputs, device), *runtime.pin([places, classes, keys], device))
+                     for inputs, places, classes, keys in (self.batches[i] for i in range(count))]
+        staged = [runtime.to_device([*inputs, places, classes, keys], device) for inputs, places, classes, keys in self.made]
         self.staged = itertools.cycle(staged)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-5, eps=1e-6, weight_decay=0.01, fused=True)
 
@@ -393,9 +393,9 @@ class TrainRig:
         model.train()
         runtime.use_precision("auto", self.device)
         for _ in range(self.size["train_steps"]):
-            *inputs, places, classes = next(self.staged)
+            *inputs, places, classes, keys = next(self.staged)
             with runtime.autocast("auto", self.device):
-                logits = model(*inputs, places)
+                logits = model(*inputs, places, dropout_keys=keys)  # (keyed dropout, as 04's default)
             loss_sum, weight_sum = masked_lm_loss(logits, classes, 1012)
             self.optimizer.zero_grad(set_to_none=True)
             (loss_sum / weight_sum).backward()

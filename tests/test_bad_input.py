@@ -2162,6 +2162,10 @@ row("04", "batch-size-superscript", lambda w, d: w.train_args(d / "out", "--batc
 row("04", "workers-above-the-cores", lambda w, d: w.train_args(d / "out", "--workers", "4096"), "argument --workers")
 row("06", "workers-above-the-cores", lambda w, d: w.selection_args(d / "out", "--workers", "4096"), "argument --workers")
 row("04", "resume-precision-fp32-after-auto", lambda w, d: trained_then(w, d, "--precision", "fp32"), "already trained", "ok")
+row("04", "dropout-draws-unknown", lambda w, d: w.train_args(d / "out", "--dropout-draws", "batch"), "argument --dropout-draws")
+row("06", "dropout-draws-unknown", lambda w, d: w.selection_args(d / "out", "--dropout-draws", "Example"), "argument --dropout-draws")
+row("04", "resume-dropout-draws-changed", lambda w, d: trained_then(w, d, "--dropout-draws", "rank"),
+    "--dropout-draws example then, rank now", leaves_output=True)
 row("04", "bert-folder-not-found", lambda w, d: w.train_args(d / "out", "--preset", "labert", "--bert", d / "nope"),
     "not found: there is no folder")
 row("04", "bert-folder-empty", lambda w, d: w.train_args(d / "out", "--preset", "minilm", "--bert", (d / "e").mkdir() or d / "e"),

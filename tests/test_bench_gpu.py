@@ -29,7 +29,8 @@ def test_bench_gpu_smoke_on_the_cpu(tmp_path):
     padded = next(row for path, row in rows.items() if path.startswith("token_logprob_hidden P=64 H=16 V=320 bf16"))
     assert padded["max_difference_from_unpadded"] < 0.05  # the -inf bias: the padding changes no log p beyond bf16
     score = next(row for path, row in rows.items() if path.startswith("05 prefix scoring"))
-    assert score["max_logp_difference"] == 0.0  # auto is float32 on the CPU: the same scores
+    # auto is float32 on the CPU: the same scores, to the rounding of other batch sizes (2e-7 on an AVX-512 CPU)
+    assert score["max_logp_difference"] <= 1e-5
     ct2 = next(row for path, row in rows.items() if path.endswith(": CTranslate2"))
     assert ct2["same_beams"] == ct2["pieces"]  # float32 on the CPU: the two engines' best beams are the same
     hours = rows["recipe GPU-hours"]

@@ -371,8 +371,8 @@ def test_loader_workers_make_the_same_batches(world, tmp_path):
     loaded = list(trainer.batches(batch_for, range(3, 9)))
     assert len(here) == len(loaded) == 6
     for a, b in zip(here, loaded):
-        (inputs_a, places_a, classes_a), (inputs_b, places_b, classes_b) = a, b
-        assert all(torch.equal(x, y) for x, y in zip([*inputs_a, places_a, classes_a], [*inputs_b, places_b, classes_b]))
+        (inputs_a, *rest_a), (inputs_b, *rest_b) = a, b  # (places, classes, dropout keys)
+        assert all(torch.equal(x, y) for x, y in zip([*inputs_a, *rest_a], [*inputs_b, *rest_b]))
     halves = [StepBatches(trainer.examples, trainer.model, trainer.regions, batch_for, range(3, 4), 0, rank, 2)[0]
               for rank in (0, 1)]
     assert sum(len(h[0][4]) for h in halves) == 8  # the levels of both ranks' rows: the global batch

@@ -122,7 +122,7 @@ def test_preset_labert_on_converted_vlp_features_is_the_authors_model(tmp_path, 
     c = model.config
     assert (c.preset, c.box_input, c.tie_head, c.region_dropout) == ("labert", "authors", False, True)
     assert (c.region_dim, c.region_hidden, c.num_classes, c.region_norm) == (2048, 2048, 1601, "none")
-    assert model.embeddings.region_embed[-1].p == 0.1 and model.embeddings.region_position_embed[-1].p == 0.1
+    assert [d.p for d in model.embeddings.region_end_dropouts] == [0.1, 0.1]  # both region MLPs end in dropout
     assert model.head.decoder is not None and model.output_weight.data_ptr() != model.embeddings.word_embeddings.weight.data_ptr()
     optimizer = torch.load(tmp_path / "ck" / "optimizer.pt", weights_only=True)
     assert optimizer["param_groups"][0]["eps"] == 1e-6
@@ -210,7 +210,7 @@ def test_a_checkpoint_from_before_these_settings_loads_as_the_model_it_was(tmp_p
     (tmp_path / "ck" / "config.json").write_text(json.dumps(config))
     loaded = load_checkpoint(tmp_path / "ck")
     assert loaded.config == old.config and loaded.head.decoder is None
-    assert len(loaded.embeddings.region_embed) == 3  # no dropout module
+    assert len(loaded.embeddings.region_end_dropouts) == 0  # no dropout after the region MLPs
 
 
 def test_region_cache_keeps_the_latest_images_within_its_bytes(tmp_path, monkeypatch):

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from clid.base.text import default_tokenizer_path, get_levels, load_tokenizer
+from clid.method.dropout import DropoutKeys, KeyedDropout, attention_places, drop, keep_mask
 from clid.data.region_inputs import BOX_INPUTS
 from clid.run import runtime
 
@@ -182,17 +183,26 @@ class SelfAttention(nn.Module):
         self.query = nn.Linear(c.hidden_size, c.hidden_size)
         self.key = nn.Linear(c.hidden_size, c.hidden_size)
         self.value = nn.Linear(c.hidden_size, c.hidden_size)
-        self.dropout = c.dropout
+        self.dropout = KeyedDropout(c.dropout)  # (of the attention probabilities; no weights)
 
-    def forward(self, x, key_padding, queries=None):
+    def forward(self, x, key_padding, queries=None, keys: DropoutKeys | None = None):
         """x [B, S, H]; key_padding [B, 1, 1, S], additive or boolean (True: attend); queries [B, Q, H]
-        (None: every position)."""
+        (None: every position); ``keys``: keyed dropout (clid.method.dropout), in training."""
         B, S, H = x.shape
         heads = lambda t: t.view(B, t.shape[1], self.num_heads, H // self.num_heads).transpose(1, 2)
         q = heads(self.query(x if queries is None else queries))
         k, v = heads(self.key(x)), heads(self.value(x))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_padding,
-                                             dropout_p=self.dropout if self.training else 0.0)
+        p = self.dropout.p if self.training else 0.0
+        if keys is None or p == 0:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_padding, dropout_p=p)
+        else:  # the probabilities made here, to drop them with each example's own mask
+            scores = q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5)
+            if key_padding.dtype == torch.bool:
+                scores = scores.masked_fill(~key_padding, float("-inf"))
+            else:
+                scores = scores + key_padding
+            places = attention_places(self.num_heads, keys.positions, keys.positions)
+            out = drop(scores.softmax(-1), keep_mask(keys, self.dropout.site, places, p), p) @ v
         return out.transpose(1, 2).reshape(B, q.shape[2], H)
 
 
@@ -203,10 +213,10 @@ class DenseNorm(nn.Module):
         super().__init__()
         self.dense = nn.Linear(d_in, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = KeyedDropout(c.dropout)
 
-    def forward(self, x, residual):
-        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+    def forward(self, x, residual, keys: DropoutKeys | None = None):
+        return self.LayerNorm(self.dropout(self.dense(x), keys) + residual)
 
 
 class Attention(nn.Module):
@@ -215,8 +225,8 @@ class Attention(nn.Module):
         self.self = SelfAttention(c)
         self.output = DenseNorm(c.hidden_size, c)
 
-    def forward(self, x, key_padding, queries=None):
-        return self.output(self.self(x, key_padding, queries), x if queries is None else queries)
+    def forward(self, x, key_padding, queries=None, keys: DropoutKeys | None = None):
+        return self.output(self.self(x, key_padding, queries, keys), x if queries is None else queries, keys)
 
 
 class Intermediate(nn.Module):
@@ -235,10 +245,10 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(c)
         self.output = DenseNorm(c.intermediate_size, c)
 
-    def forward(self, x, key_padding, queries=None):
+    def forward(self, x, key_padding, queries=None, keys: DropoutKeys | None = None):
         """New states of every position, or only of ``queries`` (states [B, Q, H] taken from x)."""
-        x = self.attention(x, key_padding, queries)
-        return self.output(self.intermediate(x), x)
+        x = self.attention(x, key_padding, queries, keys)
+        return self.output(self.intermediate(x), x, keys)
 
 
 class Encoder(nn.Module):
@@ -246,8 +256,9 @@ class Encoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(Layer(c) for _ in range(c.num_layers))
 
-    def forward(self, x, key_padding, keep=None):
-        """Final states [B, S, H]; with ``keep`` (positions [B, Q]) only those, [B, Q, H].
+    def forward(self, x, key_padding, keep=None, keys: DropoutKeys | None = None):
+        """Final states [B, S, H]; with ``keep`` (positions [B, Q]) only those, [B, Q, H]; ``keys``: keyed
+        dropout (training: every position, no ``keep``).
 
         Only the kept positions' final states are needed, so the last layer computes keys and values
         for every position but queries, attention output and feed-forward for the kept ones alone.
@@ -256,7 +267,7 @@ class Encoder(nn.Module):
         for i, layer in enumerate(self.layer):
             if keep is not None and i == len(self.layer) - 1:
                 return layer(x, key_padding, kept(x))
-            x = layer(x, key_padding)
+            x = layer(x, key_padding, keys=keys)
         return x if keep is None else kept(x)
 
 
@@ -303,12 +314,12 @@ class Embeddings(nn.Module):
         self.position_embeddings = nn.Embedding(c.max_position, c.hidden_size)
         self.token_type_embeddings = nn.Embedding(c.num_levels + 2, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.dropout = nn.Dropout(c.dropout)
-        # (the dropout comes last, so the weights keep their names with and without it)
-        ends = [nn.Dropout(c.dropout)] if c.region_dropout else []
+        self.dropout = KeyedDropout(c.dropout)
         self.region_embed = nn.Sequential(nn.Linear(c.region_dim, c.region_hidden), nn.ReLU(),
-                                          nn.Linear(c.region_hidden, c.hidden_size), *ends)
-        self.region_position_embed = nn.Sequential(nn.Linear(6 + c.num_classes, c.hidden_size), nn.ReLU(), *ends)
+                                          nn.Linear(c.region_hidden, c.hidden_size))
+        self.region_position_embed = nn.Sequential(nn.Linear(6 + c.num_classes, c.hidden_size), nn.ReLU())
+        # the dropouts at the end of both region MLPs (--region-dropout); none in a legacy config
+        self.region_end_dropouts = nn.ModuleList(KeyedDropout(c.dropout) for _ in range(2 if c.region_dropout else 0))
         self.region_type = c.region_type
         self.standardize = c.region_norm == "standardize"
         if self.standardize:  # set from the training features by clid.training.train.standardize_regions
@@ -325,7 +336,7 @@ class Embeddings(nn.Module):
                              "(its input_vocab: the tokens of the --output-vocab files plus [PAD] and [MASK])")
         return rows
 
-    def forward(self, regions, region_pos, input_ids, levels):
+    def forward(self, regions, region_pos, input_ids, levels, keys: DropoutKeys | None = None):
         B, T = input_ids.shape
         positions = torch.arange(T, device=input_ids.device)
         text = (self.word_embeddings(self.rows(input_ids)) + self.position_embeddings(positions)[None]
@@ -333,8 +344,12 @@ class Embeddings(nn.Module):
         region_type = self.token_type_embeddings.weight[self.region_type]
         if self.standardize:
             regions = (regions - self.region_mean) / self.region_std
-        region = self.region_embed(regions) + self.region_position_embed(region_pos) + region_type
-        return self.dropout(self.LayerNorm(torch.cat([region, text], dim=1)))
+        region, region_position = self.region_embed(regions), self.region_position_embed(region_pos)
+        if self.region_end_dropouts:
+            region_keys = None if keys is None else keys.regions(regions.shape[1])
+            region = self.region_end_dropouts[0](region, region_keys)
+            region_position = self.region_end_dropouts[1](region_position, region_keys)
+        return self.dropout(self.LayerNorm(torch.cat([region + region_position + region_type, text], dim=1)), keys)
 
 
 class LMHead(nn.Module):
@@ -365,6 +380,8 @@ class Captioner(nn.Module):
         self.embeddings = Embeddings(config)
         self.encoder = Encoder(config)
         self.head = LMHead(config)
+        for site, dropout in enumerate(m for m in self.modules() if isinstance(m, KeyedDropout)):
+            dropout.site = site  # (each dropout of the network draws its own masks)
         self.apply(self._init_weights)
         self.tokenizer = None  # attached by build_model / load_checkpoint
         # An optional output shortlist: the head predicts only config.output_vocab (sorted token ids).
@@ -413,7 +430,8 @@ class Captioner(nn.Module):
         """Classes of the head -> token ids."""
         return classes if self.output_ids is None else self.output_ids[classes]
 
-    def encode(self, regions, region_pos, region_mask, input_ids, levels, text_positions=None, grouped=None):
+    def encode(self, regions, region_pos, region_mask, input_ids, levels, text_positions=None, grouped=None,
+               dropout_keys=None):
         """Final hidden states of the text positions, [B, T, H].
 
         regions [B, R, D], region_pos [B, R, 6+C], region_mask [B, R] (True = a real region),
@@ -427,15 +445,22 @@ class Captioner(nn.Module):
         passes and the synchronisations that form them cost more than the padding, so there the batch
         is one padded pass with a boolean key-padding mask. Padded keys are masked either way, so both
         give the same states (to rounding); padded positions of the output are zero.
+
+        ``dropout_keys`` (int64 [B], in training): each row's key of keyed dropout (clid.method.dropout), so that
+        a row's dropout masks are its own whatever batch, padding or group it runs in; None: torch's dropout.
         """
         text_mask = input_ids != self.pad_id
         key_mask = torch.cat([region_mask, text_mask], dim=1)
-        x = self.embeddings(regions, region_pos, input_ids, levels)  # one embedding lookup for the batch
         R, T = regions.shape[1], input_ids.shape[1]
+        keys = None if dropout_keys is None else DropoutKeys.for_batch(dropout_keys, R, T)
+        if keys is not None and text_positions is not None:
+            raise ValueError("keyed dropout runs the encoder over every position (no text_positions)")
+        x = self.embeddings(regions, region_pos, input_ids, levels, keys)  # one embedding lookup for the batch
         if grouped is None:
             grouped = runtime.device_plan(regions.device).grouped_encoding
         if not grouped:
-            states = self.encoder(x, key_mask[:, None, None, :], keep=None if text_positions is None else R + text_positions)
+            states = self.encoder(x, key_mask[:, None, None, :], keep=None if text_positions is None else R + text_positions,
+                                  keys=keys)
             return states[:, R:] * text_mask[..., None] if text_positions is None else \
                 states * text_mask.gather(1, text_positions)[..., None]
         # additive attention bias that hides padded regions and padded text from every query
@@ -443,20 +468,20 @@ class Captioner(nn.Module):
         key_padding = key_padding.masked_fill(~key_mask, torch.finfo(regions.dtype).min)[:, None, None, :]
         lengths = text_mask.sum(1)
 
-        def text_states(xs, padding, positions):
+        def text_states(xs, padding, positions, keys=None):
             """Final states of equal-length rows: every text position, or those at ``positions``."""
             if positions is None:
-                return self.encoder(xs, padding)[:, R:]
+                return self.encoder(xs, padding, keys=keys)[:, R:]
             return self.encoder(xs, padding, keep=R + positions)
 
         if bool((lengths == T).all()):
-            return text_states(x, key_padding, text_positions)
+            return text_states(x, key_padding, text_positions, keys)
         out = x.new_zeros(x.shape[0], T if text_positions is None else text_positions.shape[1], x.shape[2])
         for length in lengths.unique().tolist():
             rows = (lengths == length).nonzero().squeeze(1)
             xs, padding = x[rows, :R + length], key_padding[rows, ..., :R + length]
             if text_positions is None:
-                out[rows, :length] = text_states(xs, padding, None)
+                out[rows, :length] = text_states(xs, padding, None, None if keys is None else keys.take(rows, R + length))
             else:  # a position in the padding gets zeros, as in the full output
                 positions = text_positions[rows]
                 out[rows] = text_states(xs, padding, positions.clamp(max=length - 1)) * (positions < length)[..., None]
@@ -479,10 +504,11 @@ class Captioner(nn.Module):
     def logits_from_hidden(self, h):
         return F.linear(h, self.output_weight, self.head.bias)
 
-    def forward(self, regions, region_pos, region_mask, input_ids, levels, positions, grouped=None):
+    def forward(self, regions, region_pos, region_mask, input_ids, levels, positions, grouped=None, dropout_keys=None):
         """Logits [P, V] at the positions (bool [B, T], or their flat places) that need a prediction
-        (``grouped``: :meth:`encode`'s)."""
-        states = self.encode(regions, region_pos, region_mask, input_ids, levels, grouped=grouped)
+        (``grouped``, ``dropout_keys``: :meth:`encode`'s)."""
+        states = self.encode(regions, region_pos, region_mask, input_ids, levels, grouped=grouped,
+                             dropout_keys=dropout_keys)
         return self.logits_from_hidden(self.hidden(states, positions))
 
     @property

@@ -138,7 +138,8 @@ class StepBatches(torch.utils.data.Dataset):
         if bool((classes < 0).any()):
             token = self.model.tokenizer.convert_ids_to_tokens(int(wanted[classes < 0][0]))
             return BadBatch(None, None, f"token {token!r} is not in the model's output vocabulary")
-        return (*regions, input_ids, levels), masked.flatten().nonzero()[:, 0], classes
+        keys = torch.tensor([item_seed(self.seed, "dropout", step, int(place)) & 0xFFFFFFFF for place in places])
+        return (*regions, input_ids, levels), masked.flatten().nonzero()[:, 0], classes, keys
 
     def open_in_worker(self, worker_id: int) -> None:
         """A loader worker's own handle on the feature file (an HDF5 handle must not cross a fork), and the
@@ -313,6 +314,7 @@ class TrainSettings:
     seed: int = 0
     precision: str = "auto"  # clid.run.runtime: bfloat16 autocast of the forward pass on a GPU, float32 on the CPU
     workers: int | str = "auto"  # batch-making processes (DevicePlan.loader_workers)
+    dropout_draws: str = "example"  # example: each example's masks keyed by (seed, step, its place); rank: torch's
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,6 +394,10 @@ def add_train_args(groups: dict) -> None:
                             "(a speed option for small CPU runs such as the demo; default: the whole vocabulary, "
                             "as in the paper)")
     model.add_argument("--dropout", type=probability, default=0.1, help="dropout probability of the encoder (BERT's)")
+    model.add_argument("--dropout-draws", choices=["example", "rank"], default="example",
+                       help="example: each example's dropout masks drawn from (seed, step, its place in the global "
+                            "batch), so 1, 2 or 8 ranks train the same run; rank: torch's dropout, drawn per process "
+                            "(SDPA's fused attention dropout; the run depends on the number of ranks)")
     model.add_argument("--region-norm", choices=REGION_NORMS, default="none",
                        help="standardize: shift and scale each region-feature dimension by the training images' "
                             "mean and deviation (the demo: grounding is learned several times faster); "
@@ -650,11 +656,12 @@ class Trainer:
             batch.raise_it()
         settings, model = self.settings, self.model
         model.train()
-        torch.manual_seed(item_seed(settings.seed, "dropout", self.step, self.rank))  # dropout keyed by step
-        inputs, places, classes = batch
-        *inputs, places, classes = runtime.to_device([*inputs, places, classes], self.device)
+        torch.manual_seed(item_seed(settings.seed, "dropout", self.step, self.rank))  # (--dropout-draws rank)
+        inputs, places, classes, keys = batch  # keys: each example's dropout key (StepBatches)
+        *inputs, places, classes, keys = runtime.to_device([*inputs, places, classes, keys], self.device)
+        keys = keys if settings.dropout_draws == "example" else None
         with self.plan.autocast():
-            logits = (self.ddp or model)(*inputs, places, grouped=self.plan.grouped_encoding)
+            logits = (self.ddp or model)(*inputs, places, grouped=self.plan.grouped_encoding, dropout_keys=keys)
         loss_sum, weight_sum = masked_lm_loss(logits, classes, self.eos_class, settings.eos_weight,
                                               settings.label_smoothing)
         total_weight, reported = weight_sum.detach().clone(), loss_sum.detach().clone()
