@@ -630,6 +630,8 @@ FEATURE_CASES = [  # (name, make, fragment, kind, needs)
     ("inf-feature", lambda w, d: h5_changed(w.features, d, first_group(poke("features", (0, 1), np.inf))), "inf at region", "error", None),
     ("nan-box", lambda w, d: h5_changed(w.features, d, first_group(poke("boxes", (0, 0), np.nan))), "boxes: nan", "error", None),
     ("width-zero", lambda w, d: h5_changed(w.features, d, first_group(set_attr("width", 0.0))), "must be a positive number", "error", None),
+    ("confidence-a-group", lambda w, d: h5_changed(w.features, d, first_group(lambda g: g.create_group("confidence"))), "'confidence' is a group, not a dataset", "error", None),
+    ("cls-prob-a-group", lambda w, d: h5_changed(w.features, d, first_group(lambda g: g.create_group("cls_prob"))), "'cls_prob' is a group, not a dataset", "error", None),
 ]
 for name, make, fragment, kind, needs in FEATURE_CASES:
     row("04", f"features-{name}", lambda w, d, make=make: w.train_args(d / "out", "--features", make(w, d)), fragment, kind, needs)

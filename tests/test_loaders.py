@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 from clid.data.captions import detect_format, load_captions, load_coco_captions, load_karpathy, load_paragraphs
@@ -211,3 +212,19 @@ def test_a_loader_process_refuses_a_feature_file_replaced_since_the_run_opened_i
         f.write(b"\0" * 16)
     with pytest.raises(DataError, match="the file was rewritten while it was read"):
         replaced.reopened()
+
+
+def test_float16_values_decode_to_float32_exactly(tmp_path):
+    """decode_values converts float16 with torch (vectorised): the same float32 bits as numpy's conversion,
+    subnormals, the largest value, infinities and NaN included."""
+    import h5py
+
+    from clid.data.store import decode_values
+
+    values = np.random.default_rng(0).standard_normal((7, 300)).astype(np.float16)
+    values[0, :6] = [6e-8, -6e-8, 65504, -65504, np.inf, np.nan]
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        f["x"] = values
+        decoded = decode_values(f["x"], tmp_path / "f.h5", "image 1")
+    assert decoded.dtype == np.float32 and decoded.flags.writeable
+    assert np.array_equal(decoded.view(np.uint32), values.astype(np.float32).view(np.uint32))

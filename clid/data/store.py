@@ -64,7 +64,9 @@ def decode_values(dataset, path, where: str) -> np.ndarray:
             raise DataError(path, where, f"'{dataset.name.rsplit('/', 1)[-1]}' is {values.dtype} with the attribute "
                                          f"dtype = {tag!r}: only bfloat16, stored as uint16, is known")
         return (values.astype(np.uint32) << 16).view(np.float32)
-    return values.astype(np.float32) if values.dtype in (np.float16, np.float64) else values
+    if values.dtype == np.float16:  # (exact either way; torch's conversion is vectorised, numpy's is not: 10x)
+        return torch.from_numpy(values).float().numpy()
+    return values.astype(np.float32) if values.dtype == np.float64 else values
 
 
 def pad_regions(items: list[tuple[torch.Tensor, torch.Tensor]], dtype=torch.float32):
@@ -494,28 +496,30 @@ class FeatureStore:
         group = self._file[key]
         if not isinstance(group, h5py.Group):
             raise DataError(self.path, f"image {key}", NOT_A_GROUP)
-        for name in ("features", "boxes", "cls_prob"):
-            if name not in group:
-                if name == "cls_prob":
+        where = f"image {key}"
+        found = {}  # (each dataset looked up once: a lookup costs about as much as a small read)
+        for name in ("features", "boxes", "cls_prob", "confidence"):
+            found[name] = group.get(name)
+            if found[name] is None:
+                if name in ("cls_prob", "confidence"):
                     continue
-                raise DataError(self.path, f"image {key}", f"missing dataset '{name}'")
-            if not isinstance(group[name], h5py.Dataset):
-                raise DataError(self.path, f"image {key}", f"'{name}' is a group, not a dataset")
+                raise DataError(self.path, where, f"missing dataset '{name}'")
+            if not isinstance(found[name], h5py.Dataset):
+                raise DataError(self.path, where, f"'{name}' is a group, not a dataset")
         sides = []
         for name in ("width", "height"):
-            if name not in group.attrs:
-                raise DataError(self.path, f"image {key}", f"missing attribute '{name}'")
-            value = group.attrs[name]
+            value = group.attrs.get(name)
+            if value is None:
+                raise DataError(self.path, where, f"missing attribute '{name}'")
             try:
                 if np.ndim(value) != 0 or isinstance(value, (str, bytes)):
                     raise TypeError
                 sides.append(float(value))
             except (TypeError, ValueError):
-                raise DataError(self.path, f"image {key}", f"{name} {value!r} is not a number") from None
-        where = f"image {key}"
-        cls_prob = decode_values(group["cls_prob"], self.path, where) if "cls_prob" in group else None
-        confidence = group["confidence"][()] if "confidence" in group else None
-        return Regions(decode_values(group["features"], self.path, where), group["boxes"][()], sides[0], sides[1],
+                raise DataError(self.path, where, f"{name} {value!r} is not a number") from None
+        cls_prob = None if found["cls_prob"] is None else decode_values(found["cls_prob"], self.path, where)
+        confidence = None if found["confidence"] is None else found["confidence"][()]
+        return Regions(decode_values(found["features"], self.path, where), found["boxes"][()], sides[0], sides[1],
                        cls_prob, confidence)
 
     def problem(self, image_id) -> str | None:
