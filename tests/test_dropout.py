@@ -19,6 +19,7 @@ def test_the_hash_is_exact_32_bit_arithmetic():
         return x ^ (x >> 16)
     values = [0, 1, 2, 12345, 2**31 - 1, 2**31, 2**32 - 2, 2**32 - 1] + torch.randint(0, 2**32 - 1, (200,)).tolist()
     assert mix32(torch.tensor(values)).tolist() == [reference(v) for v in values]
+    assert [mix32(v) for v in values] == [reference(v) for v in values]  # (a site's hash, made on the host)
 
 
 def test_a_mask_depends_on_its_key_site_and_place_alone():

@@ -22,13 +22,13 @@ TEXT_AT = 4096  # the canonical position of the first text token (regions come f
 PLACES = 1 << 13  # canonical positions are below this (regions, then TEXT_AT + at most 4,096 text tokens)
 
 
-def _mul32(x: torch.Tensor, m: int) -> torch.Tensor:
+def _mul32(x, m: int):
     """(x * m) mod 2**32 for x < 2**32, split so that no product reaches 2**63."""
     return (x * (m & 0xFFFF) + (((x * (m >> 16)) & 0xFFFF) << 16)) & MASK32
 
 
-def mix32(x: torch.Tensor) -> torch.Tensor:
-    """lowbias32 of 32-bit values held in an int64 tensor."""
+def mix32(x):
+    """lowbias32 of 32-bit values held in an int64 tensor (or of one Python int)."""
     x = x ^ (x >> 16)
     x = _mul32(x, 0x7FEB352D)
     x = x ^ (x >> 15)
@@ -62,7 +62,7 @@ class DropoutKeys:
 def keep_mask(keys: DropoutKeys, site: int, places: torch.Tensor, p: float) -> torch.Tensor:
     """Bool [B, *places.shape], True where kept: ``places`` (int64, below 2**32) numbers the elements of one
     example in its canonical layout; each (example, site, place) is kept with probability 1 - p."""
-    seed = mix32((keys.rows & MASK32) ^ mix32(torch.tensor(site + 1, device=keys.rows.device)))
+    seed = mix32((keys.rows & MASK32) ^ mix32(site + 1))  # (the site's hash a Python int: no copy to the device)
     seed = seed.view(-1, *[1] * places.dim())
     hashed = mix32(mix32(places[None] ^ seed) ^ (seed >> 1))
     return hashed >= int(p * 2 ** 32)
