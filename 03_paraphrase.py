@@ -18,7 +18,9 @@ token length; rejections are counted.
 ``--model rules`` is a deterministic rule-based paraphraser that works offline: it groups
 repeated objects ("a dog and a dog" -> "two dogs", up to ten), merges repeated predicates
 ("wearing a hat and wearing a shirt" -> "wearing a hat and a shirt"), fixes articles, "and and"
-and the final punctuation.
+and the final punctuation. ``--model sentences`` does the same and rewrites each walk as clauses with
+finite verbs, the fluency Pegasus adds ("a woman wearing a dress and on the snow" -> "a woman is wearing a
+dress and is on the snow"; bare objects: "there is ..."): the quick checkpoint's paraphraser.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from clid.run.cli import (HelpFormatter, add_download_arg, add_levels_arg, add_t
                            positive_int, run_main)
 from clid.data.records import report_wordless
 from clid.method.paraphrase import (BATCH_SIZE, DEFAULT_MODEL, ENGINES, ModelParaphraser, choose_engine,
-                                    paraphrase_captions, rules_paraphrase)
+                                    paraphrase_captions, rules_paraphrase, sentences_paraphrase)
 from clid.data.stats import format_table, length_stats
 from clid.base.text import caption_lengths, karpathy_tokens, length_to_level, load_tokenizer
 
@@ -47,7 +49,8 @@ def parse_args(argv=None):
     io.add_argument("--in", dest="inp", required=True, help="self-generated captions (JSONL of 02)")
     io.add_argument("--out", required=True, help="output JSONL")
     model.add_argument("--model", default=DEFAULT_MODEL,
-                       help="'rules' (offline: tidies the walks' text, no rewording), or a seq2seq model folder or hub "
+                       help="'rules' (offline: tidies the walks' text, no rewording), 'sentences' (offline: the same, each "
+                            "walk rewritten as clauses with verbs), or a seq2seq model folder or hub "
                             "name (the paper: Pegasus; a hub name needs --allow-download or a copy in the hub cache)")
     add_download_arg(model)
     model.add_argument("--num-beams", type=positive_int, default=10, help="beam width")
@@ -72,13 +75,13 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.model != "rules":  # what --precision auto means on this device (recorded: it changes the paraphrases)
+    if args.model not in RULES:  # what --precision auto means on this device (recorded: it changes the paraphrases)
         plan = runtime.device_plan(args.device, args.precision)
         args.device, args.precision = str(plan.device), plan.use()
         args.engine = choose_engine(args.engine, args.device)  # (recorded: the engines' beams can differ)
     record = runs.run_record(args, inputs=("inp", "tokenizer"), settings=(
         "model", "num_beams", "max_length", "piece_tokens", "min_ratio", "levels", "tokenizer")
-        + (("precision", "engine") if args.model != "rules" else ()))
+        + (("precision", "engine") if args.model not in RULES else ()))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".jsonl",))
     if job.done:
         print(f"{job.written()} already exists; nothing to do")
@@ -129,10 +132,14 @@ def read_captions(path) -> dict[str, dict]:
     return {i: r for i, r in by_id.items() if i not in wordless}
 
 
+RULES = {"rules": rules_paraphrase, "sentences": sentences_paraphrase}  # the offline paraphrasers by --model name
+
+
 def make_paraphraser(args, tokenizer, counts: Counter):
     """(name, function from captions to paraphrases) for ``--model``."""
-    if args.model == "rules":
-        return "rules", lambda captions: [rules_paraphrase(c) for c in captions]
+    if args.model in RULES:
+        rewrite = RULES[args.model]
+        return args.model, lambda captions: [rewrite(c) for c in captions]
     plan = runtime.device_plan(args.device, args.precision)
     device = str(plan.device)
     model = ModelParaphraser(args.model, device, args.num_beams, args.batch_size, args.max_length, args.precision,

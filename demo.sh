@@ -8,7 +8,8 @@
 #   COMPARE=1 bash demo.sh data/demo runs/demo-compare   (`make demo-compare`: CLID against its peers on equal
 #                                             footing, and the world's ground truth; see below)
 #   QUICK=1 bash demo.sh data/demo runs/quick   (`make checkpoint`: 00 to 03, then one model, M_theta~, trained
-#                                             with 04 --recipe demo in runs/quick/model: a checkpoint in minutes)
+#                                             with 04 --recipe demo and the recipe's [quick] settings in
+#                                             runs/quick/model: a checkpoint in minutes)
 #
 # Every stage resumes or skips finished work, so running it again is quick. About 37 minutes a seed on 2 idle
 # CPU cores (2,244 s, seed 0, 2026-11-27: docs/demo-notes.md; README.md, "What the demo shows", the results). Seed k
@@ -29,7 +30,7 @@ SMALL=${SMALL:-}                 # SMALL=1: the tiny world of the tests, for a q
 TASK=${TASK:-caption}            # caption, or paragraph: 13 levels up to 129 tokens, sentence joins, eta scaled alike
 COMPARE=${COMPARE:-}             # COMPARE=1: 06 also trains loss-remove, loss-replacecap, a curriculum and the whole
                                  # extended set, all as CLID trains; 07 reports them; python -m clid.demo.truth the truth
-QUICK=${QUICK:-}                 # QUICK=1: stop after one model, M_theta~ with 04 --recipe demo (CLID_DEMO_STEPS steps)
+QUICK=${QUICK:-}                 # QUICK=1: stop after one model, M_theta~ with 04 --recipe demo ([quick] steps)
 case "$TASK" in
   caption) RECIPE=demo; baseline_name=trusted-only ;;
   paragraph) RECIPE=paragraph; baseline_name=paragraph-only ;;
@@ -98,15 +99,23 @@ $PY 02_scenegraph_captions.py --scene-graphs "$DEMO/scene_graphs.json" --image-d
     --saliency "$RUNS/saliency.h5" --out "$RUNS/selfgen.jsonl" --per-image "$PER_IMAGE" --seed "$SEED" "${levels[@]}" \
     ${truth[@]+"${truth[@]}"}
 
-banner "03 paraphrase (rule-based, offline)"
-$PY 03_paraphrase.py --in "$RUNS/selfgen.jsonl" --out "$RUNS/paraphrased.jsonl" --model rules --seed "$SEED" "${levels[@]}"
+# offline rules stand in for Pegasus; the quick checkpoint's ([quick] of the recipe) also write each walk as
+# clauses with verbs, since its long levels learn from these captions alone (docs/decoding.md)
+PARAPHRASER=rules
+if [ -n "$QUICK" ]; then PARAPHRASER=$(recipe quick.paraphraser); fi
+banner "03 paraphrase (rule-based, offline: --model $PARAPHRASER)"
+$PY 03_paraphrase.py --in "$RUNS/selfgen.jsonl" --out "$RUNS/paraphrased.jsonl" --model "$PARAPHRASER" --seed "$SEED" "${levels[@]}"
 
 if [ -n "$QUICK" ]; then
     # one thread: this tiny model's matrices are small, and a second thread costs more than it gives
     # (30 steps on 2 cores: 2.6 steps/s with one thread, 1.7 with two)
-    banner "04 a quick checkpoint: M_theta~ on trusted + self-generated captions, --recipe demo"
+    # [quick] steps on M_theta~'s cosine (CLID_DEMO_STEPS, a smoke test's, scales both)
+    quick_steps=${CLID_DEMO_STEPS:-$(recipe quick.steps)}
+    quick_horizon=$(( quick_steps * $(recipe quick.lr_horizon) / $(recipe quick.steps) ))
+    banner "04 a quick checkpoint: M_theta~ on trusted + self-generated captions, --recipe demo, $quick_steps steps"
     OMP_NUM_THREADS=1 $PY 04_train_base.py --recipe demo --captions "$CAPTIONS" --features "$DEMO/features.h5" --data extended \
-        --selfgen "$RUNS/paraphrased.jsonl" --out "$RUNS/model" --seed "$SEED" "${levels[@]}"
+        --selfgen "$RUNS/paraphrased.jsonl" --out "$RUNS/model" --seed "$SEED" "${levels[@]}" \
+        --max-steps "$quick_steps" --lr-horizon "$quick_horizon"
     return
 fi
 

@@ -13,7 +13,8 @@ Columns: control precision (the share of captions inside their level, counted as
 the in-range captions against the trusted test references and against that level's long references
 (07's scorer, SPICE off); rep3: the share of captions with a 3-gram twice or more; max4: the most
 times one 4-gram occurs in one caption; broken: the share of captions that end on a function word or pair
-words that no phrase pairs ("a in", "a umbrella"; clid.method.repetition); s: CPU seconds of decoding per level
+words that no phrase pairs ("a in", "a umbrella"; clid.method.repetition); listed: the share that list objects
+("a sand and a dress and a woman", where a sentence links them by verbs and prepositions); s: CPU seconds of decoding per level
 (this process's CPU time, which a busy machine changes much less than wall-clock time; OMP_NUM_THREADS=1).
 """
 from __future__ import annotations
@@ -66,13 +67,13 @@ def main(argv=None) -> None:
                          **repetition(generated[level].values()), "seconds": seconds / len(levels)})
     scorer.close()
     print(f"{args.checkpoint} on the {len(refs)} test images of {demo}")
-    print("| decoding | level | control precision | CIDEr | CIDEr (long refs) | rep3 | max4 | broken | s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| decoding | level | control precision | CIDEr | CIDEr (long refs) | rep3 | max4 | broken | listed | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     cell = lambda v, f: "" if v is None else format(v, f)  # noqa: E731
     for r in rows:
         print(f"| {r['decoding']} | L{r['level']} | {cell(r.get('control_precision'), '.3f')} | {cell(r.get('cider'), '.3f')} "
               f"| {cell(r.get('cider_long'), '.3f')} | {r['repeats_3gram']:.1%} | {r['max_4gram']} "
-              f"| {r['broken']:.1%} | {cell(r.get('seconds'), '.1f')} |")
+              f"| {r['broken']:.1%} | {r['listed']:.1%} | {cell(r.get('seconds'), '.1f')} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

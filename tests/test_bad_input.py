@@ -611,6 +611,13 @@ PARA_CASES = [
 for name, make, fragment, kind in PARA_CASES:
     row("03", name, lambda w, d, make=make: para_args(w, d, make(w, d)), fragment, kind)
 row("03", "model-not-found", lambda w, d: ["--in", w.selfgen, "--out", d / "out.jsonl", "--model", d / "no-model"], "rules")
+row("03", "model-sentences-after-rules", lambda w, d: (run_stage("03", para_args(w, d, w.selfgen)) and None)
+    or ["--in", w.selfgen, "--out", d / "out.jsonl", "--model", "sentences"], "--model rules then, sentences now",
+    leaves_output=True)
+row("03", "model-sentences-capitalised", lambda w, d: ["--in", w.selfgen, "--out", d / "out.jsonl", "--model", "Sentences"],
+    "use --model rules or sentences")
+row("03", "model-sentences-only-punctuation", lambda w, d: ["--in", jsonl_lines(w.selfgen, d, first(caption="and . and , .")),
+                                                           "--out", d / "out.jsonl", "--model", "sentences"], "paraphrased by sentences", "ok")
 row("03", "empty-shard", lambda w, d: para_args(w, d, w.selfgen, "--num-shards", "40", "--shard-id", "39"), "", "ok")
 
 # -- region features: 04, 05, 07 read the same file ----------------------------------------------------
@@ -639,6 +646,20 @@ for name, make, fragment, kind, needs in FEATURE_CASES[:5] + FEATURE_CASES[9:10]
     row("05", f"features-{name}", lambda w, d, make=make: w.score_args(d / "out.h5", "--features", make(w, d)), fragment, kind, needs)
 for name, make, fragment, kind, needs in FEATURE_CASES[:4]:
     row("06", f"features-{name}", lambda w, d, make=make: w.selection_args(d / "out", "--features", make(w, d)), fragment, kind, needs)
+def big_endian(w: World, d: Path) -> Path:
+    """The feature file with every array stored big-endian (read as the native one: test_loaders)."""
+    def swap(f):
+        for group in f.values():
+            for name in list(group):
+                values = group[name][()]
+                del group[name]
+                group[name] = values.astype(values.dtype.newbyteorder(">"))
+    return h5_changed(w.features, d, swap, "big-endian.h5")
+
+
+row("04", "features-big-endian", lambda w, d: w.train_args(d / "out", "--features", big_endian(w, d)), "", "ok")
+row("05", "features-big-endian", lambda w, d: w.score_args(d / "out.h5", "--features", big_endian(w, d)), "", "ok")
+row("caption", "features-big-endian", lambda w, d: w.caption_args(d, "--features", big_endian(w, d)), "", "ok")
 row("04", "features-image-missing", lambda w, d: w.train_args(d / "out", "--max-left-out", "0.2", "--features",
                                                               h5_changed(w.features, d, lambda f: f.__delitem__("1"))),
     "no region features for the image", "skip")

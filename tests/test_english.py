@@ -47,6 +47,19 @@ def test_broken_phrases():
     assert en.breaks_phrase("the", None) and not en.breaks_phrase("road", None)
 
 
+def test_object_lists():
+    """A caption lists objects when two or more of its parts between "and"s, at least half of them, are bare
+    noun phrases; a sentence links its objects by verbs and prepositions."""
+    assert en.object_list("a sand and a dress and a woman and a shirt and an umbrella and a water and water".split())
+    assert en.object_list("a road and a tree and a woman wearing a dress".split())  # 2 of 3 parts bare
+    assert not en.object_list("a woman is wearing a dress and is on a tree behind a bird".split())
+    assert not en.object_list("a man wearing an orange shirt stands to the left of a gray metal bench".split())
+    assert not en.object_list("a woman and a man on the snow".split())  # one bare part
+    assert not en.object_list("a building and a painting and a man standing".split()[:5] + ["near", "it"])
+    assert en.bare_noun_phrase("a tall building".split()) and not en.bare_noun_phrase("a man standing".split())
+    assert not en.bare_noun_phrase([])
+
+
 def test_fix_articles_keeps_the_word_count():
     assert en.fix_articles("a umbrella and an dog") == "an umbrella and a dog"
     assert en.fix_articles("A apple on a hour glass.") == "An apple on an hour glass."

@@ -125,6 +125,13 @@ def test_a_new_users_path_as_the_readme_prints_it(tmp_path, hub):
     assert (train["recipe"], train["preset"], train["max_steps"], train["lr"], train["data"]) == ("demo", "tiny", 2, 2e-3, "extended")
     card = (checkout / "runs/quick/model/MODEL_CARD.md").read_text()  # the model card beside the checkpoint
     assert "Steps trained: 2 of --max-steps 2" in card and "## What it cannot do" in card
+    # its self-generated captions, which alone teach it the long levels, are sentences (03 --model sentences)
+    from clid.method.repetition import repetition
+    selfgen = [json.loads(line) for line in (checkout / "runs/quick/paraphrased.jsonl").read_text().splitlines()]
+    assert {r["paraphraser"] for r in selfgen} == {"sentences"}
+    for level in (3, 4):
+        at = repetition(r["caption"] for r in selfgen if r["level"] == level)
+        assert at["n"] >= 20 and at["listed"] <= 0.05, (level, at)
     assert "ids (--ids auto): 0 of 4 images mapped from COCO file names" in printed
     # one call: the photos' region features computed on the fly by the checkpoint's encoder, beside the captions
     assert (checkout / "captions.features.h5").is_file()

@@ -97,6 +97,42 @@ def test_rules_are_fast_and_keep_every_noun():
         assert after[0].isupper() and after.endswith(".") and ".." not in after
 
 
+@pytest.mark.parametrize("caption, expected", [
+    # a noun phrase with its predicate is a clause; a predicate alone continues the last one
+    ("Snow and a woman wearing a dress and on a tree behind a bird on the snow and a green tree behind a tall man.",
+     "There is snow and a woman is wearing a dress and is on a tree behind a bird on the snow and a green tree is "
+     "behind a tall man."),
+    ("A man wearing a hat and wearing a shirt.", "A man is wearing a hat and a shirt."),  # the same predicate again
+    ("a dog and a dog on the grass", "Two dogs are on the grass."),  # repeats counted, the verb agrees
+    ("Trees on a hill and holding a kite.", "Trees are on a hill and are holding a kite."),
+    ("A man with a hat and a dog and a dog.", "A man has a hat and there are two dogs."),
+    ("A floor and a gray chair in front of a green chair.", "There is a floor and a gray chair is in front of a green chair."),
+    ("The sky and a road and a dog and a dog.", "There is the sky and a road and two dogs."),
+    ("Sand and a woman.", "There is sand and a woman."),  # a list is introduced
+    ("A table.", "A table."),
+    ("a umbrella on a sand. an dog", "An umbrella is on a sand. A dog."),  # each sentence alone, articles mended
+])
+def test_sentences(caption, expected):
+    assert paraphrase.sentences_paraphrase(caption) == expected
+
+
+def test_sentences_keep_every_noun_and_read_as_sentences():
+    """On stage-02-like captions: every noun kept, and at most 5% of the long ones (20 words or more) read as a
+    list of objects, where rules leave more."""
+    from clid.method.english import object_list
+
+    captions = [c for c in world_captions(3000) if len(c.split()) >= 20]
+    listed = {}
+    for name, rewrite in (("rules", paraphrase.rules_paraphrase), ("sentences", paraphrase.sentences_paraphrase)):
+        out = [rewrite(c) for c in captions]
+        listed[name] = sum(object_list(o.lower().rstrip(".").split()) for o in out) / len(out)
+        for before, after in zip(captions, out):
+            have = {paraphrase.lemma(w) for w in re.findall(r"[a-z]+", after.lower())}
+            assert {paraphrase.lemma(n) for n in paraphrase.head_nouns(before)} <= have, (before, after)
+            assert after[0].isupper() and after.endswith(".") and ".." not in after
+    assert listed["sentences"] <= 0.05 < listed["rules"], listed
+
+
 def test_check_paraphrase():
     from clid.base.text import load_tokenizer
 

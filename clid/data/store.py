@@ -49,14 +49,20 @@ def encode_values(values: np.ndarray, dtype: str) -> tuple[np.ndarray, dict]:
 
 def stored_dtype(dataset) -> str:
     """The FEATURE_DTYPES name of a features dataset as stored (float32 for float64 and other types)."""
-    if dataset.dtype == np.uint16 and dataset.attrs.get("dtype") in ("bfloat16", b"bfloat16"):
+    dtype = dataset.dtype.newbyteorder("=")  # (either byte order)
+    if dtype == np.uint16 and dataset.attrs.get("dtype") in ("bfloat16", b"bfloat16"):
         return "bfloat16"
-    return "float16" if dataset.dtype == np.float16 else "float32"
+    return "float16" if dtype == np.float16 else "float32"
+
+
+def native(values: np.ndarray) -> np.ndarray:
+    """The array in this machine's byte order (a file written big-endian is read as any other)."""
+    return values if values.dtype.isnative else values.astype(values.dtype.newbyteorder("="))
 
 
 def decode_values(dataset, path, where: str) -> np.ndarray:
     """A stored features or class-probabilities dataset as float32 (a bfloat16 one decoded)."""
-    values = dataset[()]
+    values = native(dataset[()])
     tag = dataset.attrs.get("dtype")
     if tag is not None:
         tag = tag.decode() if isinstance(tag, bytes) else str(tag)
@@ -518,8 +524,8 @@ class FeatureStore:
             except (TypeError, ValueError):
                 raise DataError(self.path, where, f"{name} {value!r} is not a number") from None
         cls_prob = None if found["cls_prob"] is None else decode_values(found["cls_prob"], self.path, where)
-        confidence = None if found["confidence"] is None else found["confidence"][()]
-        return Regions(decode_values(found["features"], self.path, where), found["boxes"][()], sides[0], sides[1],
+        confidence = None if found["confidence"] is None else native(found["confidence"][()])
+        return Regions(decode_values(found["features"], self.path, where), native(found["boxes"][()]), sides[0], sides[1],
                        cls_prob, confidence)
 
     def problem(self, image_id) -> str | None:

@@ -196,6 +196,38 @@ FUNCTION_WORDS = ARTICLES | {"and", "or", "of", "on", "in", "at", "to", "with", 
 
 ADJECTIVES = SIZE_WORDS | COLOUR_WORDS
 
+# words ending in -ing/-ed that are nouns, not verbs
+ING_NOUNS = {"building", "ceiling", "painting", "clothing", "railing", "awning", "king", "ring", "string", "wing",
+             "thing", "evening", "morning", "icing", "frosting", "topping", "lettering", "writing", "bedding",
+             "siding", "pudding", "sing", "spring", "swing", "sling", "stuffing", "dressing", "seasoning",
+             "wedding", "sibling", "flowerbed", "seabed", "hundred", "steed", "bobsled"}
+# verbs of the long descriptions and of the sentence paraphrases ("stands", "is"), besides -ing and -ed forms
+FINITE_VERBS = {"is", "are", "has", "have", "stands", "stand", "sits", "sit", "holds", "hold", "wears", "wear", "lies",
+                "rides", "walks", "looks", "hangs", "grows", "flies", "rests", "waits", "plays"}
+
+
+def bare_noun_phrase(words: list[str]) -> bool:
+    """Whether lower-cased words are a noun phrase alone: no preposition, no verb ("a tall man", "water")."""
+    return bool(words) and not any(
+        (w in FUNCTION_WORDS and w not in ARTICLES) or w in FINITE_VERBS
+        or (w.endswith(("ing", "ed")) and len(w) > 4 and w not in ING_NOUNS) for w in words)
+
+
+def object_list(words: list[str]) -> bool:
+    """Whether a caption's lower-cased words (punctuation stripped) read as a list of objects: two or more of
+    its parts between "and"s are bare noun phrases, and they are at least half of its parts ("a sand and a
+    dress and a woman and a shirt"), where a sentence links its objects by verbs and prepositions."""
+    parts, current = [], []
+    for w in words + ["and"]:
+        if w == "and":
+            if current:
+                parts.append(current)
+            current = []
+        else:
+            current.append(w)
+    bare = sum(bare_noun_phrase(p) for p in parts)
+    return bare >= 2 and 2 * bare >= len(parts)
+
 
 def breaks_phrase(left: str, right: str | None, sound: bool = True) -> bool:
     """Whether the word ``left`` then ``right`` (None: the end) breaks a phrase: a function word at the end,

@@ -11,7 +11,8 @@ The rules paraphraser groups repeated objects ("a dog and a dog" -> "two dogs", 
 the grass" -> "two dogs on the grass", up to ten), merges repeated predicates ("wearing a hat and wearing
 a shirt" -> "wearing a hat and a shirt"), fixes articles, "and and" and the final punctuation. It does
 not reword: no synonyms, no reordering, no relative clauses; a repeat that is not adjacent ("a man on the
-snow and a man") or not the same phrase ("a man and a tall man") stays as written.
+snow and a man") or not the same phrase ("a man and a tall man") stays as written. The sentence paraphraser
+(``--model sentences``, :func:`sentences_paraphrase`) also rewrites each walk as clauses with finite verbs.
 """
 from __future__ import annotations
 
@@ -33,11 +34,7 @@ PREPOSITIONS = {"on", "in", "at", "of", "with", "near", "behind", "under", "abov
                 "from", "into", "onto", "to", "around", "for", "atop", "underneath", "within", "without",
                 "through", "toward", "towards", "beyond", "past", "among", "up", "down", "off", "out", "like",
                 "as", "top", "front", "and", "or", "while", "is", "are", "has", "have", "that", "which", "who"}
-# words ending in -ing/-ed that are nouns, not verbs
-ING_NOUNS = {"building", "ceiling", "painting", "clothing", "railing", "awning", "king", "ring", "string", "wing",
-             "thing", "evening", "morning", "icing", "frosting", "topping", "lettering", "writing", "bedding",
-             "siding", "pudding", "sing", "spring", "swing", "sling", "stuffing", "dressing", "seasoning",
-             "wedding", "sibling", "flowerbed", "seabed", "hundred", "steed", "bobsled"}
+ING_NOUNS = en.ING_NOUNS
 
 
 def is_predicate_word(words: list[str], i: int) -> bool:
@@ -187,6 +184,111 @@ def rules_sentence(sentence: str) -> str:
 def rules_paraphrase(caption: str) -> str:
     """The offline paraphrase of one caption (each sentence on its own)."""
     return " ".join(rules_sentence(s) for s in sentences_of(caption)) or caption
+
+
+# ---------------------------------------------------------------------------------------------
+# The offline paraphraser that writes sentences (``--model sentences``)
+
+def _is_predicate_start(words: list[str]) -> bool:
+    """Whether a walk's segment opens with its predicate ("on a tree", "wearing a dress")."""
+    w = words[0]
+    return w not in DETERMINERS and (w in PREPOSITIONS or is_predicate_word(["dog"] + words, 1))
+
+
+def _np_count(np_words: list[str]) -> int:
+    return en.WORD_NUMBERS.get(np_words[0], 1) if np_words else 1
+
+
+def _finite(predicate: list[str], plural: bool) -> list[str]:
+    """A walk's predicate after its subject: "wearing" -> "is wearing", "on" -> "are on", "with" -> "has"."""
+    if predicate[0] == "with":
+        return ["have" if plural else "has"] + predicate[1:]
+    return ["are" if plural else "is"] + predicate
+
+
+def _subject_plural(np_words: list[str]) -> bool:
+    return _np_count(np_words) > 1 or (bool(np_words) and en.is_plural(np_words[-1]))
+
+
+def _there(bare: list[list[str]]) -> list[str]:
+    """ "there is snow and a tree", "there are two dogs and a tree": bare noun phrases, repeats counted, the
+    verb agreeing with the first (as people say it)."""
+    counted: list[list] = []  # [noun phrase, count]
+    for np_words in bare:
+        if counted and counted[-1][0] == np_words and np_words[0] in ARTICLES:
+            counted[-1][1] += 1
+        else:
+            counted.append([np_words, 1])
+    phrases = [_counted(np_words, n) for np_words, n in counted]
+    return ["there", "are" if _subject_plural(phrases[0]) else "is"] + " and ".join(" ".join(p) for p in phrases).split()
+
+
+def sentence_rewrite(sentence: str) -> str:
+    """One walk's sentence rewritten as clauses with finite verbs.
+
+    The walk joins its mentions with "and": a segment that opens with a noun phrase and goes on with a
+    predicate is a clause ("a woman wearing a dress" -> "a woman is wearing a dress"), one that opens with
+    its predicate continues the last clause ("and is on a tree"; the same predicate again only adds its
+    object: "is wearing a hat and a shirt"), and bare noun phrases are introduced ("there is snow and ...";
+    repeats counted: "there are two dogs and a tree"). A lone noun phrase is left to :func:`rules_sentence`.
+    """
+    words = en.remove_doubled_words(" ".join(re.sub(r"[^a-z0-9' -]+", " ", sentence.lower()).split())).split()
+    segments, current = [], []
+    for w in words + ["and"]:
+        if w == "and":
+            if current:
+                segments.append(current)
+            current = []
+        else:
+            current.append(w)
+    clauses: list[list[str]] = []  # each clause's words
+    bare: list[list[str]] = []  # bare noun phrases waiting to be introduced
+    plural, last_predicate = False, None
+    for seg in segments:
+        k = next((i for i, w in enumerate(seg) if w in DETERMINERS), len(seg))  # where the predicate's object starts
+        if _is_predicate_start(seg):
+            if not clauses and not bare:  # nothing to hang from: keep the words
+                clauses.append(seg)
+            elif bare:  # the bare noun phrase before it is its subject
+                subject = bare.pop()
+                if bare:
+                    clauses.append(_there(bare))
+                    bare = []
+                plural = _subject_plural(subject)
+                clauses.append(subject + _finite(seg, plural))
+            elif seg[:k] == last_predicate:  # "is wearing a hat and a shirt"
+                clauses[-1] += ["and"] + seg[k:]
+            else:
+                clauses[-1] += ["and"] + _finite(seg, plural)
+            last_predicate = seg[:k]
+            continue
+        end = noun_phrase_end(seg, 0) if seg[0] in DETERMINERS else noun_phrase_end(["a"] + seg, 0) - 1
+        if end >= len(seg):
+            bare.append(seg)
+            continue
+        subject, rest = seg[:end], seg[end:]
+        count = 1
+        while bare and bare[-1] == subject and subject[0] in ARTICLES:  # "a dog and a dog on the grass"
+            bare.pop()
+            count += 1
+        subject = _counted(subject, count)
+        if bare:
+            clauses.append(_there(bare))
+            bare = []
+        plural = _subject_plural(subject)
+        k = next((i for i, w in enumerate(rest) if w in DETERMINERS), len(rest))
+        last_predicate = rest[:k]
+        clauses.append(subject + _finite(rest, plural))
+    if not clauses and len(bare) < 2:
+        return rules_sentence(sentence)
+    if bare:
+        clauses.append(_there(bare))
+    return en.finish_sentence(en.fix_articles(" and ".join(" ".join(c) for c in clauses)))
+
+
+def sentences_paraphrase(caption: str) -> str:
+    """``--model sentences``: each walk's sentence rewritten as clauses (:func:`sentence_rewrite`)."""
+    return " ".join(sentence_rewrite(s) for s in sentences_of(caption)) or caption
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,7 +451,7 @@ class ModelParaphraser:
                 detail = "its sentencepiece tokenizer needs the 'protobuf' package to load"
             hub = DEFAULT_MODEL if is_local(name) else name
             raise SystemExit(
-                f"error: the paraphraser '{name}' cannot be loaded: {detail}. Use --model rules, or download it once "
+                f"error: the paraphraser '{name}' cannot be loaded: {detail}. Use --model rules or sentences (offline), or download it once "
                 f"with --allow-download (its source: {hub} on the Hugging Face hub; where there is internet: "
                 f"huggingface-cli download {hub} --local-dir DIR, then --model DIR).") from None
         if precision == "bf16" and self.model is not None:

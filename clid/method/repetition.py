@@ -1,7 +1,8 @@
 """Repeated and broken phrases in captions: the share of captions that repeat a 3-gram, the most times any
 4-gram occurs in one caption ("a dress and a dress and a dress and a" holds "a dress and a" three times),
 and the share whose phrase is broken: that end on a function word ("... and a") or put one after an article
-("a in front of", "a the road"; clid.method.english.broken_phrase).
+("a in front of", "a the road"; clid.method.english.broken_phrase), and the share that read as a list of
+objects rather than a sentence ("a sand and a dress and a woman and a shirt"; clid.method.english.object_list).
 
 Words are the caption's lower-cased, whitespace-separated words (a full stop stays on its word). A
 reference text is measured as a caption is, so the two compare.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from clid.method.english import broken_phrase
+from clid.method.english import broken_phrase, object_list
 
 
 def words(caption: str) -> list[str]:
@@ -27,14 +28,17 @@ def most_repeated(caption: str, n: int) -> int:
 
 def repetition(captions) -> dict:
     """``n``, ``repeats_3gram`` (the share of captions holding some 3-gram twice or more), ``max_4gram``
-    (the most times one 4-gram occurs in one caption) and ``broken`` (the share with a broken phrase) of an
-    iterable of captions."""
+    (the most times one 4-gram occurs in one caption), ``broken`` (the share with a broken phrase) and ``listed``
+    (the share that list objects) of an iterable of captions."""
     captions = list(captions)
     repeated = sum(most_repeated(c, 3) >= 2 for c in captions)
-    broken = sum(broken_phrase([w for w in (w.rstrip(".,") for w in words(c)) if w]) for c in captions)
+    stripped = [[w for w in (w.strip(".,;") for w in words(c)) if w] for c in captions]
+    broken = sum(broken_phrase(ws) for ws in stripped)
+    listed = sum(object_list(ws) for ws in stripped)
     return {"n": len(captions), "repeats_3gram": repeated / len(captions) if captions else 0.0,
             "max_4gram": max((most_repeated(c, 4) for c in captions), default=0),
-            "broken": broken / len(captions) if captions else 0.0}
+            "broken": broken / len(captions) if captions else 0.0,
+            "listed": listed / len(captions) if captions else 0.0}
 
 
 def reference_texts(world, levels="caption") -> dict[int, tuple[str, list[str]]]:
