@@ -5,10 +5,11 @@
 #               (data/demo-paragraph, runs/demo-paragraph)
 #   make demo-compare   CLID against loss-based curation and a curriculum on the demo world, with its ground
 #               truth (runs/demo-compare; SEEDS=3 as for make demo)
-#   make checkpoint   a quick checkpoint: the demo world, its self-generated captions, then one model trained
-#               with 04 --recipe demo on one thread (runs/quick/model). Measured in a fresh clone on a quiet
-#               2-core machine: 7.6 minutes, set-up included (2026-11-28); on 2 cores loaded by other jobs
-#               (load 5 to 7): 18 minutes
+#   make checkpoint   a quick checkpoint: the demo world, its self-generated captions (03 --model sentences),
+#               then one model trained 2,000 steps with 04 --recipe demo on one thread (runs/quick/model;
+#               [quick] in recipes/demo.toml). Measured in a fresh clone on a 2-core machine, one other
+#               one-thread job running: 13.1 minutes, set-up included (2026-11-29); on 2 cores loaded by
+#               other jobs (load 5 to 7) 04 runs at half the speed: about 32 minutes
 #   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
 #   make slurm-check   the SLURM recipe (slurm/) on a real one-machine Slurm, started and stopped here: as root,
 #               installs Debian's slurmctld, slurmd, slurm-client and munge where missing (tests/slurm/check.sh;

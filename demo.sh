@@ -101,8 +101,9 @@ $PY 02_scenegraph_captions.py --scene-graphs "$DEMO/scene_graphs.json" --image-d
 
 # offline rules stand in for Pegasus; the quick checkpoint's ([quick] of the recipe) also write each walk as
 # clauses with verbs, since its long levels learn from these captions alone (docs/decoding.md)
-PARAPHRASER=rules
-if [ -n "$QUICK" ]; then PARAPHRASER=$(recipe quick.paraphraser); fi
+default_paraphraser=rules
+if [ -n "$QUICK" ]; then default_paraphraser=$(recipe quick.paraphraser); fi
+PARAPHRASER=${PARAPHRASER:-$default_paraphraser}   # 03 --model: rules or sentences
 banner "03 paraphrase (rule-based, offline: --model $PARAPHRASER)"
 $PY 03_paraphrase.py --in "$RUNS/selfgen.jsonl" --out "$RUNS/paraphrased.jsonl" --model "$PARAPHRASER" --seed "$SEED" "${levels[@]}"
 
