@@ -230,39 +230,37 @@ def test_float16_values_decode_to_float32_exactly(tmp_path):
     assert np.array_equal(decoded.view(np.uint32), values.astype(np.float32).view(np.uint32))
 
 
+def copy_features(source, target, arrays) -> None:
+    """A copy of a feature file, its attributes kept and each image's datasets ``arrays(group)``."""
+    import h5py
+
+    with h5py.File(source) as src, h5py.File(target, "w") as dst:
+        dst.attrs.update(src.attrs)
+        for key, group in src.items():
+            out = dst.create_group(key)
+            out.attrs.update(group.attrs)
+            for name, values in arrays(group).items():
+                out[name] = values
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_a_feature_file_written_big_endian_reads_as_the_native_one(tmp_path, dtype):
     """Every array of a feature file stored big-endian (features, boxes, class probabilities, confidences)
     reads as the same file in this machine's byte order: the same regions, the same stored dtype."""
-    import h5py
     import torch
 
     from clid.data.store import FeatureStore, load_regions
     from toyworld import make_toy_world
 
     _, features = make_toy_world(tmp_path, n_train=4, n_val=1, n_test=1)
-    swapped = tmp_path / "big.h5"
-    with h5py.File(features) as src, h5py.File(swapped, "w") as dst:
-        for key, value in src.attrs.items():
-            dst.attrs[key] = value
-        for key, group in src.items():
-            out = dst.create_group(key)
-            for name, value in group.attrs.items():
-                out.attrs[name] = value
-            out["features"] = group["features"][()].astype(">f2" if dtype == "float16" else ">f4")
-            out["boxes"] = group["boxes"][()].astype(">f8")
-            out["cls_prob"] = np.full((len(out["boxes"]), 5), 0.2, ">f4")
-            out["confidence"] = np.linspace(0.1, 0.9, len(out["boxes"])).astype(">f4")
-    native = tmp_path / "native.h5"
-    with h5py.File(swapped) as src, h5py.File(native, "w") as dst:
-        for key, value in src.attrs.items():
-            dst.attrs[key] = value
-        for key, group in src.items():
-            out = dst.create_group(key)
-            for name, value in group.attrs.items():
-                out.attrs[name] = value
-            for name in group:
-                out[name] = group[name][()].astype(group[name].dtype.newbyteorder("="))
+    swapped, native = tmp_path / "big.h5", tmp_path / "native.h5"
+    copy_features(features, swapped, lambda group: {
+        "features": group["features"][()].astype(">f2" if dtype == "float16" else ">f4"),
+        "boxes": group["boxes"][()].astype(">f8"),
+        "cls_prob": np.full((len(group["boxes"]), 5), 0.2, ">f4"),
+        "confidence": np.linspace(0.1, 0.9, len(group["boxes"])).astype(">f4")})
+    copy_features(swapped, native, lambda group: {
+        name: group[name][()].astype(group[name].dtype.newbyteorder("=")) for name in group})
     big, little = FeatureStore(swapped), FeatureStore(native)
     assert big.dtype == little.dtype == dtype and big.ids() == little.ids()
     for image_id in big.ids():

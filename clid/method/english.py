@@ -213,10 +213,8 @@ def bare_noun_phrase(words: list[str]) -> bool:
         or (w.endswith(("ing", "ed")) and len(w) > 4 and w not in ING_NOUNS) for w in words)
 
 
-def object_list(words: list[str]) -> bool:
-    """Whether a caption's lower-cased words (punctuation stripped) read as a list of objects: two or more of
-    its parts between "and"s are bare noun phrases, and they are at least half of its parts ("a sand and a
-    dress and a woman and a shirt"), where a sentence links its objects by verbs and prepositions."""
+def and_parts(words: list[str]) -> list[list[str]]:
+    """The runs of words between "and"s, empty ones left out ("a dog and and a cat" -> [a dog], [a cat])."""
     parts, current = [], []
     for w in words + ["and"]:
         if w == "and":
@@ -225,6 +223,14 @@ def object_list(words: list[str]) -> bool:
             current = []
         else:
             current.append(w)
+    return parts
+
+
+def object_list(words: list[str]) -> bool:
+    """Whether a caption's lower-cased words (punctuation stripped) read as a list of objects: two or more of
+    its parts between "and"s are bare noun phrases, and they are at least half of its parts ("a sand and a
+    dress and a woman and a shirt"), where a sentence links its objects by verbs and prepositions."""
+    parts = and_parts(words)
     bare = sum(bare_noun_phrase(p) for p in parts)
     return bare >= 2 and 2 * bare >= len(parts)
 

@@ -113,20 +113,7 @@ def _counted(np_words: list[str], count: int) -> list[str]:
 
 def rules_sentence(sentence: str) -> str:
     words = re.sub(r"[^a-z0-9' -]+", " ", sentence.lower()).split()
-    words = en.remove_doubled_words(" ".join(words)).split()  # also "and and"
-    while words and words[0] == "and":
-        words = words[1:]
-    while words and words[-1] == "and":
-        words = words[:-1]
-    segments, current = [], []
-    for w in words:
-        if w == "and":
-            segments.append(current)
-            current = []
-        else:
-            current.append(w)
-    segments.append(current)
-    segments = [s for s in segments if s]
+    segments = en.and_parts(en.remove_doubled_words(" ".join(words)).split())
 
     # each output segment: [words, count, which noun phrase is counted ("lead" or "tail")]
     out: list[list] = []
@@ -233,14 +220,7 @@ def sentence_rewrite(sentence: str) -> str:
     repeats counted: "there are two dogs and a tree"). A lone noun phrase is left to :func:`rules_sentence`.
     """
     words = en.remove_doubled_words(" ".join(re.sub(r"[^a-z0-9' -]+", " ", sentence.lower()).split())).split()
-    segments, current = [], []
-    for w in words + ["and"]:
-        if w == "and":
-            if current:
-                segments.append(current)
-            current = []
-        else:
-            current.append(w)
+    segments = en.and_parts(words)
     clauses: list[list[str]] = []  # each clause's words
     bare: list[list[str]] = []  # bare noun phrases waiting to be introduced
     plural, last_predicate = False, None
