@@ -47,13 +47,13 @@ from pathlib import Path
 
 import numpy as np
 
-from clid.run.cli import HelpFormatter, non_negative_int, number, positive_int, run_main, unit_interval
-from clid.demo import BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report, read_preview_records, write_preview
+from clid.base.files import read_json, write_json
+from clid.base.text import LEVEL_SETS, caption_lengths, karpathy_tokens
 from clid.data.encoder import add_encoder_size_args
 from clid.data.store import Regions, write_features
-from clid.base.files import read_json, write_json
+from clid.demo import BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report, read_preview_records, write_preview
+from clid.run.cli import HelpFormatter, non_negative_int, number, positive_int, run_main, unit_interval
 from clid.run.runs import record_differences, run_record
-from clid.base.text import LEVEL_SETS, caption_lengths, karpathy_tokens
 
 
 def karpathy_json(records: list, sentences_of) -> dict:
@@ -128,8 +128,8 @@ PARAGRAPH_OUTPUTS = ("paragraphs/paragraphs_v1.json", "paragraphs/train_split.js
 def describe_world(records: list, splits: list, out: Path, args, seconds: float) -> dict:
     """Print the length tables of the captions, long references (and paragraphs) and the world's
     counts; return the counts."""
-    from clid.data.stats import format_table, length_stats
     from clid.base.text import load_tokenizer
+    from clid.data.stats import format_table, length_stats
 
     tests = [r for r in records if r["split"] == "test"]
     tokenizer = load_tokenizer()

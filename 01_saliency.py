@@ -22,7 +22,7 @@ Methods:
   (sigma 5 px) and normalised, as the official evaluation does. Module names follow the official
   checkpoints, so the released ``res_imagenet.pth``, ``res_places.pth`` and ``res_decoder.pth``
   load unchanged. Weights are never unpickled: ``.safetensors`` or a ``.pth`` of plain tensors; a
-  ``.pth`` holding a pickled module is refused (convert it once: ``python -m clid.saliency.emlnet convert
+  ``.pth`` holding a pickled module is refused (convert it once: ``python -m clid.emlnet convert
   --trust-pickle IN.pth --out OUT.safetensors``).
 
 A missing or unreadable image is reported by path and listed in ``OUT.failed.tsv``; the run goes
@@ -42,11 +42,11 @@ import torch
 from tqdm import tqdm
 
 from clid.base import files
+from clid.data.images import Item, list_items, try_load, unique_items
 from clid.run import runs, runtime, shard
 from clid.run.cli import HelpFormatter, non_negative_float, non_negative_int, positive_int, run_main
-from clid.method.emlnet import EMLNET_SIZE, EMLNet
-from clid.method.saliency import SPECTRAL_SIZE, map_shape, resize_map, spectral_residual
-from clid.data.images import Item, list_items, try_load, unique_items
+from clid.selfgen.emlnet import EMLNET_SIZE, EMLNet
+from clid.selfgen.saliency import SPECTRAL_SIZE, map_shape, resize_map, spectral_residual
 
 # ---------------------------------------------------------------------------------------------
 # Preview

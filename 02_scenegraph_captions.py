@@ -18,10 +18,10 @@ Several graph files: each image is captioned from one graph. Visual Genome graph
 that is in VG takes its VG graph); among files of the same kind, the first file given wins. The
 count of images per file is printed.
 
-The walk (one caption; randomness keyed by (seed, graph id, caption number); clid/method/walk.py):
+The walk (one caption; randomness keyed by (seed, graph id, caption number); clid/selfgen/walk.py):
   1. object saliency = the saliency map summed inside the object's box, normalised over the
      image's objects (``--saliency none``: the same sum over a centre-bias prior map, see
-     ``prior_saliency`` in clid/method/graphs.py);
+     ``prior_saliency`` in clid/selfgen/graphs.py);
   2. the first object is drawn with probability proportional to saliency;
   3. at each newly visited object, up to ``--k`` of its children (objects it has a relationship to)
      are drawn without replacement by re-normalised saliency and visited depth first; a child
@@ -46,17 +46,24 @@ from collections import Counter
 from pathlib import Path
 
 from clid.base import files
-from clid.run import runs, shard
-from clid.run.cli import (HelpFormatter, add_levels_arg, add_tokenizer_arg, non_negative_int, positive_int, run_main,
-                           unit_interval)
-from clid.data.scenegraphs import load_graph_files, load_image_data
-from clid.demo.truth import TrueGraphs, judge
 from clid.base.files import DataError
 from clid.base.rng import item_rng
-from clid.method.graphs import Prepared, SaliencySource, load_problem_kind, output_ids, prepare
-from clid.method.walk import render, walk
-from clid.data.stats import format_table, length_stats
 from clid.base.text import caption_lengths, length_to_level, load_tokenizer
+from clid.data.scenegraphs import load_graph_files, load_image_data
+from clid.data.stats import format_table, length_stats
+from clid.demo.truth import TrueGraphs, judge
+from clid.run import runs, shard
+from clid.run.cli import (
+    HelpFormatter,
+    add_levels_arg,
+    add_tokenizer_arg,
+    non_negative_int,
+    positive_int,
+    run_main,
+    unit_interval,
+)
+from clid.selfgen.graphs import Prepared, SaliencySource, load_problem_kind, output_ids, prepare
+from clid.selfgen.walk import render, walk
 
 # ---------------------------------------------------------------------------------------------
 # One image's captions

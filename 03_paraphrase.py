@@ -30,14 +30,29 @@ import time
 from collections import Counter
 
 from clid.base import files
-from clid.run import runs, runtime, shard
-from clid.run.cli import (HelpFormatter, add_download_arg, add_levels_arg, add_tokenizer_arg, non_negative_float,
-                           positive_int, run_main)
-from clid.data.records import report_wordless
-from clid.method.paraphrase import (BATCH_SIZE, DEFAULT_MODEL, ENGINES, ModelParaphraser, choose_engine,
-                                    paraphrase_captions, rules_paraphrase, sentences_paraphrase)
-from clid.data.stats import format_table, length_stats
 from clid.base.text import caption_lengths, karpathy_tokens, length_to_level, load_tokenizer
+from clid.data.records import report_wordless
+from clid.data.stats import format_table, length_stats
+from clid.run import runs, runtime, shard
+from clid.run.cli import (
+    HelpFormatter,
+    add_download_arg,
+    add_levels_arg,
+    add_tokenizer_arg,
+    non_negative_float,
+    positive_int,
+    run_main,
+)
+from clid.selfgen.paraphrase import (
+    BATCH_SIZE,
+    DEFAULT_MODEL,
+    ENGINES,
+    ModelParaphraser,
+    choose_engine,
+    paraphrase_captions,
+    rules_paraphrase,
+    sentences_paraphrase,
+)
 
 
 def parse_args(argv=None):

@@ -8,7 +8,7 @@
 In:  trusted captions (the train split of a Karpathy JSON), region features, and for
      ``--data extended`` the self-generated captions (only those of train-split images are used).
      No test image is trained on: a file without splits (the official COCO captions: convert it
-     with ``python -m clid.data convert-coco``) needs ``--test-ids FILE|karpathy``, and COCO
+     with ``python -m clid.captions convert-coco``) needs ``--test-ids FILE|karpathy``, and COCO
      training images that are Karpathy test images stop the run (``--no-split-check`` overrides).
 Out: a checkpoint folder (model.safetensors, config.json, tokenizer, optimizer.pt, train_state.json,
      train_log.jsonl). Killing the run and starting the same command again resumes from the last
@@ -39,10 +39,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from clid.run.cli import HelpFormatter, run_main
-from clid.data.store import FeatureStore, RegionCache, cache_bytes, check_features_match
 from clid.base.files import DataError, check_not_input, read_json
-from clid.method.checkpoints import (
+from clid.data.inputs import CaptionFiles, report_skipped, training_examples, training_items
+from clid.data.store import FeatureStore, RegionCache, cache_bytes, check_features_match
+from clid.model.checkpoints import (
     check_same_levels,
     checkpoint_exists,
     load_init_weights,
@@ -50,23 +50,19 @@ from clid.method.checkpoints import (
     read_train_state,
     write_model_card,
 )
-from clid.data.inputs import CaptionFiles, report_skipped, training_examples, training_items
+from clid.run.cli import HelpFormatter, run_main
 from clid.run.recipes import resolved
-from clid.training.train import (
+from clid.training.batches import balanced_batches, epoch_batches
+from clid.training.distributed import finish_distributed
+from clid.training.flags import (
     add_train_args,
-    balanced_batches,
     check_train_args,
-    epoch_batches,
-    finish_distributed,
-    make_trainer,
-    new_model,
     parse_train_args,
     recipe_schedule,
     recipe_vocab,
-    standardize_regions,
-    start_run,
     train_arg_groups,
 )
+from clid.training.stage import make_trainer, new_model, standardize_regions, start_run
 
 
 def parse_args(argv=None):

@@ -18,7 +18,7 @@ says only "m tokens"). ``--count caption`` counts and scores the caption's own t
 
 ``--mode prefix`` (default, the authors' definition): all text masked, the true prefix revealed,
 position t read; one pass per position, made fast without changing the numbers (see
-clid/method/scoring.py). ``--precision`` (clid.run.runtime): auto scores in bfloat16 autocast on a GPU
+clid/model/scoring.py). ``--precision`` (clid.run.runtime): auto scores in bfloat16 autocast on a GPU
 (docs/gpu.md: its scores against float32's), in float32 on the CPU. ``--mode pseudo`` and ``--mode onepass`` are documented approximations.
 Per-item stage: ``--shard-id/--num-shards`` (SLURM array defaults), chunked and resumable (a
 resume with other inputs or flags is refused unless ``--restart``). Captions not scored are
@@ -35,18 +35,32 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clid.run import runs, runtime, shard
-from clid.run.cli import HelpFormatter, positive_int, run_main
-from clid.data.splits import add_split_args
-from clid.data.store import FeatureStore, RegionCache, add_bad_features_arg, add_region_cache_arg, cache_bytes, check_features_match
 from clid.base.files import read_arrays, write_quality
-from clid.method.checkpoints import load_checkpoint, read_config, saved_config
-from clid.data.examples import Examples
-from clid.data.inputs import (CaptionFiles, add_left_out_arg, add_token_cache_arg, check_left_out,
-                              report_skipped, training_items, usable)
-from clid.method.quality import eq1_quality
-from clid.method.scoring import MODES, caption_logprobs
 from clid.base.text import load_tokenizer
+from clid.data.examples import Examples
+from clid.data.inputs import (
+    CaptionFiles,
+    add_left_out_arg,
+    add_token_cache_arg,
+    check_left_out,
+    report_skipped,
+    training_items,
+    usable,
+)
+from clid.data.splits import add_split_args
+from clid.data.store import (
+    FeatureStore,
+    RegionCache,
+    add_bad_features_arg,
+    add_region_cache_arg,
+    cache_bytes,
+    check_features_match,
+)
+from clid.model.checkpoints import load_checkpoint, read_config, saved_config
+from clid.model.scoring import MODES, caption_logprobs
+from clid.run import runs, runtime, shard
+from clid.run.cli import HelpFormatter, run_main
+from clid.selection.quality import eq1_quality
 
 COUNTS = ("level", "caption")  # Eq. 2's m: the level's padded length (the authors' code), or the caption's tokens
 BATCH_SIZE = 64  # --batch-size auto on the CPU

@@ -31,7 +31,7 @@ an option of the authors' code that their configuration leaves off); ``--schedul
 caption equally likely, the paper's ablation), ``hard`` (s -> 0: a step at T_i), ``none`` (the whole
 extended set, no selection; the same as ``--strategy none``).
 
-Other strategies on the same data, model, steps, batch and seed (``--strategy``, clid/method/selection.py):
+Other strategies on the same data, model, steps, batch and seed (``--strategy``, clid/selection/schedule.py):
 ``loss-remove`` and ``loss-replacecap`` (loss-based curation every ``--curate-every`` steps),
 ``curriculum`` (Baby Step over ``--buckets`` difficulty buckets, ``--difficulty clip:DIR|bootstrap:CKPT|u``)
 and ``none`` (the whole extended set). Their decisions are kept in the checkpoints, so each resumes
@@ -43,30 +43,25 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from clid.method import selection
-from clid.run.cli import HelpFormatter, number, positive_float, positive_int, run_main
-from clid.data.store import RegionCache, cache_bytes, check_features_match
-from clid.method.checkpoints import load_init_weights, read_config, write_model_card
 from clid.data.inputs import CaptionFiles, caption_texts, report_skipped, training_examples, training_items, usable
+from clid.data.store import RegionCache, cache_bytes, check_features_match
+from clid.model.checkpoints import load_init_weights, read_config, write_model_card
+from clid.run.cli import HelpFormatter, number, positive_float, positive_int, run_main
 from clid.run.recipes import selection_eta
-from clid.training.train import (
+from clid.selection import schedule, strategies
+from clid.training.batches import epoch_batches, epoch_order
+from clid.training.distributed import finish_distributed
+from clid.training.flags import (
     add_train_args,
     check_train_args,
-    epoch_batches,
-    epoch_order,
-    finish_distributed,
-    make_trainer,
-    new_model,
     parse_train_args,
     recipe_schedule,
     recipe_vocab,
-    standardize_regions,
-    start_run,
     train_arg_groups,
 )
+from clid.training.stage import make_trainer, new_model, standardize_regions, start_run
 
 CAPTION_ETA, PARAGRAPH_ETA = 1200, 200
 
@@ -98,7 +93,7 @@ def parse_args(argv=None):
     groups["model"].add_argument("--init", default="random",
                                  help="random (the authors' code re-initialises the model) | bert (as 04 starts) | "
                                       "a checkpoint folder")
-    selection.add_strategy_args(strategy)
+    strategies.add_strategy_args(strategy)
     add_train_args(groups)
     p.set_defaults(lr_horizon=300_000)  # the authors' schedule: a 300,000-step cosine, of which 06 trains 100,000
     args = parse_train_args(p, argv, "selection")
@@ -113,7 +108,7 @@ def parse_args(argv=None):
         p.error(f"--init must be bert, random or a checkpoint folder (got {args.init!r})")
     if args.region_init and args.init not in ("bert", "random"):
         p.error("--region-init sets a new model's first region layer; the checkpoint of --init brings its own")
-    selection.check_strategy_args(p, args)
+    strategies.check_strategy_args(p, args)
     return args
 
 
@@ -136,7 +131,7 @@ def main(argv=None):
     items = training_items(args.captions, args.selfgen, args.test_ids, not args.no_split_check, files, model.tokenizer)
     trusted, pool, skipped = training_examples(items, config.levels, features)
     items.check_left_out(skipped, args.max_left_out, args.captions, args.selfgen, features, config.levels)
-    u = selection.scores_for(pool.caption_ids, args.quality, pool.digests, args.selfgen) if args.strategy == "clid" else None
+    u = schedule.scores_for(pool.caption_ids, args.quality, pool.digests, args.selfgen) if args.strategy == "clid" else None
     n_trusted = len(trusted)
     examples = trusted + pool  # trusted captions first, then the pool
     if args.init in ("bert", "random"):  # (a checkpoint brings its own statistics)
@@ -144,33 +139,33 @@ def main(argv=None):
     regions = RegionCache.for_model(features, config, cache_bytes(args.region_cache))
 
     # the strategy: which captions each round trains on
-    data = selection.Pool(examples.image_ids, examples.caption_ids, n_trusted, pool.lengths, pool.levels,
+    data = schedule.Pool(examples.image_ids, examples.caption_ids, n_trusted, pool.lengths, pool.levels,
                           config.num_levels)
     val, _ = usable(items.val, config.levels, "val", features)
     check = same_on_every_rank(world)
     texts = (caption_texts(examples.caption_ids, files.records(args.captions)[0], args.selfgen,
                            examples.digests)
              if (args.difficulty or "").startswith("clip:") else None)  # (CLIP reads the text, not the tokens)
-    strategy = selection.make_strategy(args, data, examples, model, regions, plan.device, out, u, val, texts,
+    strategy = strategies.make_strategy(args, data, examples, model, regions, plan.device, out, u, val, texts,
                                        items.filenames, check, rank)
-    if check and isinstance(strategy, selection.Schedule):  # every rank must draw the same captions
+    if check and isinstance(strategy, schedule.Schedule):  # every rank must draw the same captions
         check([p["digest"] for p in strategy.plan])
     if rank == 0:
         report_data(items.notes, skipped, features, n_trusted, len(pool), u)
         print("\n".join(strategy.summary()))
-        selection.write_log(out, strategy.log_rows())
+        schedule.write_log(out, strategy.log_rows())
 
     trainer = make_trainer(args, "06_train_selection", model, examples, regions, features, items.val_ids, out,
                            plan, rank, world)
 
     rounds = strategy.rounds(trainer.step, trainer.state)
-    if isinstance(strategy, selection.Schedule):  # a plan fixed before training: each round drawn while one trains
-        rounds = selection.prepared_ahead(rounds, lambda rnd: epoch_order(len(rnd.members), args.seed, rnd.key, 0))
+    if isinstance(strategy, schedule.Schedule):  # a plan fixed before training: each round drawn while one trains
+        rounds = schedule.prepared_ahead(rounds, lambda rnd: epoch_order(len(rnd.members), args.seed, rnd.key, 0))
     for rnd in rounds:
         if rank == 0:
             print(rnd.description)
-            if not isinstance(strategy, selection.Schedule):  # the log grows with each curation or evaluation
-                selection.write_log(out, strategy.log_rows())
+            if not isinstance(strategy, schedule.Schedule):  # the log grows with each curation or evaluation
+                schedule.write_log(out, strategy.log_rows())
         batch_for = (lambda step, rnd=rnd: rnd.members[epoch_batches(len(rnd.members), args.batch_size, step - rnd.start,
                                                                      args.seed, rnd.key)])
         trainer.run(rnd.end, batch_for, desc=f"06 {rnd.key[0]} {rnd.key[1]}", state_for=lambda step, rnd=rnd: rnd.state)

@@ -22,7 +22,7 @@ Out: --out DIR holding metrics.json (every number, per run and per method), repo
     python 07_eval.py --refs captions_val2014.json --generated mine.jsonl --out eval  # Karpathy 5k
     python 07_eval.py --generated captions.jsonl --out eval  # no references: length control alone
 
-Per level and run (definitions in clid/method/metrics.py): control precision (share of ALL test images
+Per level and run (definitions in clid/evaluation/metrics.py): control precision (share of ALL test images
 whose caption length is inside the level; a missing caption is a miss), BLEU-1..4, METEOR,
 ROUGE-L, CIDEr and SPICE (pycocoevalcap, PTB tokenizer) on the in-range captions, length error
 and distinct-1/2. CIDEr's document frequencies come from the scored subset of each level. A method
@@ -36,10 +36,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clid.run import runtime
+from clid.base.files import DataError, check_not_input, check_output_folder, natural_key
+from clid.base.text import LEVEL_SETS, get_levels, load_tokenizer
 from clid.caption import add_decoding_args
-from clid.run.cli import HelpFormatter, add_download_arg, add_tokenizer_arg, non_negative_int, run_main
-from clid.method.metrics import (
+from clid.caption.cached import generate_cached
+from clid.data.store import FeatureStore, add_bad_features_arg
+from clid.evaluation.metrics import (
     SSA_LEVELS,
     CocoScorer,
     counts_sentences,
@@ -51,12 +53,19 @@ from clid.method.metrics import (
     to_ssa_levels,
     write_generated,
 )
-from clid.caption.cached import generate_cached
-from clid.report import (FIGURES, combine, eval_files, length_histograms, report_coverage, run_ids, run_list,
-                         selfgen_captions, write_outputs)
-from clid.data.store import FeatureStore, add_bad_features_arg
-from clid.base.files import DataError, check_not_input, check_output_folder, natural_key
-from clid.base.text import LEVEL_SETS, get_levels, load_tokenizer
+from clid.evaluation.report import (
+    FIGURES,
+    combine,
+    eval_files,
+    length_histograms,
+    report_coverage,
+    run_ids,
+    run_list,
+    selfgen_captions,
+    write_outputs,
+)
+from clid.run import runtime
+from clid.run.cli import HelpFormatter, add_download_arg, add_tokenizer_arg, non_negative_int, run_main
 
 
 def parse_args(argv=None):

@@ -10,9 +10,11 @@
 #               [quick] in recipes/demo.toml). Measured in a fresh clone on a 2-core machine, one other
 #               one-thread job running: 13.1 minutes, set-up included (2026-11-29); on 2 cores loaded by
 #               other jobs (load 5 to 7) 04 runs at half the speed: about 32 minutes
-#   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present)
+#   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present), import-linter
+#               and ruff
+#   make test-fast   the tests not marked slow, for the edit-test loop (tests/README.md; about 3 minutes on 2 cores)
 #   make slurm-check   the SLURM recipe (slurm/) on a real one-machine Slurm, started and stopped here: as root,
-#               installs Debian's slurmctld, slurmd, slurm-client and munge where missing (tests/slurm/check.sh;
+#               installs Debian's slurmctld, slurmd, slurm-client and munge where missing (tests/system/slurm/check.sh;
 #               CHECK_NODES=0 leaves out its 2-node training runs, CHECK_KILL=0 the one whose rank 1 is killed)
 # All create and fill .venv on first use: the pinned requirements, then this package with its
 # C++/CUDA extension clid._C (pip install --no-build-isolation -e .), rebuilt when csrc/ changes.
@@ -32,7 +34,7 @@ export TOKENIZERS_PARALLELISM := false
 
 CSRC   := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu') setup.py pyproject.toml
 
-.PHONY: all venv test slurm-check demo demo-paragraph demo-compare checkpoint cuda-check clean
+.PHONY: all venv test test-fast lint slurm-check demo demo-paragraph demo-compare checkpoint cuda-check clean
 
 all: test
 
@@ -44,12 +46,18 @@ $(STAMP): requirements.txt $(CSRC)
 	$(VENV)/bin/pip install --quiet --no-build-isolation -e .
 	touch $(STAMP)
 
-test: $(STAMP) cuda-check
-	$(VENV)/bin/lint-imports --no-cache
+test: $(STAMP) cuda-check lint
 	$(PY) -m pytest -q -n $(TEST_JOBS) tests
 
+test-fast: $(STAMP) lint
+	$(PY) -m pytest -q -n $(TEST_JOBS) -m "not slow" tests
+
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/ruff check .
+
 slurm-check: $(STAMP)
-	bash tests/slurm/check.sh
+	bash tests/system/slurm/check.sh
 
 cuda-check:
 	bash csrc/check_cuda.sh

@@ -28,12 +28,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clid.caption import CaptionWriter, MemoryRegions
-from clid.run.cli import HelpFormatter, run_main
-from clid.data.store import Regions
-from clid.method.captioner import PRESETS, Captioner, CaptionerConfig
-from clid.method.decode import default_steps
 from clid.base.text import load_tokenizer
+from clid.caption import CaptionWriter, MemoryRegions
+from clid.data.store import Regions
+from clid.model.captioner import PRESETS, Captioner, CaptionerConfig
+from clid.model.decode import default_steps
+from clid.run.cli import HelpFormatter, run_main
 
 # BERT-base's shape (the `labert` preset reads it from the BERT folder; here it is written out, so nothing
 # is downloaded)

@@ -13,7 +13,7 @@ Columns: control precision (the share of captions inside their level, counted as
 the in-range captions against the trusted test references and against that level's long references
 (07's scorer, SPICE off); rep3: the share of captions with a 3-gram twice or more; max4: the most
 times one 4-gram occurs in one caption; broken: the share of captions that end on a function word or pair
-words that no phrase pairs ("a in", "a umbrella"; clid.method.repetition); listed: the share that list objects
+words that no phrase pairs ("a in", "a umbrella"; clid.evaluation.repetition); listed: the share that list objects
 ("a sand and a dress and a woman", where a sentence links them by verbs and prepositions); s: CPU seconds of decoding per level
 (this process's CPU time, which a busy machine changes much less than wall-clock time; OMP_NUM_THREADS=1).
 """
@@ -24,12 +24,12 @@ import json
 import time
 from pathlib import Path
 
+from clid.evaluation.repetition import reference_texts, repetition
 from clid.run.cli import HelpFormatter
-from clid.method.repetition import reference_texts, repetition
 
 
 def reference_rows(demo: Path, levels) -> list[dict]:
-    """The repetition of the world's own texts at each level (clid.method.repetition.reference_texts)."""
+    """The repetition of the world's own texts at each level (clid.evaluation.repetition.reference_texts)."""
     return [{"decoding": f"references ({kind})", "level": level, **repetition(texts)}
             for level, (kind, texts) in reference_texts(demo, levels).items()]
 
@@ -44,7 +44,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
 
     from clid.caption import CaptionWriter
-    from clid.method.metrics import CocoScorer, evaluate, load_long_refs, load_refs
+    from clid.evaluation.metrics import CocoScorer, evaluate, load_long_refs, load_refs
 
     demo = Path(args.demo)
     writer = CaptionWriter.from_checkpoint(args.checkpoint, device="cpu", features=demo / "features.h5")

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clid.method.captioner import Captioner, preset_config  # noqa: E402
+from clid.model.captioner import Captioner, preset_config  # noqa: E402
 from clid.run.cli import HelpFormatter, positive_int  # noqa: E402
 
 

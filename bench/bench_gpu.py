@@ -17,14 +17,14 @@ of them once, in an order rotated round by round), after a warm-up, wall-clock c
 synchronisation; a row prints the median of its rounds and their spread [lowest-highest]; a ratio is of the
 medians, ours / the peer's in the row's unit (ms: below 1 is faster; a rate: above 1 is faster). --repeats rounds (at least 5 unless the budget runs short, which the row then says).
 
-Rows (a "target" is issue 49's for one H200, the H100's on an H100; the CPU smoke test checks none):
+Rows (a "target" is the one set for one H200 in docs/gpu.md, the H100's on an H100; the CPU smoke test checks none):
 - kernels: seq_logprob [64, 24, 30522] bf16 against eager log_softmax + gather and one read of the logits at the
   copy bandwidth measured in the run; token_logprob_hidden (P = 16,384, H = 768, bf16) at V = 30,522 and at
   the vocabulary padded to 30,528 (a multiple of 64, the padding's logits at -inf), each against the bare cuBLAS
   product h @ W.T and linear + log_softmax + gather at the same V; its extra memory; Cut Cross-Entropy
   (`cut_cross_entropy.linear_cross_entropy`, where it is installed and runs) at V = 30,522.
 - train: Trainer.train_step on batches of 64 (levels 1-7) with --precision auto (on the CPU also as the code ran
-  before issue 42: one encoder pass per text length, float32, a host check in every step) beside the staged bound (the batches already on the GPU, one padded pass, bf16 autocast, no host synchronisation);
+  on the CPU before the GPU rework of 2026-11-27: one encoder pass per text length, float32, a host check in every step) beside the staged bound (the batches already on the GPU, one padded pass, bf16 autocast, no host synchronisation);
   the host's share (collate and region padding of one batch); the loader alone (batches a second from the
   HDF5 file through 04's loader workers, no step) beside the bound's steps a second.
 - train04: 04_train_base.py itself from an HDF5 file (a fresh process each round, its step time from
@@ -32,7 +32,7 @@ Rows (a "target" is issue 49's for one H200, the H100's on an H100; the CPU smok
 - paraphrase: 03's beam search (10 beams, 32 new tokens, pegasus-large) with transformers' generate() as 03 runs
   it (on a GPU the output layer padded to a multiple of 64 and the cross-attention cache left in place, beside
   the plain model) and with CTranslate2
-  (clid.method.ct2_pegasus), the same ids, 03's --precision auto and --batch-size auto; how many pieces
+  (clid.selfgen.ct2_pegasus), the same ids, 03's --precision auto and --batch-size auto; how many pieces
   decode alike.
 - score: 05's prefix scoring, levels 1-7, at the pass size 05 runs at COCO scale (--batch-size auto: every pass
   full, a pass per level and round), beside float32 at batch 64 (before) and the authors' eager loop; bf16's
@@ -49,9 +49,9 @@ import itertools
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
-import signal
 import sys
 import tempfile
 import time
@@ -186,7 +186,7 @@ def rates(values: list[float], items: int) -> list[float]:
 
 
 def target_for(device: str, h200: float, h100: float, relation: str = ">=") -> tuple[float | None, str]:
-    """(the issue's target on this GPU, its text): H200's, or H100's on an H100; none on the CPU."""
+    """(the target set for this GPU in docs/gpu.md, its text): H200's, or H100's on an H100; none on the CPU."""
     if not runtime.device_plan(device).gpu:
         return None, ""
     name = torch.cuda.get_device_name()
@@ -228,7 +228,8 @@ def caption_texts(levels, n_per_level: int, seed: int) -> list[tuple[int, str]]:
 
 
 def write_features(path: Path, size: dict, n_images: int, seed: int = 0, classes: bool = True) -> None:
-    from clid.data.store import Regions, write_features as write
+    from clid.data.store import Regions
+    from clid.data.store import write_features as write
 
     rng = np.random.default_rng(seed)
 
@@ -254,7 +255,7 @@ def write_captions(path: Path, texts: list[tuple[int, str]], n_images: int) -> N
 
 
 def captioner(size: dict, tokenizer, device: str, classes: int, dropout: float = 0.0, seed: int = 0):
-    from clid.method.captioner import Captioner, CaptionerConfig
+    from clid.model.captioner import Captioner, CaptionerConfig
 
     torch.manual_seed(seed)
     config = CaptionerConfig(vocab_size=VOCAB, region_dim=size["feature_dim"], num_classes=classes, dropout=dropout,
@@ -268,8 +269,8 @@ class Data:
     """The shared inputs of the captioner's rows, written once into a temporary folder."""
 
     def __init__(self, folder: Path, size: dict):
-        from clid.data.store import FeatureStore
         from clid.data.inputs import make_examples
+        from clid.data.store import FeatureStore
 
         self.folder, self.size = folder, size
         self.tokenizer = write_vocabulary(folder / "vocab")
@@ -367,7 +368,7 @@ class TrainRig:
 
     def __init__(self, size: dict, device: str, data: Data):
         from clid.data.store import RegionCache
-        from clid.training.train import StepBatches, epoch_batches
+        from clid.training.batches import StepBatches, epoch_batches
 
         self.size, self.device, self.data = size, device, data
         self.model = captioner(size, data.tokenizer, device, size["classes"], dropout=0.1)
@@ -387,7 +388,7 @@ class TrainRig:
     def bound_steps(self) -> None:
         """``train_steps`` steps of the staged bound: the batches on the device, one padded pass, bf16 autocast
         on a GPU, no host synchronisation."""
-        from clid.training.train import masked_lm_loss
+        from clid.training.loss import masked_lm_loss
 
         model = self.model
         model.train()
@@ -406,7 +407,8 @@ class TrainRig:
 def train(table: Table, size: dict, device: str, rig: TrainRig, rounds: int) -> None:
     """The training-step rows and the loader alone, each beside the staged bound."""
     from clid.data.store import FeatureStore, RegionCache
-    from clid.training.train import Trainer, TrainSettings
+    from clid.training.flags import TrainSettings
+    from clid.training.loop import Trainer
 
     model, steps = rig.model, size["train_steps"]
     t = interleaved({"host": lambda: rig.batches[0]}, "cpu", max(rounds, 5))
@@ -428,7 +430,7 @@ def train(table: Table, size: dict, device: str, rig: TrainRig, rounds: int) -> 
 
     plan = runtime.device_plan(device, "auto")
     fns = {"auto": trainer_steps(plan), "bound": rig.bound_steps}
-    if not plan.gpu:  # (on a GPU the rows of before issue 42 would only cost time)
+    if not plan.gpu:  # (on a GPU the rows of the code before the GPU rework would only cost time)
         before = runtime.device_plan(device, "fp32").replace(grouped_encoding=True, defer_checks=False)
         fns["before"] = trainer_steps(before)
     t = interleaved(fns, device, rounds, per_call={k: steps for k in fns})
@@ -522,7 +524,7 @@ def train04(table: Table, size: dict, device: str, rig: TrainRig, folder: Path, 
 def score(table: Table, size: dict, device: str, data: Data, rounds: int, stop_after: float) -> float:
     """05's rows; returns captions/s with today's defaults (one model)."""
     from clid.data.store import RegionCache
-    from clid.method.scoring import caption_logprobs, caption_logprobs_eager
+    from clid.model.scoring import caption_logprobs, caption_logprobs_eager
 
     trusted = captioner(size, data.tokenizer, device, size["classes"], seed=1).eval()
     regions = RegionCache.for_model(data.features, trusted.config)
@@ -626,8 +628,8 @@ def paraphrase(table: Table, size: dict, device: str, rounds: int) -> float:
     """03's beam search on its two engines, the same ids; returns pieces/s of the faster one."""
     from transformers import PegasusConfig, PegasusForConditionalGeneration
 
-    from clid.method import ct2_pegasus
-    from clid.method import paraphrase as paraphrasers
+    from clid.selfgen import ct2_pegasus
+    from clid.selfgen import paraphrase as paraphrasers
 
     config = PegasusConfig(max_position_embeddings=128, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
                            forced_eos_token_id=None, **size["pegasus"])

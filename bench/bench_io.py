@@ -39,8 +39,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clid.run.cli import HelpFormatter, positive_float, positive_int, run_main  # noqa: E402
 from clid.data.store import FeatureStore, RegionCache, Regions, write_features  # noqa: E402
+from clid.run.cli import HelpFormatter, positive_float, positive_int, run_main  # noqa: E402
 
 REGIONS, DIM, CLASSES = 100, 2048, 1601  # the VLP release, as 04 reads it
 WORKERS = (0, 2, 4)
@@ -154,7 +154,7 @@ def main(argv=None) -> None:
         print(f"writing {images} images ({images * per_image / 1e9:.1f} GB) to {files['float32']}", flush=True)
         write_world(files["float32"], images)
     if not files["float16"].exists():
-        from clid.data.convert import main as convert
+        from clid.features.convert import main as convert
 
         convert(["--format", "clid", str(files["float32"]), "--dtype", "float16", "--out", str(files["float16"])])
     order_ids = np.random.default_rng(1).permutation(images)[: args.batch * args.batches] + 1

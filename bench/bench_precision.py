@@ -42,12 +42,12 @@ DRAW_ITERATION = 40  # 80% of the schedule at c = 2
 
 
 def scores(args) -> dict:
-    from clid.data.store import FeatureStore, RegionCache
     from clid.base.files import read_jsonl
-    from clid.method.checkpoints import load_checkpoint
     from clid.data.inputs import make_examples
-    from clid.method.scoring import caption_logprobs
-    from clid.method.selection import draw
+    from clid.data.store import FeatureStore, RegionCache
+    from clid.model.checkpoints import load_checkpoint
+    from clid.model.scoring import caption_logprobs
+    from clid.selection.schedule import draw
 
     features = FeatureStore(args.features)
     models = [load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)]
@@ -80,13 +80,13 @@ def feature_dtypes(args) -> dict:
     """float16 and bfloat16 region features against float32, under the same two float32 models."""
     import os
 
-    from clid.data.convert import main as convert
-    from clid.data.store import FeatureStore, RegionCache
     from clid.base.files import read_jsonl
-    from clid.method.checkpoints import load_checkpoint
     from clid.data.inputs import make_examples
-    from clid.method.scoring import caption_logprobs
-    from clid.method.selection import draw
+    from clid.data.store import FeatureStore, RegionCache
+    from clid.features.convert import main as convert
+    from clid.model.checkpoints import load_checkpoint
+    from clid.model.scoring import caption_logprobs
+    from clid.selection.schedule import draw
 
     models = [load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)]
     items = [(str(r["id"]), str(r["image_id"]), r["caption"]) for r in read_jsonl(args.selfgen)]

@@ -8,7 +8,7 @@ Out: a table on stdout (and --json FILE): per stage, the start-up, the host time
      and the peak resident memory of today's path, this tree's, and this tree's with a warm --token-cache,
      with the ratio today / new.
 
-    python bench/bench_scale.py --captions 2000000                           # the size
+    python bench/bench_scale.py --captions 2000000                           # COCO's self-generated set at scale
     python bench/bench_scale.py --captions 20000 --images 300 --paths new    # the CI smoke test
 
 The paths: "today", the code of the commit --peer (default: the one before the host-side work), unpacked
@@ -69,8 +69,8 @@ def write_world(work: Path, n_images: int, n_selfgen: int, seed: int = 0) -> dic
     import numpy as np
 
     from clid.base.files import write_h5_groups, write_quality
-    from clid.method.quality import eq1_quality
     from clid.data.examples import text_digest
+    from clid.selection.quality import eq1_quality
 
     rng = random.Random(seed)
     work.mkdir(parents=True, exist_ok=True)
@@ -130,8 +130,9 @@ def probe(tree: str, out: str, script: str, argv: list[str]) -> None:
     import torch
 
     import clid
-    import clid.method.captioner as captioner
-    import clid.training.train as train
+    import clid.model.captioner as captioner
+    import clid.training.loop as loop
+    import clid.training.stage as stage
 
     assert Path(clid.__file__).resolve().is_relative_to(Path(tree).resolve()), clid.__file__
     seen = {"steps": 0, "runs": [], "first_step": None, "first_batch": None, "rss_model": None, "cpu_startup": None,
@@ -145,7 +146,7 @@ def probe(tree: str, out: str, script: str, argv: list[str]) -> None:
         seen["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         Path(out).write_text(json.dumps(seen))
 
-    step, run, encode, new_model = torch.optim.AdamW.step, train.Trainer.run, captioner.Captioner.encode, train.new_model
+    step, run, encode, new_model = torch.optim.AdamW.step, loop.Trainer.run, captioner.Captioner.encode, stage.new_model
 
     def timed_step(self, *a, **k):
         result = step(self, *a, **k)
@@ -181,8 +182,8 @@ def probe(tree: str, out: str, script: str, argv: list[str]) -> None:
         seen["rss_model"] = rss_bytes()
         return new_model(*a, **k)
 
-    torch.optim.AdamW.step, train.Trainer.run, captioner.Captioner.encode = timed_step, timed_run, first_encode
-    train.new_model = measured_model  # (the stages import it by name: patched before they are loaded)
+    torch.optim.AdamW.step, loop.Trainer.run, captioner.Captioner.encode = timed_step, timed_run, first_encode
+    stage.new_model = measured_model  # (the stages import it by name: patched before they are loaded)
     atexit.register(finish)
     sys.argv = [script] + argv
     os.chdir(tree)
@@ -342,8 +343,8 @@ def main(argv=None) -> None:
     # the two checkpoints 05 reads (only its start-up is measured): two tiny models, initialised apart
     import torch
 
-    from clid.method.captioner import build_model, preset_config
-    from clid.method.checkpoints import save_model
+    from clid.model.captioner import build_model, preset_config
+    from clid.model.checkpoints import save_model
 
     checkpoints = {}
     for seed, name in enumerate(("trusted", "extended")):
@@ -357,8 +358,8 @@ def main(argv=None) -> None:
     if "new" in args.paths:
         columns["new"] = measure(ROOT, "new", world, args.work, args, checkpoints, False)
     if "cache" in args.paths:  # the cache of the self-generated captions, built first (as by a run with --token-cache)
-        from clid.data.inputs import CaptionFiles
         from clid.base.text import load_tokenizer
+        from clid.data.inputs import CaptionFiles
 
         CaptionFiles("caption", cache=True).selfgen_table(world["selfgen"], load_tokenizer())
         columns["new, cache"] = measure(ROOT, "cache", world, args.work, args, checkpoints, True)

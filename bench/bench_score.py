@@ -10,7 +10,7 @@ Out: a table on stdout, one row per (path, peer) printed as soon as it is measur
     python bench/bench_score.py --no-compile     # skip the torch.compile peer (its compile is slow)
     python bench/bench_score.py --no-e2e         # skip the 05 end-to-end row (it builds a small demo world)
 
-05 end to end: the `prefix` scoring of clid.method.scoring (batched by level and length, finished captions
+05 end to end: the `prefix` scoring of clid.model.scoring (batched by level and length, finished captions
 dropped, the head only at the scored position through token_logprob_hidden) against a faithful eager
 re-implementation of the authors' loop (random batches, a full-vocabulary softmax at every position of
 every pass, then gather), both on the `tiny` model (full vocabulary, random weights: the timing and the
@@ -203,10 +203,10 @@ def end_to_end(rows, device, limit=None):
     import numpy as np
 
     from clid.data.captions import load_captions
-    from clid.data.store import FeatureStore, RegionCache
-    from clid.method.captioner import build_model, preset_config
     from clid.data.inputs import make_examples
-    from clid.method.scoring import caption_logprobs, caption_logprobs_eager
+    from clid.data.store import FeatureStore, RegionCache
+    from clid.model.captioner import build_model, preset_config
+    from clid.model.scoring import caption_logprobs, caption_logprobs_eager
 
     with tempfile.TemporaryDirectory() as tmp:
         world = Path(tmp) / "demo"

@@ -88,7 +88,7 @@ fi
 
 # ---- ct2: CTranslate2 for 03, from the carried wheels where the machine lacks it
 device=cuda; (( dry )) && device=cpu
-ct2_ready() { $py -c "from clid.method import ct2_pegasus as c; why = c.available('$device'); print(why or 'ready'); raise SystemExit(bool(why))"; }
+ct2_ready() { $py -c "from clid.selfgen import ct2_pegasus as c; why = c.available('$device'); print(why or 'ready'); raise SystemExit(bool(why))"; }
 {
     if ! $py -c 'import ctranslate2' 2>/dev/null; then
         tag=$($py -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
@@ -131,7 +131,7 @@ saved_ld=${LD_LIBRARY_PATH:-}
 cat > /tmp/clid-ct2-probe.py <<'EOF'
 import sys, tempfile, torch
 from transformers import PegasusConfig, PegasusForConditionalGeneration
-from clid.method import ct2_pegasus
+from clid.selfgen import ct2_pegasus
 device = sys.argv[1]
 why = ct2_pegasus.available(device)
 print(f"ctranslate2 on {device}:", why or "ready")
@@ -161,14 +161,14 @@ if ! TAIL=8 step ct2 ct2.log 90 $py /tmp/clid-ct2-probe.py $device; then
 fi
 
 # ---- tests: every GPU test; those expecting a device-side assertion in a pytest of their own
-gpu_files=$(grep -l -E 'skipif' tests/test_*.py | xargs grep -l 'GPU')
+gpu_files=$(grep -rl -E 'skipif' --include='test_*.py' tests | xargs grep -l 'GPU')
 pytest_gpu=($py -m pytest -q -s -rsfE -p no:cacheprovider -p gpu_only)
 export PYTHONPATH=$PYTHONPATH:$PWD/tests
 CLID_GPU_TESTS=rest step tests tests.log 150 "${pytest_gpu[@]}" $gpu_files
 CLID_GPU_TESTS=assert step tests_assert tests.log 60 "${pytest_gpu[@]}" $gpu_files
 
 # ---- memcheck
-memcheck=("${pytest_gpu[@]}" tests/test_ops_score.py tests/test_ops_sampler.py
+memcheck=("${pytest_gpu[@]}" tests/ops/test_ops_score.py tests/ops/test_ops_sampler.py
           -k "not above_2_24 and not memory_is_bounded")
 if (( dry )); then
     echo "== memcheck: dry run, no CUDA: on the GPU it runs compute-sanitizer --tool memcheck --error-exitcode 9 ${memcheck[*]}" \

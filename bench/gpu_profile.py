@@ -45,7 +45,9 @@ def report(prof, wall: float, count: int, what: str, device: str, rows: int) -> 
 def train(size: dict, device: str, steps: int, rows: int) -> None:
     """04's steps as it runs them, through Trainer.batches (loader workers on a GPU) and Trainer.train_step."""
     from clid.data.store import RegionCache
-    from clid.training.train import Trainer, TrainSettings, epoch_batches
+    from clid.training.batches import epoch_batches
+    from clid.training.flags import TrainSettings
+    from clid.training.loop import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
         data = Data(Path(tmp), size)
@@ -75,7 +77,7 @@ def paraphrase(size: dict, device: str, rows: int) -> None:
     """One batch of 03's beam search at --batch-size auto, in bf16 on a GPU."""
     from transformers import PegasusConfig, PegasusForConditionalGeneration
 
-    from clid.method import paraphrase as paraphrasers
+    from clid.selfgen import paraphrase as paraphrasers
 
     config = PegasusConfig(max_position_embeddings=128, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
                            **size["pegasus"])

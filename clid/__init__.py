@@ -4,16 +4,18 @@ What the numbered stage scripts share, in layers that import only downward (``py
 import-linter contract; ``docs/method.md`` has the code map):
 
 - commands and applications: ``caption/`` (captions for any features or images, the gallery;
-  ``python -m clid.caption``), ``report`` (07's report), ``features/`` (``python -m clid.features``),
-  ``shard``, ``stats``, ``saliency/`` (the ``python -m`` commands of the same names), ``demo/`` (the demo
-  world's simulator and its ground truth);
-- ``training/``: the training loop of 04 and 06 and its resume;
-- ``method/``: the captioner, checkpoints, decoding, Eq. 1 and Eq. 2, selection, metrics, graph walks,
-  English rules, paraphrasing, saliency;
+  ``python -m clid.caption``), ``features/``, ``captions``, ``stats``, ``shard``, ``emlnet`` (the ``python -m``
+  commands of the same names), ``demo/`` (the demo world's simulator and its ground truth);
+- ``training/``: the training loop of 04 and 06, its batches, loss, flags and resume;
+- ``selection/`` (Eq. 1, CLID's schedule, its peers) | ``evaluation/`` (metrics, repetition, 07's report);
+- ``model/`` (the captioner, checkpoints, decoding, Eq. 2) | ``selfgen/`` (steps 1 to 3: saliency, graph walks,
+  paraphrasing);
 - ``data/``: every reader and its checks, the feature store, converters and encoder, the model's caption
   inputs, the token cache;
 - ``run/``: flags and one-line errors, the device plan, run records, shards and locks;
-- ``base/``: files, text, randomness, progress lines, hub loading; ``ops/``: the C++/CUDA kernels.
+- ``base/``: files, text, English rules, randomness, progress lines, hub loading; ``ops/``: the C++/CUDA kernels.
+
+``a | b``: two packages of one layer that never import each other.
 """
 try:
     import torch  # noqa: F401,E402  (loads the libraries the compiled kernels, clid._C, link against)

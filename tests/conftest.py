@@ -90,3 +90,8 @@ def kill_after_checkpoint(command: list, state_file: Path, min_step: int, timeou
         time.sleep(0.05)
     child.send_signal(signal.SIGKILL)
     child.wait()
+
+
+# The bad-input table's shared valid inputs (a toy world with tiny trained checkpoints), made once per test
+# process for every file that asks for ``world`` (imported last: tests/badinput.py imports this module).
+from badinput import world  # noqa: E402,F401

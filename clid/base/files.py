@@ -325,7 +325,7 @@ QUALITY_FIELDS = ("logp_trusted", "logp_extended", "u")
 
 def write_quality(path, ids: list[str], logp_trusted, logp_extended, u, source=None, text_digest=None) -> None:
     """Write the quality file: each caption's two log-likelihoods and its quality ``u`` (Eq. 1,
-    :func:`clid.method.quality.eq1_quality`), stored as float32; ``source`` (optional) says where each caption
+    :func:`clid.selection.quality.eq1_quality`), stored as float32; ``source`` (optional) says where each caption
     comes from ("selfgen", "trusted"), ``text_digest`` (optional, uint64) what each scored caption's text was
     (clid.data.examples.text_digest)."""
     arrays = {"id": np.asarray([str(i) for i in ids], dtype=object),

@@ -15,16 +15,16 @@ of image files or PIL images on the fly, with the encoder the checkpoint was tra
 :meth:`CaptionWriter.decode` is the batched form the caption command (``python -m clid.caption``,
 :mod:`clid.caption.__main__`) and ``07_eval.py`` use; :func:`caption_records` turns its output
 into the lines of the generated-captions JSONL. Decoding itself (LaBERT's mask-predict) lives in
-:mod:`clid.method.decode`.
+:mod:`clid.model.decode`.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from clid.method.metrics import length_control
-from clid.data.store import FeatureStore, Regions, check_features_match, region_problem
 from clid.base.files import DataError, natural_key
 from clid.base.text import get_levels, level_set_name
+from clid.data.store import FeatureStore, Regions, check_features_match, region_problem
+from clid.evaluation.metrics import length_control
 
 __all__ = ["Caption", "CaptionWriter", "MemoryRegions", "Regions", "add_decoding_args", "caption_records",
            "check_features", "decode_steps", "default_device", "encoder_settings"]
@@ -83,9 +83,9 @@ def decode_steps(steps, num_levels: int) -> tuple[int, ...] | None:
 
 def check_features(config, store: FeatureStore, checkpoint=None) -> None:
     """One DataError naming both files when ``store`` holds region features of another kind, dimension
-    or class count than the model (``config``: its :class:`~clid.method.captioner.CaptionerConfig`;
+    or class count than the model (``config``: its :class:`~clid.model.captioner.CaptionerConfig`;
     ``checkpoint``: its folder, whose config.json records the features it was trained on)."""
-    from clid.method.checkpoints import read_config
+    from clid.model.checkpoints import read_config
 
     saved = read_config(checkpoint) if checkpoint else {"region_dim": config.region_dim}
     check_features_match(saved, store, checkpoint or "(in memory)")
@@ -115,8 +115,8 @@ def encoder_settings(config: dict, checkpoint) -> dict:
     """The ``clid.features`` settings that compute the region features a checkpoint was trained on
     (``config``: its config.json): ``colour_bins``, from the recorded dimension. Features of another
     kind (a detector's, converted) cannot be computed from pixels here: one SystemExit line."""
-    from clid.features.__main__ import KIND
     from clid.data.encoder import RegionEncoder
+    from clid.features.__main__ import KIND
 
     kind, dim = config.get("feature_kind"), config.get("feature_dim", config["model"].get("region_dim"))
     bins = next((b for b in range(17) if isinstance(dim, int) and RegionEncoder.dim + 2 * b ** 3 == dim), None)
@@ -150,7 +150,7 @@ class CaptionWriter:
     ``features``: the region-feature file (a path or a :class:`FeatureStore`) the image ids refer to.
     Decoding options: ``steps`` (mask-predict iterations per level; None: 10, 15, ..., 40), ``eos_decay``
     and ``labert_average`` (the authors' defaults), ``block_ngram`` (default 3: no 3-gram twice; 0: the
-    authors' decoding); see :mod:`clid.method.decode`.
+    authors' decoding); see :mod:`clid.model.decode`.
     ``batch_size``: images decoded together, or "auto" (:mod:`clid.run.runtime`: 64 on the CPU, on a GPU as
     many as half its free memory holds); ``precision``: "auto" (bfloat16 autocast on a GPU, float32 on
     the CPU), "fp32" or "bf16".
@@ -173,8 +173,8 @@ class CaptionWriter:
     @classmethod
     def from_checkpoint(cls, folder, device: str | None = None, features=None, **options) -> "CaptionWriter":
         """Load a checkpoint folder (04, 06) onto ``device`` (default: cuda if available, else cpu)."""
+        from clid.model import checkpoints
         from clid.run.runtime import device_problem
-        from clid.method import checkpoints
 
         device = device or default_device()
         if problem := device_problem(str(device)):
@@ -208,7 +208,7 @@ class CaptionWriter:
     def decode(self, image_ids, levels=None, progress=False, features=None):
         """``({level: {image_id: caption}}, {level: image ids whose caption filled the level without "."})``
         for the images of the feature file (or of ``features``, any object with ``get(image_id)``)."""
-        from clid.method import decode
+        from clid.model import decode
 
         source = self.features if features is None else features
         if source is None:
@@ -266,7 +266,7 @@ class CaptionWriter:
             except (OSError, ValueError) as err:
                 raise ValueError(f"{item}: not a readable image ({err})") from None
         if self.encoder is None:
-            from clid.method.checkpoints import read_config
+            from clid.model.checkpoints import read_config
 
             config = read_config(self.checkpoint) if self.checkpoint else {"model": self.model.config.to_json()}
             self.encoder = RegionFeatures(**encoder_settings(config, self.checkpoint or "(in memory)"))

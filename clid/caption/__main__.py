@@ -28,13 +28,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clid.run import runs, runtime, shard
+from clid.base.files import DataError, check_not_input, natural_key, read_jsonl, write_jsonl
 from clid.caption import BLOCK_NGRAM, CaptionWriter, add_decoding_args, caption_records, decode_steps, describe_levels
 from clid.caption.gallery import THUMBNAIL_SIDE, image_files, is_gallery, thumbnail, write_gallery
-from clid.run.cli import HelpFormatter, level_numbers, number, positive_int, run_main
-from clid.features.__main__ import MAX_GRID
 from clid.data.store import FeatureStore, add_bad_features_arg
-from clid.base.files import DataError, check_not_input, natural_key, read_jsonl, write_jsonl
+from clid.features.__main__ import MAX_GRID
+from clid.run import runs, runtime, shard
+from clid.run.cli import HelpFormatter, level_numbers, number, positive_int, run_main
 
 
 def parse_args(argv=None):
@@ -141,7 +141,7 @@ def read_ids(args, store: FeatureStore) -> tuple[list[str], dict[str, str]]:
 
 def read_compare(entry: str, levels) -> tuple[str, dict]:
     """(name, {(image_id, level): record}) of a ``--compare NAME=FILE`` captions file, checked."""
-    from clid.method.metrics import read_generated
+    from clid.evaluation.metrics import read_generated
 
     name, _, path = entry.partition("=")
     if not Path(path).is_file():
@@ -155,7 +155,7 @@ def compute_features(args) -> str:
     encoder the checkpoint was trained on into ``OUT.features.h5`` (``python -m clid.features``); its path."""
     from clid.caption import encoder_settings
     from clid.features import __main__ as features
-    from clid.method.checkpoints import read_config
+    from clid.model.checkpoints import read_config
 
     if shard.Shard.from_args(args).num_shards > 1:
         raise SystemExit("error: a sharded run reads one feature file: compute it first (python -m clid.features "

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from clid.caption import CaptionWriter, decode_steps
-from clid.method.checkpoints import MISSING_HINT
-from clid.method.metrics import read_generated, write_generated
 from clid.base.files import read_json, write_json
-from clid.run.runs import file_state
 from clid.base.text import get_levels, level_set_name
+from clid.caption import CaptionWriter, decode_steps
+from clid.evaluation.metrics import read_generated, write_generated
+from clid.model.checkpoints import MISSING_HINT
+from clid.run.runs import file_state
 
 
 def check_levels(checkpoint, levels, wanted_levels):

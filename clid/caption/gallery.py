@@ -31,8 +31,8 @@ def image_files(image_ids, folder, names: dict[str, str] | None = None) -> dict[
     """Image id -> its file in ``folder``: the file ``names`` gives (from a captions file) when it is
     there, else the file whose name without extension is the id, else the COCO file of a COCO id (as
     ``python -m clid.features --ids auto`` names it). An id without a file is one DataError."""
-    from clid.data.scenegraphs import image_key_to_id
     from clid.data.images import folder_images
+    from clid.data.scenegraphs import image_key_to_id
 
     folder = Path(folder)
     if not folder.is_dir():

@@ -1,7 +1,7 @@
 """Caption files, all returning :class:`clid.data.records.ImageCaptions`:
 
 - Karpathy JSON (``dataset_coco.json``, ``dataset_flickr30k.json``, and the files 00 writes);
-- the official COCO captions JSON plus split lists (``python -m clid.data convert-coco`` turns it
+- the official COCO captions JSON plus split lists (``python -m clid.captions convert-coco`` turns it
   into a Karpathy JSON);
 - the Stanford image-paragraph file (``paragraphs_v1.json`` plus its split id lists);
 - our own JSONL (self-generated, paraphrased, generated captions).
@@ -11,10 +11,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from clid.data.records import ImageCaptions, _first_time, _image_id, _list, _need, _show, _string, report_wordless
 from clid.base.files import DataError, id_problem, natural_key, read_json, read_jsonl
 from clid.base.progress import LARGE, Progress
 from clid.base.text import preprocess
+from clid.data.records import ImageCaptions, _first_time, _image_id, _list, _need, _show, _string, report_wordless
 
 SPLITS = ("train", "restval", "val", "test")  # the Karpathy split's names
 

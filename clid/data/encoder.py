@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from clid.run.cli import is_whole_number, positive_int
+from clid.base.files import DataError, natural_key, read_json
 from clid.data.scenegraphs import load_image_data, load_scene_graphs
 from clid.data.store import MAX_REGIONS
-from clid.base.files import DataError, natural_key, read_json
+from clid.run.cli import is_whole_number, positive_int
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
 
@@ -250,8 +250,8 @@ def load_detections(path, to_id=None) -> dict[str, list[tuple[list[float], float
     - the TSVs ``python -m clid.features convert`` reads: the bottom-up TSV (its boxes) or a Scene
       Graph Benchmark / VinVL TSV (each object's ``rect`` and ``conf``).
     """
-    from clid.data.scenegraphs import NOT_UTF8, image_key_to_id, tsv_lines
     from clid.data.convert import decode_base64, float_rows
+    from clid.data.scenegraphs import NOT_UTF8, image_key_to_id, tsv_lines
 
     to_id = to_id or image_key_to_id
     with open(path, encoding="utf-8-sig", errors="replace") as f:

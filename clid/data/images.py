@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from clid.data.captions import load_captions
 from clid.base.files import DataError, id_problem, natural_key, read_json
+from clid.data.captions import load_captions
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
 

@@ -238,8 +238,8 @@ def read_jsonl_table(path, tokenizer, keep_sentences: bool) -> tuple[Examples, t
     problem) of the first record without a valid ``id`` (None when every record has one). A long file is
     read by several processes (clid/data/parallel_read.py), a file with a fault by this one."""
     from clid.base.files import check_unchanged, read_jsonl, read_state
-    from clid.data import parallel_read
     from clid.base.progress import Progress
+    from clid.data import parallel_read
 
     caption_ids, image_ids, digests, names = [], [], [], {}
     encoder, id_fault = FlatEncoder(tokenizer), None
@@ -311,9 +311,9 @@ def training_items(captions_path, selfgen_path=None, test_ids=None, split_check:
     The split guard (:func:`clid.data.splits.training_records`) refuses files that would train on test images.
     ``files``: the run's :class:`CaptionFiles` (default: caption levels); ``tokenizer``: the model's (default:
     the offline one)."""
+    from clid.base.text import load_tokenizer
     from clid.data.records import report_wordless
     from clid.data.splits import training_records
-    from clid.base.text import load_tokenizer
 
     files, tokenizer = files or CaptionFiles(), tokenizer or load_tokenizer()
     train, val, notes = training_records(captions_path, test_ids, split_check, files.records(captions_path))

@@ -15,11 +15,23 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from clid.run.cli import is_whole_number
-from clid.data.records import Relation, SceneGraph, SGObject, _first_time, _image_id, _list, _need, _number, _show, _string
-from clid.data.splits import COCO_FILE_NAME
 from clid.base.files import DataError, id_problem, read_json
 from clid.base.text import preprocess
+from clid.data.records import (
+    Relation,
+    SceneGraph,
+    SGObject,
+    _first_time,
+    _image_id,
+    _list,
+    _need,
+    _number,
+    _show,
+    _string,
+)
+from clid.data.splits import COCO_FILE_NAME
+from clid.run.cli import is_whole_number
+
 
 def load_image_data(path) -> dict[str, dict]:
     """VG ``image_data.json``: image id -> ``{"width", "height", "coco_id"}`` (coco_id may be None)."""

@@ -7,10 +7,10 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from clid.run.cli import is_whole_number
+from clid.base.files import DataError, natural_key, read_json
 from clid.data.captions import load_any, load_coco_captions, load_karpathy, read_id_list
 from clid.data.records import ImageCaptions
-from clid.base.files import DataError, natural_key, read_json
+from clid.run.cli import is_whole_number
 
 KARPATHY_SIZES = (113_287, 5_000, 5_000)  # the Karpathy split's train (with restval), val and test images
 
@@ -22,7 +22,7 @@ FORMAT_NAMES = {"coco": "official COCO captions", "jsonl": "JSONL captions", "pa
                 "karpathy": "Karpathy"}
 
 
-SPLIT_FIX = ("convert it with `python -m clid.data convert-coco --captions FILE [FILE ...] --out karpathy.json`, "
+SPLIT_FIX = ("convert it with `python -m clid.captions convert-coco --captions FILE [FILE ...] --out karpathy.json`, "
              "give --test-ids FILE (image ids to hold out; 'karpathy' for the Karpathy 5k COCO test ids), "
              "or --no-split-check")
 

@@ -13,12 +13,8 @@ paragraphs in the paper's four length bands, beside the paper's own shares.
 """
 from __future__ import annotations
 
-import argparse
-import json
-
 import numpy as np
 
-from clid.run.cli import HelpFormatter, add_download_arg, add_levels_arg, add_tokenizer_arg, run_main
 from clid.base.text import caption_lengths, get_levels
 
 
@@ -100,14 +96,14 @@ def above_note(stats: dict, levels) -> str | None:
 def file_lengths(path, split: str | None = None, tokenizer=None) -> list[int]:
     """Lengths of every caption in a supported caption file (optionally of one split, "train" with
     the Karpathy split's "restval"). A file without splits, or no caption at all, raises :class:`DataError`."""
+    from clid.base.files import DataError
     from clid.data.captions import load_any
     from clid.data.splits import FORMAT_NAMES, PARAGRAPH_SPLIT_FIX, has_splits
-    from clid.base.files import DataError
 
     kind, _, records = load_any(path)
     if split is not None:
         if not has_splits(kind, records):
-            fix = PARAGRAPH_SPLIT_FIX if kind == "paragraphs" else "convert it with `python -m clid.data convert-coco`"
+            fix = PARAGRAPH_SPLIT_FIX if kind == "paragraphs" else "convert it with `python -m clid.captions convert-coco`"
             raise DataError(path, None, f"this {FORMAT_NAMES[kind]} file has no splits, so --split {split} selects "
                                         f"nothing; {fix}, or leave out --split")
         present = sorted({r.split for r in records})
@@ -119,31 +115,3 @@ def file_lengths(path, split: str | None = None, tokenizer=None) -> list[int]:
         raise DataError(path, None, "no captions")
     # the loaders already preprocessed the text; paragraphs keep their "." sentence breaks
     return caption_lengths(texts, tokenizer, keep_sentences=True)
-
-
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m clid.stats", description=__doc__.split("\n\n")[0],
-                                     formatter_class=HelpFormatter)
-    parser.add_argument("path", help="Karpathy JSON, COCO captions JSON, paragraphs JSON or JSONL")
-    add_levels_arg(parser, "the length levels the shares are counted in")
-    parser.add_argument("--split", default=None, help="only this split (e.g. train, val, test)")
-    add_tokenizer_arg(parser, "tokenizer folder or hub name")
-    add_download_arg(parser)
-    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    args = parser.parse_args(argv)
-    from clid.base.text import load_tokenizer
-
-    lengths = file_lengths(args.path, args.split, load_tokenizer(args.tokenizer))
-    stats = length_stats(lengths, args.levels)
-    print(format_table(stats, f"{args.path} ({args.levels} levels)"))
-    if line := above_note(stats, args.levels):
-        print(line)
-    if args.levels == "paragraph":
-        stats["bands"] = paragraph_bands(lengths)
-        print(format_bands(stats["bands"]))
-    if args.json:
-        print(json.dumps(stats))
-
-
-if __name__ == "__main__":
-    run_main(main)

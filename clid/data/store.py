@@ -27,10 +27,16 @@ import h5py
 import numpy as np
 import torch
 
-from clid.base.files import (DataError, check_image_groups, check_unchanged, natural_key, open_h5, read_state,
-                             write_h5_groups)
+from clid.base.files import (
+    DataError,
+    check_image_groups,
+    check_unchanged,
+    natural_key,
+    open_h5,
+    read_state,
+    write_h5_groups,
+)
 from clid.data.region_inputs import region_inputs
-
 
 FEATURE_DTYPES = ("float32", "float16", "bfloat16")  # how the features and class probabilities may be stored
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -578,7 +584,7 @@ def check_features_match(config: dict, store: FeatureStore, checkpoint_path) -> 
     """Raise a DataError when ``store`` holds another kind or dimension of features than the
     checkpoint at ``checkpoint_path`` was trained on, naming both kinds and both dimensions.
 
-    ``config`` is the checkpoint's ``config.json`` as a dict (``clid.method.checkpoints.read_config``):
+    ``config`` is the checkpoint's ``config.json`` as a dict (``clid.model.checkpoints.read_config``):
     the kind and dimension it records at its top level as ``feature_kind``/``feature_dim``, else the
     model's ``region_dim`` (its ``model`` part alone works too). A checkpoint or features file written
     before kinds were recorded is checked on the dimension only.

@@ -8,12 +8,12 @@ import math
 
 import numpy as np
 
+from clid.base import english as en
+from clid.base.rng import item_rng
+from clid.base.text import caption_lengths
 from clid.demo.relations import attributes_of, forward, region_of
 from clid.demo.scenes import pick, pick_many
 from clid.demo.world import PATTERNS, PEOPLE, Scene, Thing
-from clid.base.rng import item_rng
-from clid.method import english as en
-from clid.base.text import caption_lengths
 
 # =============================================================================================
 # Words: nouns, verbs, relations and places, as people write them

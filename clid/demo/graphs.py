@@ -5,10 +5,10 @@ import json
 
 import numpy as np
 
+from clid.base.rng import item_rng
 from clid.demo.relations import attributes_of, true_relations
 from clid.demo.scenes import pick
 from clid.demo.world import ALL_COLOURS, CATEGORIES, MATERIALS, PATTERNS, SCENES, Scene, Thing
-from clid.base.rng import item_rng
 
 VG_ID_OFFSET = 1_000_000  # Visual Genome image id = offset + caption (COCO) id
 

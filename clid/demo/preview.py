@@ -6,8 +6,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
-from clid.demo.world import BACKGROUND_NAMES
 from clid.base.files import atomic_path, read_json
+from clid.demo.world import BACKGROUND_NAMES
 
 
 def write_preview(path: Path, out: Path, records: list, n: int) -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 
+from clid.base import english as en
+from clid.base.rng import item_rng
+from clid.base.text import caption_lengths, level_range
 from clid.demo.captions import clause, noun_phrase, noun_word, partner, pick_salient, place_phrase, relation_words, verb
 from clid.demo.relations import forward, grounded
 from clid.demo.scenes import pick
 from clid.demo.world import SCENES, Scene, Thing
-from clid.base.rng import item_rng
-from clid.method import english as en
-from clid.base.text import caption_lengths, level_range
 
 
 def background_phrase(scene: Scene, rng, placed: bool = False) -> str:

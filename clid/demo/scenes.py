@@ -6,6 +6,7 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
+from clid.base.rng import item_rng
 from clid.demo.drawing import paint_background, paint_thing
 from clid.demo.world import (
     ALL_COLOURS,
@@ -25,7 +26,6 @@ from clid.demo.world import (
     Scene,
     Thing,
 )
-from clid.base.rng import item_rng
 
 
 def pick(rng, options, weights=None):

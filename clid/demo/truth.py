@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from clid.run.cli import non_negative_int
-from clid.data.records import SceneGraph
 from clid.base.files import DataError
+from clid.data.records import SceneGraph
+from clid.run.cli import non_negative_int
 
 KINDS = ("hallucinated", "mislabelled", "wrong_attribute", "wrong_relation")
 
@@ -232,7 +232,7 @@ def run_shares(folder, pool: Pool) -> dict:
     import argparse
 
     from clid.base.files import read_arrays, read_json, read_jsonl
-    from clid.method.selection import difficulty_buckets, digest, draw
+    from clid.selection.schedule import difficulty_buckets, digest, draw
 
     folder = Path(folder)
     args = read_json(folder / "config.json")["train"]
@@ -391,8 +391,8 @@ def write_report(out, results: dict, title: str) -> None:
 def main(argv=None) -> None:
     import argparse
 
-    from clid.run.cli import HelpFormatter
     from clid.base.files import check_output_folder, read_json
+    from clid.run.cli import HelpFormatter
 
     p = argparse.ArgumentParser(prog="python -m clid.demo.truth", formatter_class=HelpFormatter,
                                 description="The demo world's ground truth: every scorer (u, the two models' log p, "

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clid.base.files import atomic_path
+from clid.base.text import load_tokenizer
+from clid.data.encoder import RegionFeatures
 from clid.demo.captions import trusted_captions
 from clid.demo.graphs import scene_graphs
 from clid.demo.references import long_references, paragraph
 from clid.demo.scenes import build_scene
 from clid.demo.world import Scene
-from clid.data.encoder import RegionFeatures
-from clid.base.files import atomic_path
-from clid.base.text import load_tokenizer
 
 
 def region_boxes(scene: Scene) -> list[tuple]:

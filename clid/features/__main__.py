@@ -34,9 +34,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from clid.run import runs
-from clid.run.cli import HelpFormatter, number, positive_int, run_main, unit_interval, whole_number
-from clid.data.scenegraphs import image_key_to_id
+from clid.base.files import DataError
 from clid.data.encoder import (
     RegionFeatures,
     add_encoder_size_args,
@@ -46,9 +44,11 @@ from clid.data.encoder import (
     grid_regions,
     keep_key,
 )
-from clid.data.store import MAX_REGIONS, Regions, write_features
-from clid.base.files import DataError
 from clid.data.images import convert_image
+from clid.data.scenegraphs import image_key_to_id
+from clid.data.store import MAX_REGIONS, Regions, write_features
+from clid.run import runs
+from clid.run.cli import HelpFormatter, number, positive_int, run_main, unit_interval, whole_number
 
 KIND = "clid-encoder"  # the feature_kind of the files this command writes
 COMMAND = "python -m clid.features"  # the writer its run record names
@@ -156,7 +156,7 @@ def id_line(items, ids: str) -> str:
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["convert"]:
-        from clid.data.convert import run
+        from clid.features.convert import run
 
         return run(argv[1:])
     from clid.base.progress import Progress

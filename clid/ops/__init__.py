@@ -35,9 +35,16 @@ except ImportError as err:
                       "`make venv` or `pip install --no-build-isolation -e .` from the repository") from None
 
 from clid.ops.sampler import kth_value, kth_value_reference, percentile_threshold, smoothstep_sample  # noqa: E402
-from clid.ops.score import (segment_mean, segment_mean_reference, seq_logprob, seq_logprob_reference,  # noqa: E402
-                            token_logprob, token_logprob_hidden, token_logprob_hidden_reference,
-                            token_logprob_reference)
+from clid.ops.score import (  # noqa: E402
+    segment_mean,
+    segment_mean_reference,
+    seq_logprob,
+    seq_logprob_reference,
+    token_logprob,
+    token_logprob_hidden,
+    token_logprob_hidden_reference,
+    token_logprob_reference,
+)
 
 __all__ = ["build_info", "kth_value", "kth_value_reference", "percentile_threshold", "segment_mean",
            "segment_mean_reference", "seq_logprob", "seq_logprob_reference", "smoothstep_sample", "token_logprob",

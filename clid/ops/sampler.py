@@ -5,7 +5,7 @@
     smoothstep_sample(u, threshold, s, k, seed, iteration, mode="successive") -> int64 indices
 
 kth_value has a NumPy reference here; the sampler's reference, the kernels' per-item arithmetic in
-NumPy bit for bit, is test code (tests/sampler_numpy.py).
+NumPy bit for bit, is test code (clid/selection/reference.py).
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ import torch
 
 from clid.ops.device import check_device
 
+
 def _as_long(targets: torch.Tensor) -> torch.Tensor:
     return targets.long() if targets.dtype != torch.long else targets
 

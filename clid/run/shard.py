@@ -28,14 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 from clid.base import files
-from clid.run.cli import HelpFormatter, is_whole_number, non_negative_int, positive_int, run_main
+from clid.run.cli import is_whole_number, non_negative_int, positive_int
 from clid.run.runs import record_differences, record_path
 
 
@@ -85,11 +84,6 @@ def part_path(out, shard_id: int, num_shards: int) -> Path:
 
 def chunk_path(part: Path, index: int) -> Path:
     return part.with_name(f"{part.name}.chunk-{index:06d}")
-
-
-def is_done(out, shard: Shard) -> bool:
-    """True when the shard's part (or the merged output) already exists."""
-    return Path(out).exists() or part_path(out, shard.shard_id, shard.num_shards).exists()
 
 
 def count_chunks(items: Sequence, shard: Shard, chunk_size: int) -> int:
@@ -476,28 +470,3 @@ def _merge(out, num_shards: int) -> Path:
             side.unlink(missing_ok=True)
         p.unlink(missing_ok=True)
     return Path(out)
-
-
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m clid.shard", description="Merge the parts of a sharded stage.",
-                                     formatter_class=HelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("merge", help="join OUT.part-*-of-N into OUT", formatter_class=HelpFormatter)
-    m.add_argument("out", help="the output the shards wrote (the same --out they were given); its parts "
-                               "OUT.part-*-of-N are joined into it and removed")
-    m.add_argument("--num-shards", type=positive_int, required=True, help="the number of shards that wrote the parts")
-    args = parser.parse_args(argv)
-    check_suffix(args.out, (".jsonl", ".h5", ".hdf5"))
-    if Path(args.out).exists():
-        print(f"{args.out} already exists; nothing to merge")
-        return
-    try:
-        merged = merge(args.out, args.num_shards)
-    except FileNotFoundError as err:
-        sys.exit(f"error: {err}")
-    if merged is not None:
-        print(f"merged {args.num_shards} parts into {args.out}")
-
-
-if __name__ == "__main__":
-    run_main(main)

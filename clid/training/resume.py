@@ -9,7 +9,6 @@ from clid.base.files import DataError, check_not_input, check_output_folder, rea
 from clid.run.recipes import DEMO_STEPS_ENV
 from clid.run.runs import flag_name, record_differences, run_record
 
-
 NOT_RECORDED = ("out", "save_every", "eval_every", "eval_images", "log_every", "restart", "force", "max_left_out",
                 "workers", "token_cache", "recipe", "allow_download", "region_cache", "dist_timeout")  # (a recipe sets other flags, which are recorded)
 INPUT_FLAGS = ("captions", "selfgen", "quality", "features", "output_vocab", "init_from", "init", "bert", "test_ids",
@@ -64,7 +63,13 @@ def check_resume(args, rank: int, world: int) -> None:
     """Refuse to resume ``--out`` when it was trained with other flags or inputs (``--restart`` starts over)."""
     import torch.distributed as dist
 
-    from clid.method.checkpoints import CHECKPOINT_NAMES, STAGE_FILES, checkpoint_exists, checkpoint_files, remove_checkpoint
+    from clid.model.checkpoints import (
+        CHECKPOINT_NAMES,
+        STAGE_FILES,
+        checkpoint_exists,
+        checkpoint_files,
+        remove_checkpoint,
+    )
 
     out = Path(args.out)
     check_not_input(out, {flag_name(name): getattr(args, name)
@@ -95,7 +100,7 @@ def check_resume(args, rank: int, world: int) -> None:
 
 def already_trained(args, rank: int) -> bool:
     """True (and says so) when ``args.out`` holds a checkpoint trained to ``--max-steps``."""
-    from clid.method.checkpoints import checkpoint_exists, read_train_state
+    from clid.model.checkpoints import checkpoint_exists, read_train_state
 
     if checkpoint_exists(args.out) and read_train_state(args.out)["step"] >= args.max_steps:
         if rank == 0:

@@ -7,7 +7,7 @@
 //     key     = the 64-bit seed                           (k0 = low word, k1 = high word)
 //     counter = (i >> 1, iteration), 64 bits each         (c0, c1 = i >> 1; c2, c3 = iteration)
 // and gives words 0-1 to item i when i is even, words 2-3 when it is odd (sampler_math.h).
-// Checked against the Random123 known-answer vectors in tests/test_ops_sampler.py.
+// Checked against the Random123 known-answer vectors in tests/ops/test_ops_sampler.py.
 #pragma once
 
 #include <stdint.h>

@@ -21,7 +21,7 @@
 // file turns contraction off (#pragma GCC optimize("fp-contract=off")); on the device every
 // operation is an explicit round-to-nearest intrinsic (__dmul_rn, ...), which nvcc never
 // contracts. The NumPy reference in clid/ops.py runs the same operations in the same order, and
-// tests/test_ops_sampler.py checks the CPU keys against it bit for bit.
+// tests/ops/test_ops_sampler.py checks the CPU keys against it bit for bit.
 #pragma once
 
 #include <stdint.h>

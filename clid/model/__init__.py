@@ -1,0 +1,2 @@
+"""The model: the LaBERT-style captioner, its keyed dropout, checkpoints, mask-predict decoding, and Eq. 2's
+length-normalised caption log-likelihoods (``scoring``). It imports data and below."""

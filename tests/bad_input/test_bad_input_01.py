@@ -1,0 +1,111 @@
+"""Bad input of 01_saliency.py: one row per malformed input (tests/badinput.py runs and checks them)."""
+from __future__ import annotations
+
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+from badinput import (
+    BINARY,
+    Payload,
+    Row,
+    Table,
+    World,
+    _must,
+    check_row,
+    copy_to,
+    graph,
+    image_folder,
+    karpathy,
+    run_stage,
+    scene_graphs,
+    set_in,
+    write,
+)
+
+table = Table()
+row = table.row
+
+# -- 01 saliency ------------------------------------------------------------------------------------------
+row("01", "no-image-folder", lambda w, d: ["--images", d / "nope", "--out", d / "out.h5"], "image folder not found")
+
+row("01", "list-missing", lambda w, d: ["--images", w.images, "--list", d / "nope.json", "--out", d / "out.h5"], "image list not found")
+
+row("01", "list-not-json", lambda w, d: ["--images", w.images, "--list", write(d, "l.json", "[1,"), "--out", d / "out.h5"], "not valid json")
+
+row("01", "list-of-ints", lambda w, d: ["--images", w.images, "--list", write(d, "l.json", [1, 2]), "--out", d / "out.h5"], "not a captions json")
+
+row("01", "list-binary", lambda w, d: ["--images", w.images, "--list", write(d, "l.txt", BINARY), "--out", d / "out.h5"], "utf-8")
+
+row("01", "image-data-no-id", lambda w, d: ["--images", w.images, "--list", write(d, "l.json", [{"width": 5}]), "--out", d / "out.h5"], "no 'image_id'")
+
+row("01", "image-data-id-null", lambda w, d: ["--images", w.images, "--list", write(d, "l.json", [{"image_id": None, "width": 5}]), "--out", d / "out.h5"], "no 'image_id'")
+
+row("01", "list-split-null", lambda w, d: ["--images", w.images, "--list", karpathy(w, d, set_in(0, split=None)), "--out", d / "out.h5"], "'split' must be a string")
+
+row("01", "list-duplicate-cocoid", lambda w, d: ["--images", w.images, "--list", karpathy(w, d, set_in(1, cocoid=1)), "--out", d / "out.h5"], "duplicate image id 1")
+
+row("01", "list-scene-graph-id-null", lambda w, d: ["--images", w.images, "--list", scene_graphs(d, graph(image_id=None)), "--out", d / "out.h5"], "'image_id' must be")
+
+row("01", "corrupt-image", lambda w, d: ["--images", image_folder(d, w, {"bad.jpg": b"\xff\xd8 not a jpeg"}), "--out", d / "out.h5"],
+    "1 image(s) failed", leaves_output=True)
+
+row("01", "empty-image", lambda w, d: ["--images", image_folder(d, w, {"bad.png": b""}), "--out", d / "out.h5"],
+    "1 image(s) failed", leaves_output=True)
+
+row("01", "text-as-image", lambda w, d: ["--images", image_folder(d, w, {"bad.png": "hello"}), "--out", d / "out.h5"],
+    "1 image(s) failed", leaves_output=True)
+
+row("01", "listed-image-missing", lambda w, d: ["--images", w.images, "--list", write(d, "l.txt", "1.png\nnope.png\n"), "--out", d / "out.h5"],
+    "1 image(s) failed", leaves_output=True)
+
+row("01", "two-files-one-id", lambda w, d: ["--images", image_folder(d, w, {"1.jpg": (w.images / "1.png").read_bytes()}), "--out", d / "out.h5"],
+    "two images with the id")
+
+row("01", "emlnet-weights-missing", lambda w, d: ["--images", w.images, "--out", d / "out.h5", "--method", "emlnet", "--weights", d / "nope.pth"],
+    "weights not found")
+
+row("01", "emlnet-weights-garbage", lambda w, d: ["--images", w.images, "--out", d / "out.h5", "--method", "emlnet", "--weights", write(d, "w.pth", BINARY)],
+    "w.pth")
+
+row("01", "emlnet-weights-pickle-payload", lambda w, d: ["--images", w.images, "--out", d / "out.h5", "--method", "emlnet",
+                                                          "--weights", write(d, "w.pth", pickle.dumps(Payload(d / "pwned")))],
+    "w.pth")
+
+row("01", "empty-shard", lambda w, d: ["--images", w.images, "--out", d / "out.h5", "--num-shards", "5", "--shard-id", "4"],
+    "", kind="ok")
+
+row("01", "preview-graphs-not-json", lambda w, d: ["--images", w.images, "--out", d / "out.h5", "--preview", "1",
+                                                    "--scene-graphs", write(d, "sg.json", "[{")], "not valid json")
+
+row("01", "image-data-id-object", lambda w, d: ["--images", w.images, "--list", write(d, "l.json", [{"image_id": {"a": 1}, "width": 5}]),
+                                                "--out", d / "out.h5"], "'image_id' must be")
+
+row("01", "list-repeated-names-counted", lambda w, d: ["--images", w.images, "--list", write(d, "l.txt", "1.png\n1.png\n107899.png\n"),
+                                                       "--out", d / "out.h5"], "1 repeated entries of the image list are processed once (image 1)", "skip")
+
+row("01", "list-text-bom", lambda w, d: ["--images", w.images, "--list", write(d, "l.txt", "\ufeff1.png\n107899.png\n"),
+                                         "--out", d / "out.h5"], "2 images have a map", "ok")
+
+row("01", "out-unrelated-file", lambda w, d: ["--images", w.images, "--out", copy_to(w.saliency, d, "s.h5")], "did not write it")
+
+row("01", "out-unrelated-file-restart", lambda w, d: ["--images", w.images, "--out", copy_to(w.saliency, d, "s.h5"), "--restart"],
+    "2 images have a map", "ok")
+
+def images_changed_in_a_subfolder(w: World, d: Path) -> list:
+    """01 over a folder whose images are in a subfolder, done; then one image is redrawn."""
+    from PIL import Image
+
+    shutil.copytree(w.images, d / "images" / "sub")
+    argv = ["--images", d / "images", "--out", d / "s.h5"]
+    _must(run_stage("01", argv))
+    Image.new("RGB", (64, 48), "red").save(d / "images" / "sub" / "1.png")
+    return argv
+
+row("01", "rerun-after-an-image-in-a-subfolder-changed", images_changed_in_a_subfolder, "the file of --images changed")
+
+
+@pytest.mark.parametrize("row", table.params())
+def test_bad_input(row: Row, world: World, tmp_path):
+    check_row(row, world, tmp_path)

@@ -1,0 +1,275 @@
+"""Bad input of 04_train_base.py: one row per malformed input (tests/badinput.py runs and checks them)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from badinput import (
+    BINARY,
+    CAPTION_CASES,
+    DATASET_12,
+    FEATURE_CASES,
+    MOSTLY_MISSING,
+    OTHER_SCHEME,
+    SHARE,
+    Row,
+    Table,
+    World,
+    _must,
+    big_endian,
+    check_row,
+    checkpoint_copy,
+    corrupt,
+    edit_config,
+    features_of,
+    first_group,
+    h5_changed,
+    held,
+    jsonl_lines,
+    karpathy,
+    late_bad_byte,
+    loop,
+    many_regions,
+    paragraphs,
+    run_stage,
+    sentence,
+    set_in,
+    unfinished,
+    user_file,
+    user_folder,
+    write,
+)
+
+table = Table()
+row = table.row
+
+# 04 reads the train split; 07 the test split (the last image); 06 the same loader as 04
+for name, make, fragment, kind in CAPTION_CASES:
+    if name.startswith("coco-") and kind == "skip":
+        continue
+    row("04", f"captions-{name}", lambda w, d, make=make: w.train_args(d / "out", "--captions", make(w, d)),
+        fragment, kind)
+
+for name, make, fragment, kind, needs in FEATURE_CASES:
+    row("04", f"features-{name}", lambda w, d, make=make: w.train_args(d / "out", "--features", make(w, d)), fragment, kind, needs)
+
+row("04", "features-big-endian", lambda w, d: w.train_args(d / "out", "--features", big_endian(w, d)), "", "ok")
+
+row("04", "features-image-missing", lambda w, d: w.train_args(d / "out", "--max-left-out", "0.2", "--features",
+                                                              h5_changed(w.features, d, lambda f: f.__delitem__("1"))),
+    "no region features for the image", "skip")
+
+row("04", "adam-eps-zero", lambda w, d: w.train_args(d / "out", "--adam-eps", "0"), "argument --adam-eps: must be a positive")
+
+row("04", "region-init-with-init-from", lambda w, d: w.train_args(d / "out", "--init-from", w.trusted, "--region-init", d / "fc.pt"),
+    "--region-init sets a new model's first region layer")
+
+row("04", "region-init-not-a-state-dict", lambda w, d: w.train_args(d / "out", "--region-init", write(d, "fc.pt", BINARY)),
+    "not a safetensors file or a plain state dict")
+
+# -- 04 training: other inputs, corrupt checkpoints, resume with changed inputs -------------------------
+row("04", "output-vocab-missing", lambda w, d: w.train_args(d / "out", "--output-vocab", d / "nope.json"), "no such file|not found")
+
+row("04", "output-vocab-not-json", lambda w, d: w.train_args(d / "out", "--output-vocab", write(d, "v.json", "{")), "not valid json")
+
+row("04", "init-from-missing", lambda w, d: w.train_args(d / "out", "--init-from", d / "nope"), "no such checkpoint folder")
+
+row("04", "init-from-bad-config", lambda w, d: w.train_args(d / "out", "--init-from", checkpoint_copy(w.trusted, d, corrupt("config.json", b"{"), "init")), "not valid json")
+
+row("04", "init-from-other-levels", lambda w, d: w.train_args(d / "out", "--init-from", w.trusted, "--levels", "paragraph"),
+    "trained with levels caption, not this run's --levels paragraph")
+
+row("04", "continue-from-other-levels",
+    lambda w, d: w.train_args(d / "out", "--continue-from", w.trusted, "--levels", "paragraph", "--max-steps", "1000"),
+    "trained with levels caption, not this run's --levels paragraph")
+
+row("04", "init-from-bad-weights", lambda w, d: w.train_args(d / "out", "--init-from", checkpoint_copy(w.trusted, d, corrupt("model.safetensors"), "init")), "model.safetensors")
+
+RESUME_CHANGES_04 = [
+    ("lr", lambda w, d: ["--lr", "1e-2"], "--lr"),
+    ("batch-size", lambda w, d: ["--batch-size", "8"], "--batch-size"),
+    ("data", lambda w, d: ["--data", "extended", "--selfgen", w.selfgen], "--data"),
+    ("max-steps", lambda w, d: ["--max-steps", "3"], "--max-steps"),
+    ("seed", lambda w, d: ["--seed", "3"], "--seed"),
+    ("levels", lambda w, d: ["--levels", "labert"], "--levels"),
+    ("captions-file", lambda w, d: ["--captions", karpathy(w, d, sentence(0, {"raw": "a different caption"}))], "--captions"),
+    ("features-file", lambda w, d: ["--features", h5_changed(w.features, d, lambda f: f.__delitem__("1"))], "--features"),
+]
+
+for name, extra, fragment in RESUME_CHANGES_04:
+    row("04", f"resume-changed-{name}", lambda w, d, extra=extra: w.train_args(checkpoint_copy(w.trusted, d), *extra(w, d)), fragment)
+
+def without_run_record(folder: Path) -> None:
+    """A checkpoint as written before input files were recorded: its flags only under "train"."""
+    config = json.loads((folder / "config.json").read_text())
+    del config["run"]
+    (folder / "config.json").write_text(json.dumps(config))
+
+row("04", "resume-old-checkpoint-changed-lr",
+    lambda w, d: w.train_args(checkpoint_copy(w.trusted, d, without_run_record), "--lr", "1e-2"), "--lr")
+
+row("04", "resume-changed-log-every-is-fine", lambda w, d: w.train_args(checkpoint_copy(w.trusted, d), "--log-every", "7"),
+    "already trained", "ok")
+
+row("04", "resume-changed-lr-restart", lambda w, d: w.train_args(checkpoint_copy(w.trusted, d), "--lr", "1e-2", "--restart"),
+    "checkpoint:", "ok")
+
+row("04", "out-data-folder", lambda w, d: w.train_args(user_folder(d, w)), "did not write")
+
+row("04", "out-parent-of-runs", lambda w, d: w.train_args(checkpoint_copy(w.trusted, d, name="runs/trusted").parent), "did not write")
+
+row("04", "out-is-a-file", lambda w, d: w.train_args(write(d, "out", "x")), "is a file, not a folder")
+
+row("04", "out-force-would-replace-users-config", lambda w, d: w.train_args(user_file(d / "out", "config.json"), "--force"),
+    "would replace")
+
+row("04", "out-is-continue-from", lambda w, d: w.train_args((ck := checkpoint_copy(w.trusted, d)), "--continue-from", ck, "--max-steps", "4"),
+    "is also the input --continue-from")
+
+row("04", "out-is-init-from", lambda w, d: w.train_args((ck := checkpoint_copy(w.trusted, d)), "--init-from", ck),
+    "is also the input --init-from")
+
+row("04", "restart-in-data-folder", lambda w, d: w.train_args(user_folder(d, w), "--restart"), "did not write")
+
+row("04", "split-capitalised", lambda w, d: w.train_args(d / "out", "--captions", karpathy(w, d, set_in(0, split="Train"))),
+    "unknown split 'train'")
+
+row("04", "test-ids-binary", lambda w, d: w.train_args(d / "out", "--test-ids", write(d, "ids.txt", BINARY)), "utf-8")
+
+row("04", "lr-horizon-below-max-steps", lambda w, d: w.train_args(d / "out", "--lr-horizon", "1"), "--lr-horizon 1 is below --max-steps 2")
+
+row("04", "features-10000-regions-skipped-over-the-share", lambda w, d: w.train_args(d / "out", "--bad-features", "skip", "--features",
+                                                                                     h5_changed(w.features, d, first_group(many_regions(10_000)))),
+    "1 image(s) have bad region features (--bad-features skip), e.g. image 1: 10000 regions")
+
+row("04", "features-10000-regions-skipped", lambda w, d: w.train_args(d / "out", "--bad-features", "skip", *SHARE, "--features",
+                                                                      h5_changed(w.features, d, first_group(many_regions(10_000)))),
+    "at most 1000 per image", "skip")
+
+row("04", "init-from-config-edited", lambda w, d: w.train_args(d / "out", "--init-from", checkpoint_copy(
+    w.trusted, d, edit_config(num_heads=2), "init")), "does not describe the weights")
+
+row("04", "resume-config-edited", lambda w, d: w.train_args(checkpoint_copy(w.trusted, d, unfinished(edit_config(layer_norm_eps=1e-6)))),
+    "does not describe the weights")
+
+row("04", "features-of-most-images-missing", lambda w, d: w.train_args(d / "out", "--features", features_of(w, d, MOSTLY_MISSING)),
+    "21 of 24 trusted captions (88%) would be left out (21 no region features for the image)")
+
+row("04", "features-another-id-scheme", lambda w, d: w.train_args(d / "out", "--features", features_of(
+    w, d, {str(i) for i in range(1, 14)}, OTHER_SCHEME)), "its images are named 1, 2, 3, the feature file's coco_train2014_000000000001")
+
+row("04", "features-another-id-scheme-selfgen", lambda w, d: w.train_args(d / "out", "--data", "extended", "--selfgen", w.selfgen,
+                                                                          "--max-left-out", "1", "--features", features_of(w, d, {"1", "2", "3"})),
+    "", "ok")
+
+row("04", "selfgen-of-most-images-missing", lambda w, d: w.train_args(
+    d / "out", "--data", "extended", "--max-left-out", "0.2", "--features", features_of(w, d, set(map(str, range(1, 14))) - {"8"}),
+    "--selfgen", jsonl_lines(w.selfgen, d, lambda r: [dict(x, image_id=8) for x in r])), "16 of 16 selfgen captions (100%)")
+
+row("04", "features-image-missing-over-the-share", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
+    w.features, d, lambda f: f.__delitem__("1"))), "3 of 24 trusted captions (12%) would be left out")
+
+row("04", "max-left-out-1-goes-on", lambda w, d: w.train_args(d / "out", "--max-left-out", "1", "--features", features_of(w, d, MOSTLY_MISSING)),
+    "skipped 21: trusted: no region features for the image", "skip")
+
+row("04", "paragraphs-without-levels-paragraph", lambda w, d: w.train_args(d / "out", "--captions", paragraphs(w, d)),
+    "give --levels paragraph")
+
+row("04", "trusted-mostly-another-script", lambda w, d: w.train_args(d / "out", "--captions", karpathy(
+    w, d, lambda x: [s.update(raw="一只狗", tokens=["一只狗"]) for im in x["images"][:4] for s in im["sentences"]])),
+    "no word left|another script")
+
+row("04", "number--max-left-out=1.5", lambda w, d: w.train_args(d / "out", "--max-left-out=1.5"), "argument --max-left-out")
+
+row("04", "test-ids-bom-holds-out-the-first-id", lambda w, d: w.train_args(d / "out", "--test-ids", write(d, "ids.txt", "\ufeff1\n2\n")),
+    "held out of training and validation: 2 images", "ok")
+
+for name, change, fragment in [("config-garbage", corrupt("config.json", b"{"), "not valid json"),
+                               ("config-a-list", corrupt("config.json", b"[]"), "no model config"),
+                               ("config-bom", lambda f: (f / "config.json").write_bytes(b"\xef\xbb\xbf" + (f / "config.json").read_bytes()),
+                                "its learning rate reached 0 at step 2"),  # (read through its BOM: the schedule's end)
+                               ("train-state-garbage", corrupt("train_state.json", b"{"), "train_state.json")]:
+    row("04", f"continue-from-{name}", lambda w, d, change=change: w.train_args(d / "out", "--continue-from", checkpoint_copy(
+        w.trusted, d, change, "ck"), "--max-steps", "3"), fragment)
+
+# -- a researcher's first hour: --recipe, --allow-download, --ids, 07 without --refs, the misleads ------
+row("04", "recipe-unknown", lambda w, d: w.train_args(d / "out", "--recipe", "fast"), "invalid choice: 'fast'")
+
+row("04", "recipe-file-missing", lambda w, d: w.train_args(d / "out", "--recipe", d / "mine.toml"), "no recipe ")
+
+row("04", "recipe-file-not-toml", lambda w, d: w.train_args(d / "out", "--recipe", write(d, "mine.toml", "lr = [")),
+    "mine.toml is not TOML")
+
+row("04", "amp-with-precision-fp32", lambda w, d: w.train_args(d / "out", "--amp", "--precision", "fp32"),
+    "--amp is --precision bf16")
+
+row("04", "workers-2", lambda w, d: w.train_args(d / "out", "--workers", "2"), "checkpoint:", "ok")
+
+row("04", "out-held-by-another-run", lambda w, d: w.train_args(held(d / "out")), "is training into this folder")
+
+row("04", "captions-a-symlink-loop", lambda w, d: w.train_args(d / "out", "--captions", loop(d, "c.json")), "c.json")
+
+row("04", "features-a-symlink-loop", lambda w, d: w.train_args(d / "out", "--features", loop(d, "f.h5")), "f.h5")
+
+row("04", "features-group-a-dataset", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
+    w.features, d, lambda f: (f.__delitem__("2"), f.create_dataset("2", data=np.zeros((3, 16), np.float32))))), "image 2")
+
+def trained_then(w: World, d: Path, *extra) -> list:
+    """04's arguments of a run already trained into d/out, given again with ``extra``."""
+    _must(run_stage("04", w.train_args(d / "out")))
+    return w.train_args(d / "out", *extra)
+
+row("04", "max-steps-fullwidth", lambda w, d: w.train_args(d / "out", "--max-steps", "\uff12"), "argument --max-steps")
+
+row("04", "batch-size-superscript", lambda w, d: w.train_args(d / "out", "--batch-size", "4\u00b2"), "argument --batch-size")
+
+row("04", "workers-above-the-cores", lambda w, d: w.train_args(d / "out", "--workers", "4096"), "argument --workers")
+
+row("04", "resume-precision-fp32-after-auto", lambda w, d: trained_then(w, d, "--precision", "fp32"), "already trained", "ok")
+
+row("04", "dropout-draws-unknown", lambda w, d: w.train_args(d / "out", "--dropout-draws", "batch"), "argument --dropout-draws")
+
+row("04", "resume-dropout-draws-changed", lambda w, d: trained_then(w, d, "--dropout-draws", "rank"),
+    "--dropout-draws example then, rank now", leaves_output=True)
+
+row("04", "bert-folder-not-found", lambda w, d: w.train_args(d / "out", "--preset", "labert", "--bert", d / "nope"),
+    "not found: there is no folder")
+
+row("04", "bert-folder-empty", lambda w, d: w.train_args(d / "out", "--preset", "minilm", "--bert", (d / "e").mkdir() or d / "e"),
+    "is empty")
+
+row("04", "selfgen-non-utf8-on-line-1500", lambda w, d: w.train_args(d / "out", "--data", "extended", "--selfgen", late_bad_byte(w, d)),
+    "line 1500: not utf-8")
+
+row("04", "token-cache-name-too-long", lambda w, d: w.train_args(d / "out", "--data", "extended", "--token-cache", "--selfgen", write(
+    d, "s" * 236 + ".jsonl", w.selfgen.read_text())), "going on without it", "ok")
+
+row("04", "features-test-image-a-dataset-found-at-open", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
+    w.features, d, DATASET_12)), "image 12: is a dataset, not a group")
+
+row("04", "features-test-image-a-dataset-skipped", lambda w, d: w.train_args(d / "out", "--bad-features", "skip", "--features", h5_changed(
+    w.features, d, DATASET_12)), "bad region features", "skip")
+
+# -- training and features at cluster scale: --region-cache, --dist-timeout, convert --dtype ------------
+def bf16_tag(value):
+    """A features dataset whose dtype attribute says ``value`` (bfloat16 is known, and only over uint16)."""
+    def change(group):
+        group["features"].attrs["dtype"] = value
+    return first_group(change)
+
+row("04", "region-cache-512M", lambda w, d: w.train_args(d / "out", "--region-cache", "512M"), "checkpoint:", "ok")
+
+row("04", "dist-timeout-0", lambda w, d: w.train_args(d / "out", "--dist-timeout", "0"), "argument --dist-timeout")
+
+row("04", "features-unknown-dtype-tag", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
+    w.features, d, bf16_tag("float8"))), "dtype = 'float8': only bfloat16")
+
+row("04", "features-bfloat16-tag-on-float32", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
+    w.features, d, bf16_tag("bfloat16"))), "is float32 with the attribute dtype = 'bfloat16'")
+
+
+@pytest.mark.parametrize("row", table.params())
+def test_bad_input(row: Row, world: World, tmp_path):
+    check_row(row, world, tmp_path)

@@ -1,0 +1,185 @@
+"""Bad input of 07_eval.py: one row per malformed input (tests/badinput.py runs and checks them)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from badinput import (
+    BINARY,
+    DATASET_12,
+    FEATURE_CASES,
+    Row,
+    Table,
+    World,
+    check_row,
+    coco_captions,
+    first,
+    first_group,
+    h5_changed,
+    jsonl_lines,
+    karpathy,
+    poke,
+    sentence,
+    set_in,
+    user_file,
+    user_folder,
+    write,
+)
+
+table = Table()
+row = table.row
+
+TEST_IMAGE = -1
+
+REFS_CASES = [
+    ("missing", lambda w, d: d / "nope.json", "no such file|not found"),
+    ("not-json", lambda w, d: write(d, "r.json", "{"), "not valid json"),
+    ("binary", lambda w, d: write(d, "r.json", BINARY), "utf-8"),
+    ("split-null", lambda w, d: karpathy(w, d, set_in(TEST_IMAGE, split=None)), "'split' must be a string"),
+    ("tokens-string", lambda w, d: karpathy(w, d, sentence(TEST_IMAGE, {"tokens": "a dog"})), "'tokens' must be a list"),
+    ("raw-int", lambda w, d: karpathy(w, d, sentence(TEST_IMAGE, {"raw": 3})), "'raw' must be a string"),
+    ("raw-null", lambda w, d: karpathy(w, d, sentence(TEST_IMAGE, {"raw": None})), "'raw' must be a string"),
+    ("cocoid-null", lambda w, d: karpathy(w, d, set_in(TEST_IMAGE, cocoid=None)), "'cocoid' must be"),
+    ("duplicate-cocoid", lambda w, d: karpathy(w, d, set_in(TEST_IMAGE, cocoid=1)), "duplicate image id 1"),
+    ("sentences-null", lambda w, d: karpathy(w, d, set_in(TEST_IMAGE, sentences=None)), "'sentences' must be a list"),
+    ("coco-caption-int", lambda w, d: coco_captions(w, d, 7), "'caption' must be a string"),
+    ("no-test-split", lambda w, d: karpathy(w, d, lambda x: [im.update(split="train") for im in x["images"]]), "no image of split"),
+]
+
+for name, make, fragment in REFS_CASES:
+    row("07", f"refs-{name}", lambda w, d, make=make: w.eval_args(d / "out", "--refs", make(w, d)), fragment)
+
+row("07", "levels-ssa-generated-level-6",
+    lambda w, d: w.eval_args(d / "out", "--levels", "ssa", "--generated",
+                             jsonl_lines(w.generated, d, first(level=6), "g.jsonl")), "outside the 5 ssa levels")
+
+# -- 07 evaluation: generated captions, features, long references, other files --------------------------
+GENERATED_CASES = [
+    ("missing", lambda w, d: d / "nope.jsonl", "no such file|not found"),
+    ("empty", lambda w, d: write(d, "g.jsonl", ""), "no captions"),
+    ("blank-lines", lambda w, d: write(d, "g.jsonl", "\n\n"), "no captions"),
+    ("bad-line", lambda w, d: jsonl_lines(w.generated, d, lambda r: r + ["{"], "g.jsonl"), "not valid json"),
+    ("binary", lambda w, d: write(d, "g.jsonl", BINARY), "utf-8"),
+    ("level-word", lambda w, d: jsonl_lines(w.generated, d, first(level="two"), "g.jsonl"), "'level' must be a level number"),
+    ("level-99", lambda w, d: jsonl_lines(w.generated, d, first(level=99), "g.jsonl"), "outside 1..7"),
+    ("level-0", lambda w, d: jsonl_lines(w.generated, d, first(level=0), "g.jsonl"), "outside 1..7"),
+    ("caption-int", lambda w, d: jsonl_lines(w.generated, d, first(caption=4), "g.jsonl"), "'caption' must be a string"),
+    ("caption-null", lambda w, d: jsonl_lines(w.generated, d, first(caption=None), "g.jsonl"), "'caption' must be a string"),
+    ("image-id-null", lambda w, d: jsonl_lines(w.generated, d, first(image_id=None), "g.jsonl"), "'image_id' must be"),
+    ("duplicate", lambda w, d: jsonl_lines(w.generated, d, lambda r: r + [r[0]], "g.jsonl"), "a second caption"),
+    ("no-level", lambda w, d: jsonl_lines(w.generated, d, first(level="DELETE"), "g.jsonl"), "missing key"),
+]
+
+for name, make, fragment in GENERATED_CASES:
+    row("07", f"generated-{name}", lambda w, d, make=make: w.eval_args(d / "out", "--generated", make(w, d)), fragment)
+
+row("07", "checkpoint-without-features", lambda w, d: ["--refs", w.captions, "--checkpoint", w.trusted, "--out", d / "out"], "needs --features")
+
+row("07", "features-test-image-width-string",
+    lambda w, d: ["--refs", w.captions, "--checkpoint", w.trusted, "--out", d / "out", "--spice", "off", "--features",
+                  h5_changed(w.features, d, lambda f: f["11"].attrs.__setitem__("width", "abc"))],
+    "width 'abc' is not a number")
+
+for name, make, fragment, kind, needs in FEATURE_CASES[:4]:
+    row("07", f"features-{name}", lambda w, d, make=make: ["--refs", w.captions, "--features", make(w, d), "--checkpoint", w.trusted,
+                                                            "--out", d / "out", "--spice", "off"], fragment, kind, needs)
+
+def long_refs(w: World, d: Path, level) -> Path:
+    data = json.loads(w.captions.read_text())
+    test = [im for im in data["images"] if im["split"] == "test"]
+    for im in test:
+        for s in im["sentences"]:
+            s["level"] = 3
+    test[0]["sentences"][0]["level"] = level
+    return write(d, "long.json", {"images": test})
+
+row("07", "long-refs-missing", lambda w, d: w.eval_args(d / "out", "--long-refs", d / "nope.json"), "no such file|not found")
+
+row("07", "long-refs-not-json", lambda w, d: w.eval_args(d / "out", "--long-refs", write(d, "long.json", "{")), "not valid json")
+
+row("07", "long-refs-level-string", lambda w, d: w.eval_args(d / "out", "--long-refs", long_refs(w, d, "3")), "needs an integer 'level'")
+
+row("07", "long-refs-level-outside", lambda w, d: w.eval_args(d / "out", "--long-refs", long_refs(w, d, 12)), "outside the level set")
+
+row("07", "long-refs-level-zero", lambda w, d: w.eval_args(d / "out", "--long-refs", long_refs(w, d, 0)), "outside the level set")
+
+row("07", "long-refs-raw-int", lambda w, d: w.eval_args(d / "out", "--long-refs", karpathy(w, d, sentence(TEST_IMAGE, {"raw": 3, "level": 3}))), "'raw' must be a string")
+
+row("07", "test-ids-missing", lambda w, d: w.eval_args(d / "out", "--test-ids", d / "nope.txt"), "no such file|not found")
+
+row("07", "selfgen-missing", lambda w, d: w.eval_args(d / "out", "--selfgen", d / "nope.jsonl"), "no such file|not found")
+
+row("07", "selfgen-caption-int", lambda w, d: w.eval_args(d / "out", "--selfgen", jsonl_lines(w.selfgen, d, first(caption=4))), "'caption' must be a string")
+
+row("07", "selfgen-bad-line", lambda w, d: w.eval_args(d / "out", "--selfgen", jsonl_lines(w.selfgen, d, lambda r: r + ["{"])), "not valid json")
+
+row("07", "out-data-folder", lambda w, d: w.eval_args(user_folder(d, w)), "did not write")
+
+row("07", "out-users-report", lambda w, d: w.eval_args(user_file(d / "out", "report.md"), "--force"), "would replace")
+
+row("07", "out-is-a-file", lambda w, d: w.eval_args(write(d, "out", "x")), "is a file, not a folder")
+
+row("07", "generated-ids-7-and-string-7", lambda w, d: w.eval_args(d / "out", "--generated", write(
+    d, "g.jsonl", '{"image_id": 11, "level": 1, "caption": "a dog"}\n{"image_id": "11", "level": 1, "caption": "a cat"}\n')),
+    "a second caption for image 11")
+
+row("07", "no-refs-long-refs", lambda w, d: ["--generated", w.generated, "--out", d / "out", "--long-refs", w.captions],
+    "--long-refs needs --refs")
+
+row("07", "no-refs-test-ids", lambda w, d: ["--generated", w.generated, "--out", d / "out", "--test-ids", "karpathy"],
+    "--test-ids needs --refs")
+
+row("07", "no-refs-nothing-to-evaluate", lambda w, d: ["--out", d / "out"], "nothing to evaluate")
+
+row("07", "no-refs-generated-missing", lambda w, d: ["--generated", d / "nope.jsonl", "--out", d / "out"], "no such file")
+
+row("07", "no-refs-generated-empty", lambda w, d: ["--generated", write(d, "g.jsonl", ""), "--out", d / "out"], "holds no captions")
+
+row("07", "no-refs-generated-bad-line", lambda w, d: ["--generated", write(d, "g.jsonl", '{"image_id": 1, "level": 1}\n'),
+                                                     "--out", d / "out"], "caption")
+
+row("07", "no-refs-generated-level-zero", lambda w, d: ["--generated", jsonl_lines(w.generated, d, first(level=0)),
+                                                       "--out", d / "out"], "level 0 is outside")
+
+row("07", "no-refs-checkpoint-without-features", lambda w, d: ["--checkpoint", w.trusted, "--out", d / "out"],
+    "--checkpoint needs --features")
+
+row("07", "generated-level-superscript", lambda w, d: w.eval_args(d / "out", "--generated", jsonl_lines(
+    w.generated, d, first(level="1\u00b2"), "g.jsonl")), "'level' must be a level number")
+
+row("07", "generated-level-arabic-indic", lambda w, d: w.eval_args(d / "out", "--generated", jsonl_lines(
+    w.generated, d, first(level="\u0661"), "g.jsonl")), "'level' must be a level number")
+
+row("07", "generated-image-id-superscript", lambda w, d: w.eval_args(d / "out", "--generated", jsonl_lines(
+    w.generated, d, first(image_id="11\u00b2"), "g.jsonl")), "left out 1 captions of images that are not test images", "ok")
+
+row("07", "features-test-image-a-dataset-found-at-open", lambda w, d: ["--refs", w.captions, "--checkpoint", w.trusted, "--out", d / "out",
+                                                                      "--spice", "off", "--features", h5_changed(w.features, d, DATASET_12)],
+    "image 12: is a dataset, not a group")
+
+
+def test_07_cache_is_keyed_by_the_features_file(world: World, tmp_path, capsys):
+    """Captions generated from one feature file are not reused after --features changes."""
+    from conftest import import_script
+
+    from clid.caption.cached import generate_cached
+    from clid.data.store import FeatureStore
+
+    script = import_script("07_eval.py", "eval_cache_by_features")
+    data = json.loads(world.captions.read_text())
+    image_ids = [str(im["cocoid"]) for im in data["images"] if im["split"] == "test"]
+    other = h5_changed(world.features, tmp_path, first_group(poke("features", (0, 0), 5.0)), "other.h5")
+    cache = tmp_path / "generated" / "trusted.jsonl"
+    for features, expected in ((world.features, "generating"), (world.features, "reusing"), (other, "generating")):
+        args = script.parse_args(["--refs", str(world.captions), "--features", str(features),
+                                  "--checkpoint", str(world.trusted), "--out", str(tmp_path), "--decode-steps", "1"])
+        store = FeatureStore(features)
+        generate_cached(world.trusted, cache, args, image_ids, store, None)
+        store.close()
+        assert expected in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("row", table.params())
+def test_bad_input(row: Row, world: World, tmp_path):
+    check_row(row, world, tmp_path)

@@ -1,0 +1,164 @@
+"""Bad input of python -m clid.caption: one row per malformed input (tests/badinput.py runs and checks them)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from badinput import (
+    BINARY,
+    CHECKPOINT_CASES,
+    FEATURE_CASES,
+    Row,
+    Table,
+    World,
+    after,
+    big_endian,
+    check_row,
+    copy_to,
+    first,
+    first_group,
+    h5_changed,
+    image_folder,
+    jsonl_lines,
+    karpathy,
+    poke,
+    write,
+)
+
+table = Table()
+row = table.row
+
+row("caption", "features-big-endian", lambda w, d: w.caption_args(d, "--features", big_endian(w, d)), "", "ok")
+
+# -- python -m clid.caption: image ids, levels, features, the gallery's images ----------------------------
+def ids_file(d: Path, content) -> list:
+    return ["--ids", write(d, "ids.txt" if isinstance(content, (str, bytes)) else "ids.json", content)]
+
+def narrow_features(d: Path) -> Path:
+    """A feature file of 8-dimensional regions (the checkpoints read 16)."""
+    from clid.base.files import write_h5_groups
+
+    path = d / "narrow.h5"
+    write_h5_groups(path, [(str(i), {"features": np.ones((2, 8), np.float32), "boxes": np.array([[0, 0, 5, 5]] * 2, np.float32)},
+                            {"width": 10.0, "height": 10.0}) for i in (1, 2)])
+    return path
+
+CAPTION_ROWS = [
+    ("unknown-image-id", lambda w, d: ids_file(d, "11\nnope\n"), "image nope: no region features in"),
+    ("empty-id-list", lambda w, d: ids_file(d, ""), "no image id to caption"),
+    ("blank-id-list", lambda w, d: ids_file(d, "\n \n"), "no image id to caption"),
+    ("empty-json-id-list", lambda w, d: ids_file(d, []), "no image id to caption"),
+    ("id-null", lambda w, d: ids_file(d, [11, None]), "[1]: an image id must be"),
+    ("ids-object", lambda w, d: ids_file(d, {"ids": 5}), "expected a list of image ids"),
+    ("ids-binary", lambda w, d: ids_file(d, BINARY), "utf-8"),
+    ("ids-missing", lambda w, d: ["--ids", d / "nope.txt"], "no such file"),
+    ("ids-captions-no-test-image", lambda w, d: ["--ids", karpathy(w, d, lambda x: [im.update(split="train") for im in x["images"]])],
+     "holds no image of split 'test'"),
+    ("level-outside", lambda w, d: ["--levels", "8"], "level 8 is not one of the levels of the checkpoint"),
+    ("level-zero", lambda w, d: ["--levels", "0"], "takes level numbers from 1"),
+    ("level-word", lambda w, d: ["--levels", "two"], "takes level numbers from 1"),
+    ("level-all-and-number", lambda w, d: ["--levels", "all", "2"], "takes level numbers from 1"),
+    ("features-other-dimension", lambda w, d: ["--features", narrow_features(d)], "8 dimensions, but the checkpoint"),
+    ("decode-steps-count", lambda w, d: ["--decode-steps", "1", "2"], "one number per level (7)"),
+    ("limit-zero", lambda w, d: ["--limit", "0"], "argument --limit: must be a positive integer"),
+    ("out-not-jsonl", lambda w, d: ["--out", d / "captions.txt"], "must end in .jsonl"),
+    ("gallery-is-out", lambda w, d: ["--gallery", d / "captions.jsonl"], "is also the input --out"),
+    ("images-without-gallery", lambda w, d: ["--images", w.images], "give --gallery"),
+    ("gallery-no-image-folder", lambda w, d: ["--ids", write(d, "ids.txt", "1\n"), "--gallery", d / "g.html", "--images", d / "nope"],
+     "no such folder"),
+    ("gallery-image-missing", lambda w, d: ["--ids", write(d, "ids.txt", "1\n2\n"), "--gallery", d / "g.html", "--images", w.images],
+     "image 2: no image file"),
+    ("gallery-image-unreadable", lambda w, d: ["--ids", write(d, "ids.txt", "1\n"), "--gallery", d / "g.html",
+                                               "--images", image_folder(d, w, {"1.png": b"\x89PNG not really"})],
+     "image 1: cannot be read as an image"),
+    ("gallery-image-empty", lambda w, d: ["--ids", write(d, "ids.txt", "1\n"), "--gallery", d / "g.html",
+                                          "--images", image_folder(d, w, {"1.png": b""})], "cannot be read as an image"),
+    ("compare-not-name-file", lambda w, d: ["--gallery", d / "g.html", "--compare", w.generated], "expected NAME=FILE"),
+    ("compare-missing", lambda w, d: ["--gallery", d / "g.html", "--compare", f"base={d / 'nope.jsonl'}"], "no such file"),
+    ("compare-bad-line", lambda w, d: ["--gallery", d / "g.html", "--compare", f"base={jsonl_lines(w.generated, d, lambda r: r + ['{'])}"],
+     "not valid json"),
+    ("compare-level-outside", lambda w, d: ["--gallery", d / "g.html", "--compare", f"base={jsonl_lines(w.generated, d, first(level=9))}"],
+     "outside 1..7"),
+]
+
+for name, make, fragment in CAPTION_ROWS:
+    row("caption", name, lambda w, d, make=make: w.caption_args(d, *make(w, d)), fragment)
+
+for name, make, fragment, kind, needs in FEATURE_CASES[:5] + FEATURE_CASES[11:12]:
+    row("caption", f"features-{name}", lambda w, d, make=make: w.caption_args(d, "--features", make(w, d)), fragment, kind, needs)
+
+for name, make, fragment in CHECKPOINT_CASES:
+    row("caption", f"checkpoint-{name}", lambda w, d, make=make: w.caption_args(d, "--checkpoint", make(w, d)), fragment)
+
+row("caption", "features-nan-skipped", lambda w, d: w.caption_args(d, "--bad-features", "skip", "--levels", "1", "--features",
+                                                                    h5_changed(w.features, d, first_group(poke("features", (0, 0), np.nan)))),
+    "skipped 1 image(s) with bad region features", "skip")
+
+row("caption", "empty-shard", lambda w, d: w.caption_args(d, "--ids", write(d, "ids.txt", "11\n"), "--num-shards", "3", "--shard-id", "2"),
+    "", "ok")
+
+row("caption", "features-a-folder", lambda w, d: w.caption_args(d, "--features", w.images),
+    "is a folder, not a region-feature file")
+
+row("caption", "checkpoint-folder-missing", lambda w, d: w.caption_args(d, "--checkpoint", d / "runs" / "clid"),
+    "no such checkpoint folder")
+
+row("caption", "precision-bf16", lambda w, d: w.caption_args(d, "--precision", "bf16", "--levels", "1"), "captions of", "ok")
+
+row("caption", "out-unrelated-captions", lambda w, d: w.caption_args(d) if copy_to(w.generated, d, "captions.jsonl") else None,
+    "this stage did not write it")
+
+row("caption", "out-unrelated-captions-restart", lambda w, d: w.caption_args(d, "--restart")
+    if copy_to(w.generated, d, "captions.jsonl") else None, "captions of 13 images", "ok")
+
+row("caption", "gallery-unrelated-page", lambda w, d: w.caption_args(d, "--gallery", write(d, "g.html", "<html>mine</html>")),
+    "is not a gallery this command wrote")
+
+row("caption", "gallery-its-own-page", lambda w, d: after("caption", w.caption_args(d, "--gallery", d / "g.html"), w.caption_args(
+    d, "--gallery", d / "g.html")), "gallery:", "ok")
+
+row("caption", "gallery-a-folder", lambda w, d: w.caption_args(d, "--gallery", d), "is a folder")
+
+row("caption", "ids-with-a-space", lambda w, d: w.caption_args(d, "--ids", write(d, "ids.txt", "my photo\n"), "--features", h5_changed(
+    w.features, d, lambda f: f.copy(f["11"], "my photo"))), "captions of 1 images", "ok")
+
+row("caption", "levels-L1", lambda w, d: w.caption_args(d, "--levels", "L1"), "captions of", "ok")
+
+row("caption", "levels-comma-list", lambda w, d: w.caption_args(d, "--levels", "1,1"), "captions of", "ok")
+
+row("caption", "levels-superscript", lambda w, d: w.caption_args(d, "--levels", "1\u00b2"), "digits 0-9")
+
+row("caption", "levels-zero", lambda w, d: w.caption_args(d, "--levels", "L0"), "level numbers from 1")
+
+row("caption", "limit-superscript", lambda w, d: w.caption_args(d, "--limit", "3\u00b2"), "argument --limit")
+
+# -- captions of images without a feature file (--images, --grid), n-gram blocking (--block-ngram) -----------
+def no_features(w, d, *extra) -> list:
+    """The caption command's flags without --features."""
+    args = w.caption_args(d, *extra)
+    at = args.index("--features")
+    return args[:at] + args[at + 2:]
+
+row("caption", "neither-features-nor-images", lambda w, d: no_features(w, d), "give --features")
+
+row("caption", "images-of-a-checkpoint-on-foreign-features", lambda w, d: no_features(w, d, "--images", w.images),
+    "cannot compute from an image")  # the toy world's features: no kind an image encoder here computes
+
+row("caption", "images-sharded-without-features", lambda w, d: no_features(w, d, "--images", w.images, "--num-shards", "2"),
+    "a sharded run reads one feature file")
+
+row("caption", "images-missing-folder", lambda w, d: no_features(w, d, "--images", d / "nope"), "cannot compute|no such image folder")
+
+for value in ("0", "32", "x"):
+    row("caption", f"grid-{value}", lambda w, d, value=value: no_features(w, d, "--images", w.images, "--grid", value),
+        "argument --grid")
+
+row("caption", "block-ngram-0", lambda w, d: w.caption_args(d, "--block-ngram", "0", "--levels", "1"), "captions of", "ok")
+
+row("caption", "block-ngram-2", lambda w, d: w.caption_args(d, "--block-ngram", "2", "--levels", "2"), "captions of", "ok")
+
+
+@pytest.mark.parametrize("row", table.params())
+def test_bad_input(row: Row, world: World, tmp_path):
+    check_row(row, world, tmp_path)

@@ -1,0 +1,351 @@
+"""The caption command (python -m clid.caption), its Python API (CaptionWriter) and the gallery, on a tiny
+checkpoint trained on the toy world in seconds."""
+from __future__ import annotations
+
+import json
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, import_script, run_one_thread
+from toyworld import make_toy_world
+
+from clid.base.files import DataError, read_jsonl, write_h5_groups
+
+TEST_IDS = [str(i) for i in range(45, 53)]  # the toy world's 8 test images
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """The toy world (40 train, 4 val, 8 test images), an image per test image and a tiny checkpoint
+    trained for 150 steps (it learns the levels 1 and 2 of the world's captions)."""
+    import torch
+    from PIL import Image, ImageDraw
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("caption_world")
+    captions, features = make_toy_world(root, n_train=40, n_val=4, n_test=8, dim=16)
+    images = root / "images"
+    images.mkdir()
+    rng = np.random.default_rng(0)
+    for image_id in TEST_IDS:
+        image = Image.new("RGB", (160, 120), tuple(int(c) for c in rng.integers(0, 255, 3)))
+        ImageDraw.Draw(image).ellipse((30, 20, 110, 100), fill=tuple(int(c) for c in rng.integers(0, 255, 3)))
+        image.save(images / f"{image_id}.png")
+    train = import_script("04_train_base.py", "train_for_caption_tests")
+    train.main(["--captions", str(captions), "--features", str(features), "--out", str(root / "ck"), "--preset", "tiny",
+                "--max-steps", "150", "--warmup", "10", "--batch-size", "16", "--eval-every", "0", "--lr", "2e-3",
+                "--dropout", "0", "--output-vocab", str(captions)])
+    yield root
+    torch.set_num_threads(threads)
+
+
+def caption_main(*argv):
+    from clid.caption.__main__ import main
+
+    main([str(a) for a in argv])
+
+
+def lines(path) -> list[dict]:
+    return list(read_jsonl(path))
+
+
+def common(world, out, *extra):
+    return ["--checkpoint", world / "ck", "--features", world / "features.h5", "--out", out, "--device", "cpu", *extra]
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+
+
+def test_cli_writes_the_levels_asked_for_as_07_reads_them(world, tmp_path):
+    out = tmp_path / "captions.jsonl"
+    proc = run_one_thread("-m", "clid.caption", *common(world, out, "--ids", world / "captions.json", "--levels", "1", "2"))
+    assert "caption: img 8/8 (100%)" in proc.stdout  # a plain progress line when the output is a file
+    records = lines(out)
+    assert [(r["image_id"], r["level"]) for r in records] == [(i, level) for i in TEST_IDS for level in (1, 2)]
+    from clid.base.text import caption_length
+
+    for r in records:
+        assert set(r) == {"image_id", "level", "caption", "length", "in_range", "filled"}
+        low, high = (1, 9) if r["level"] == 1 else (10, 19)
+        assert r["length"] == caption_length(r["caption"]) - r["filled"]  # the authors' count
+        assert r["in_range"] == (low <= r["length"] <= high)
+    # the trained checkpoint controls these two lengths, and talks about the toy world
+    assert sum(r["in_range"] for r in records) >= 14
+    assert all({"a", "the", "park"} & set(r["caption"].split()) for r in records if r["level"] == 2)
+    assert "level 2 (10-19 tokens)" in proc.stdout
+
+
+def test_only_the_requested_levels_are_decoded(world, tmp_path, monkeypatch):
+    import clid.model.decode as decode
+
+    decoded = []
+    real = decode.mask_predict
+
+    def counting(model, feats, pos, mask, level, *args, **kwargs):
+        decoded.append(level)
+        return real(model, feats, pos, mask, level, *args, **kwargs)
+
+    monkeypatch.setattr(decode, "mask_predict", counting)
+    caption_main(*common(world, tmp_path / "c.jsonl", "--ids", world / "captions.json", "--levels", "3", "6",
+                         "--batch-size", "4", "--decode-steps", "2"))
+    assert sorted(set(decoded)) == [3, 6] and len(decoded) == 4  # 2 batches x 2 levels
+    assert {r["level"] for r in lines(tmp_path / "c.jsonl")} == {3, 6}
+
+
+def test_every_image_of_the_feature_file_by_default_and_levels_all(world, tmp_path):
+    caption_main(*common(world, tmp_path / "all.jsonl", "--decode-steps", "1", "--limit", "5"))
+    records = lines(tmp_path / "all.jsonl")
+    assert [r["image_id"] for r in records[::7]] == ["1", "2", "3", "4", "5"]
+    assert [r["level"] for r in records[:7]] == list(range(1, 8))
+
+
+def test_one_and_three_shards_give_identical_files(world, tmp_path):
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\n".join(str(i) for i in range(1, 21)) + "\n")
+    base = ["--ids", ids, "--levels", "1", "2", "4", "--decode-steps", "3"]
+    caption_main(*common(world, tmp_path / "one.jsonl", *base, "--batch-size", "8"))
+    for shard in (2, 0, 1):  # in any order; the last to finish merges
+        caption_main(*common(world, tmp_path / "three.jsonl", *base, "--batch-size", "3", "--chunk-size", "2",
+                             "--num-shards", "3", "--shard-id", shard))
+    assert (tmp_path / "three.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+    assert len(lines(tmp_path / "one.jsonl")) == 60
+    assert not list(tmp_path.glob("three.jsonl.part-*"))
+
+
+def test_a_killed_run_resumes_and_writes_the_same_file(world, tmp_path, monkeypatch, capsys):
+    from clid.caption import CaptionWriter
+
+    base = ["--ids", world / "captions.json", "--levels", "1", "2", "--chunk-size", "3", "--decode-steps", "2"]
+    caption_main(*common(world, tmp_path / "whole.jsonl", *base))
+    real, calls = CaptionWriter.decode, []
+
+    def dies_on_the_third_chunk(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # a kill, as far as the files are concerned
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(CaptionWriter, "decode", dies_on_the_third_chunk)
+    out = tmp_path / "resumed.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        caption_main(*common(world, out, *base))
+    assert not out.exists() and len(list(tmp_path.glob("resumed.jsonl.chunk-*"))) == 2
+    monkeypatch.setattr(CaptionWriter, "decode", real)
+    capsys.readouterr()
+    caption_main(*common(world, out, *base))
+    assert "resuming: 2 of 3 chunks already done" in capsys.readouterr().out
+    assert out.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    # other settings are refused, not mixed in
+    with pytest.raises(SystemExit, match="other inputs or settings"):
+        caption_main(*common(world, out, *base[:-1], "3"))
+
+
+def test_the_output_scores_in_07_generated(world, tmp_path):
+    out = tmp_path / "captions.jsonl"
+    caption_main(*common(world, out, "--ids", world / "captions.json", "--levels", "all", "--decode-steps", "3"))
+    proc = run_one_thread(ROOT / "07_eval.py", "--refs", world / "captions.json", "--generated", f"mine={out}",
+                          "--out", tmp_path / "eval", "--spice", "off")
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())["runs"]["mine"]["levels"]
+    records = lines(out)
+    for level in range(1, 8):
+        at = [r for r in records if r["level"] == level and r["length"]]  # (07 counts a wordless caption apart)
+        assert metrics[str(level)]["n_images"] == 8 and metrics[str(level)]["n_captions"] == len(at)
+        assert metrics[str(level)]["control_precision"] == pytest.approx(sum(r["in_range"] for r in at) / 8), level
+        assert metrics[str(level)]["mean_length"] == pytest.approx(np.mean([r["length"] for r in at])), level
+    assert metrics["1"]["control_precision"] > 0.5 and metrics["2"]["CIDEr"] is not None
+    assert "mine: 8 of 8 test images have a caption" in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# The Python API
+
+
+def test_api_gives_the_commands_captions(world, tmp_path):
+    from clid.caption import CaptionWriter
+    from clid.data.store import FeatureStore
+
+    out = tmp_path / "c.jsonl"
+    caption_main(*common(world, out, "--ids", world / "captions.json", "--levels", "1", "3"))
+    by_line = {(r["image_id"], r["level"]): r["caption"] for r in lines(out)}
+
+    writer = CaptionWriter.from_checkpoint(world / "ck", "cpu", features=world / "features.h5")
+    assert writer.levels[:2] == ((1, 9), (10, 19))
+    one = writer.caption("45", levels=[1, 3])
+    assert one == {1: by_line[("45", 1)], 3: by_line[("45", 3)]}
+    many = writer.caption(TEST_IDS, levels=[3, 1])
+    assert list(many) == TEST_IDS and all(many[i] == {1: by_line[(i, 1)], 3: by_line[(i, 3)]} for i in TEST_IDS)
+    assert set(writer.caption(45)) == set(range(1, 8))  # every level by default; an int id is fine
+    regions = FeatureStore(world / "features.h5").get("46")  # features held in memory: the same captions
+    assert writer.caption(regions, levels=[1, 3]) == {1: by_line[("46", 1)], 3: by_line[("46", 3)]}
+
+
+def test_api_bad_levels_ids_and_features(world, tmp_path):
+    from clid.caption import CaptionWriter
+    from clid.data.store import Regions
+
+    writer = CaptionWriter.from_checkpoint(world / "ck", "cpu", features=world / "features.h5")
+    with pytest.raises(ValueError, match="device: cuda:99: "):  # (blamed on the device, not the checkpoint)
+        CaptionWriter.from_checkpoint(world / "ck", "cuda:99")
+    with pytest.raises(ValueError, match=r"level 8 is not one of the levels .* 1\.\.7 \(caption: 1-9, 10-19"):
+        writer.caption("45", levels=[1, 8])
+    with pytest.raises(DataError, match="image nope: no region features"):
+        writer.caption("nope")
+    with pytest.raises(DataError, match="NaN at region 0"):
+        writer.caption(Regions(np.full((2, 16), np.nan, np.float32), np.zeros((2, 4), np.float32), 10, 10))
+    narrow = tmp_path / "narrow.h5"
+    write_h5_groups(narrow, [("1", {"features": np.ones((2, 8), np.float32), "boxes": np.zeros((2, 4), np.float32)},
+                              {"width": 10, "height": 10})])
+    with pytest.raises(DataError) as err:
+        writer.use_features(narrow)
+    assert str(narrow) in str(err.value) and str(world / "ck") in str(err.value)
+    assert "8 dimensions" in str(err.value) and "of 16" in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The gallery
+
+
+class Page(HTMLParser):
+    """The gallery's figures: image id -> {"src": the image's src, "levels": {level: [cell texts]}}."""
+
+    def __init__(self):
+        super().__init__()
+        self.figures, self.columns, self._figure, self._level, self._cell, self._head = {}, [], None, None, None, False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "section":
+            self._figure = self.figures.setdefault(attrs["data-image-id"], {"src": None, "levels": {}})
+        elif tag == "img" and self._figure is not None:
+            self._figure["src"] = attrs["src"]
+        elif tag == "thead":
+            self._head = True
+        elif tag == "tr" and "data-level" in attrs:
+            self._level = self._figure["levels"].setdefault(int(attrs["data-level"]), [])
+        elif tag == "td" and self._level is not None:
+            self._cell = []
+        elif tag == "th" and self._head and len(self.figures) == 1:  # the column names, once
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            self._level.append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "th" and self._head and self._cell is not None:
+            self.columns.append("".join(self._cell))
+            self._cell = None
+        elif tag == "thead":
+            self._head = False
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def make_gallery(world, folder: Path, *extra) -> Path:
+    """Two runs side by side: a baseline at levels 1-3, then the checkpoint with --compare."""
+    base = ["--ids", world / "captions.json", "--levels", "1", "2", "3", "--decode-steps", "3"]
+    caption_main(*common(world, folder / "base.jsonl", *base, "--eos-decay", "0.5"))
+    caption_main(*common(world, folder / "mine.jsonl", *base, "--gallery", folder / "gallery.html", "--images",
+                         world / "images", "--name", "CLID", "--compare", f"baseline={folder / 'base.jsonl'}", *extra))
+    return folder / "gallery.html"
+
+
+def test_gallery_has_every_image_at_every_level_in_both_columns(world, tmp_path):
+    import base64
+    import io
+
+    from PIL import Image
+
+    page = make_gallery(world, tmp_path)
+    parsed = Page()
+    parsed.feed(page.read_text())
+    assert list(parsed.figures) == TEST_IDS
+    assert parsed.columns[:3] == ["level", "baseline", "CLID"]
+    mine = {(r["image_id"], r["level"]): r for r in lines(tmp_path / "mine.jsonl")}
+    base = {(r["image_id"], r["level"]): r for r in lines(tmp_path / "base.jsonl")}
+    for image_id, figure in parsed.figures.items():
+        assert sorted(figure["levels"]) == [1, 2, 3]
+        for level, cells in figure["levels"].items():
+            assert cells == [f"{r['caption']} {r['length']}" for r in (base[(image_id, level)], mine[(image_id, level)])]
+        assert figure["src"].startswith("data:image/jpeg;base64,")  # embedded: the page is one file
+        thumb = Image.open(io.BytesIO(base64.b64decode(figure["src"].split(",", 1)[1])))
+        assert thumb.size == (160, 120)  # smaller than --thumbnail: kept as it is
+    assert "http" not in page.read_text()  # nothing is fetched from elsewhere
+
+
+def test_gallery_thumbnails_are_resized_and_captions_escaped(world, tmp_path):
+    from clid.caption.gallery import write_gallery
+
+    page = make_gallery(world, tmp_path, "--thumbnail", "64")
+    assert 'alt="image 45"' in page.read_text()
+    parsed = Page()
+    parsed.feed(page.read_text())
+    import base64
+    import io
+
+    from PIL import Image
+
+    src = parsed.figures["45"]["src"]
+    assert Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).size == (64, 48)
+    odd = tmp_path / "odd.html"
+    write_gallery(odd, ["<b>"], [("run", {("<b>", 1): {"caption": "a <script>x</script> & y"}})], ((1, 9),), [1])
+    assert "<script>x" not in odd.read_text() and "&lt;script&gt;" in odd.read_text()
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")
+def test_gallery_renders_in_a_real_browser(world, tmp_path):
+    """Headless Chromium loads the page: its DOM holds every figure and every image decodes."""
+    from PIL import Image
+
+    page = make_gallery(world, tmp_path)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
+    shot = tmp_path / "shot.png"
+    subprocess.run([str(CHROMIUM), *flags, f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    pixels = np.asarray(Image.open(shot).convert("RGB"), dtype=np.float32)
+    assert pixels.shape[:2] == (1600, 1200) and pixels.std() > 20  # not a blank page
+    # the JS-evaluated DOM: every image loaded (a broken data URI has naturalWidth 0)
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace(
+        "</body>", "<script>window.onload = () => { document.title = [...document.images]"
+                   ".map(i => i.naturalWidth).join(','); };</script></body>"))
+    dom = subprocess.run([str(CHROMIUM), *flags, "--dump-dom", "--virtual-time-budget=5000", probe.as_uri()],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    widths = dom.split("<title>", 1)[1].split("</title>", 1)[0].split(",")
+    assert widths == ["160"] * 8
+    assert dom.count('class="figure"') == 8 and dom.count("data-level=") == 24
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input the command meets (the bad-input table has more rows)
+
+
+def test_bad_input_leaves_no_output(world, tmp_path):
+    out = tmp_path / "c.jsonl"
+    cases = [
+        (["--ids", tmp_path / "ids.txt"], "ids.txt: image nope: no region features in"),
+        (["--levels", "8"], "--levels: level 8 is not one of the levels"),
+        (["--gallery", tmp_path / "g.html", "--images", tmp_path / "empty"], "--images: no such folder"),
+    ]
+    (tmp_path / "ids.txt").write_text("45\nnope\n")
+    for extra, message in cases:
+        with pytest.raises((SystemExit, DataError), match=message):
+            caption_main(*common(world, out, *extra))
+        assert not out.exists() and not (tmp_path / "g.html").exists()
+
+
+def test_help_says_the_device_default(capsys):
+    with pytest.raises(SystemExit):
+        caption_main("--help")
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "(default: cuda if available, else cpu)" in shown and "--gallery HTML" in shown
