@@ -232,7 +232,8 @@ def run_shares(folder, pool: Pool) -> dict:
     import argparse
 
     from clid.base.files import read_arrays, read_json, read_jsonl
-    from clid.selection.schedule import difficulty_buckets, digest, draw
+    from clid.selection.peers import difficulty_buckets
+    from clid.selection.schedule import digest, draw
 
     folder = Path(folder)
     args = read_json(folder / "config.json")["train"]

@@ -5,7 +5,7 @@
     smoothstep_sample(u, threshold, s, k, seed, iteration, mode="successive") -> int64 indices
 
 kth_value has a NumPy reference here; the sampler's reference, the kernels' per-item arithmetic in
-NumPy bit for bit, is test code (clid/selection/reference.py).
+NumPy bit for bit, is clid/selection/reference.py.
 """
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def smoothstep_sample(u, threshold: float, s: float, k: int | None, seed: int, i
 
     Randomness: Philox4x32-10 keyed by the seed, counter (item index, iteration); the indices
     depend only on (u, threshold, s, k, seed, iteration, mode): the same on CPU and CUDA, for any
-    thread count, and in the NumPy reference of the tests. Weights and keys are recomputed on the fly;
+    thread count, and in the NumPy reference (clid/selection/reference.py). Weights and keys are recomputed on the fly;
     nothing of size M is stored besides the output (a candidate buffer of ~1% of M on the CPU).
 
     Schedules: s = 0 is the hard step (f = 1 above T, 0 below: a uniform draw among u > T);

@@ -20,7 +20,7 @@
 // contract a*b+c into an fma: GCC does so by default (even with -std=c++20), so the CPU kernels'
 // file turns contraction off (#pragma GCC optimize("fp-contract=off")); on the device every
 // operation is an explicit round-to-nearest intrinsic (__dmul_rn, ...), which nvcc never
-// contracts. The NumPy reference in clid/ops.py runs the same operations in the same order, and
+// contracts. The NumPy reference in clid/selection/reference.py runs the same operations in the same order, and
 // tests/ops/test_ops_sampler.py checks the CPU keys against it bit for bit.
 #pragma once
 

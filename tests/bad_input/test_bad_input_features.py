@@ -114,7 +114,7 @@ ENCODER_CASES = [  # (name, make(w, d) -> argv, fragment)
 for name, make, fragment in ENCODER_CASES:
     row("features", name, make, fragment)
 
-# -- python -m clid.features, clid.data, clid.data.stats: more of their inputs --------------------------------
+# -- python -m clid.features, clid.captions, clid.stats: more of their inputs --------------------------------
 VG_SAMPLE = FIXTURES / "vg_scene_graphs_sample.json"
 
 row("features", "images-missing-graphs", lambda w, d: ["--images", d / "nope", "--scene-graphs", VG_SAMPLE, "--out", d / "f.h5"],

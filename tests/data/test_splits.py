@@ -1,4 +1,4 @@
-"""Real data in, nothing leaked: the COCO converter, the split guards of 04/05/06, clid.data.stats --split
+"""Real data in, nothing leaked: the COCO converter, the split guards of 04/05/06, python -m clid.stats --split
 and 07's coverage lines, on the real COCO 2014 caption files where it matters."""
 import json
 
@@ -166,7 +166,7 @@ def test_06_refuses_a_leaky_file_with_one_line(fixtures, tmp_path):
         + SPLIT_FIX]
 
 
-# ---- clid.data.stats --split ---------------------------------------------------------------------
+# ---- python -m clid.stats --split ---------------------------------------------------------------------
 
 def test_stats_split_on_a_file_without_splits_is_an_error(fixtures):
     path = fixtures / "captions_val2014_sample.json"

@@ -8,6 +8,7 @@ import torch
 from conftest import import_script
 from toyworld import make_toy_world
 
+from clid.selection import peers
 from clid.selection import schedule as sel
 
 SCRIPT = import_script("06_train_selection.py", "selection_stage")
@@ -38,19 +39,19 @@ def drive(strategy, step=0, state=None):
 
 def test_remove_flags_exactly_the_top_ratio():
     loss = np.array([0.5, 3.0, 1.0, 9.0, 2.0, 9.0, 0.1, 4.0, 5.0, 6.0])
-    assert list(sel.flag_high_loss(loss, ratio=0.2)) == [3, 5]  # round(10 * 0.2) = 2, ties: earlier first
-    assert list(sel.flag_high_loss(loss, ratio=0.3)) == [3, 5, 9]
-    assert len(sel.flag_high_loss(loss, ratio=0.01)) == 0  # round(0.1) = 0, as their code rounds
-    assert list(sel.flag_high_loss(np.arange(200.0), ratio=0.01)) == [199, 198]
+    assert list(peers.flag_high_loss(loss, ratio=0.2)) == [3, 5]  # round(10 * 0.2) = 2, ties: earlier first
+    assert list(peers.flag_high_loss(loss, ratio=0.3)) == [3, 5, 9]
+    assert len(peers.flag_high_loss(loss, ratio=0.01)) == 0  # round(0.1) = 0, as their code rounds
+    assert list(peers.flag_high_loss(np.arange(200.0), ratio=0.01)) == [199, 198]
 
 
 def test_remove_flags_exactly_the_two_std_set():
     loss = np.concatenate([np.full(50, 1.0), [1.5, 8.0, 2.0, 9.0]])
     cut = loss.mean() + 2 * loss.std(ddof=1)  # pandas' std, as their --dynamic
-    flagged = sel.flag_high_loss(loss, n_std=2)
+    flagged = peers.flag_high_loss(loss, n_std=2)
     assert set(flagged) == set(np.flatnonzero(loss > cut)) == {51, 53}
     assert list(flagged) == [53, 51]  # highest loss first
-    assert len(sel.flag_high_loss(np.ones(20), n_std=2)) == 0
+    assert len(peers.flag_high_loss(np.ones(20), n_std=2)) == 0
 
 
 def test_loss_remove_rounds_drop_the_highest_losses_for_good():
@@ -62,7 +63,7 @@ def test_loss_remove_rounds_drop_the_highest_losses_for_good():
         seen.append(list(indices))
         return -losses[indices]
 
-    strategy = sel.LossCuration(pool, args_for(curate_ratio=0.2), logp)
+    strategy = peers.LossCuration(pool, args_for(curate_ratio=0.2), logp)
     rounds = drive(strategy)
     assert [(r.start, r.end) for r in rounds] == [(0, 3), (3, 6), (6, 9), (9, 12)]
     assert list(rounds[0].members) == list(range(10))
@@ -81,7 +82,7 @@ def test_loss_replacecap_keeps_the_sample_count_and_the_image():
     images = ["a", "a", "a", "b", "b", "c", "c", "c", "d", "d"]
     pool = tiny_pool(images=images)
     losses = np.array([0.1, 0.2, 5.0, 6.0, 0.3, 7.0, 0.4, 0.5, 8.0, 0.6])
-    strategy = sel.LossCuration(pool, args_for(strategy="loss-replacecap", curate_ratio=0.2, max_steps=30),
+    strategy = peers.LossCuration(pool, args_for(strategy="loss-replacecap", curate_ratio=0.2, max_steps=30),
                                 lambda indices: -losses[indices])
     rounds = drive(strategy)
     flagged_ever = set()
@@ -102,10 +103,10 @@ def test_loss_curation_resumes_from_its_saved_history():
     pool = tiny_pool()
     losses = np.linspace(0, 1, 10)
     args = args_for(curate_ratio=0.2)
-    straight = drive(sel.LossCuration(pool, args, lambda i: -losses[i]))
+    straight = drive(peers.LossCuration(pool, args, lambda i: -losses[i]))
     state = straight[2].state  # what a checkpoint in round 2 holds
     calls = []
-    resumed = drive(sel.LossCuration(pool, args, lambda i: calls.append(1) or -losses[i]), step=7, state=state)
+    resumed = drive(peers.LossCuration(pool, args, lambda i: calls.append(1) or -losses[i]), step=7, state=state)
     assert [r.start for r in resumed] == [6, 9]
     assert all(np.array_equal(a.members, b.members) for a, b in zip(straight[2:], resumed))
     assert len(calls) == 1  # only the curation at step 9 is computed again
@@ -115,18 +116,18 @@ def test_loss_curation_resumes_from_its_saved_history():
 
 
 def test_baby_step_adds_a_bucket_after_patience_flat_evaluations():
-    assert sel.baby_step([1.0, 2.0, 3.0, 4.0], patience=2, n_buckets=3) == [1, 1, 1, 1]  # still improving
-    assert sel.baby_step([1.0, 2.0, 2.0, 1.5], patience=2, n_buckets=3) == [1, 1, 1, 2]
+    assert peers.baby_step([1.0, 2.0, 3.0, 4.0], patience=2, n_buckets=3) == [1, 1, 1, 1]  # still improving
+    assert peers.baby_step([1.0, 2.0, 2.0, 1.5], patience=2, n_buckets=3) == [1, 1, 1, 2]
     # after a bucket is added the best starts over: the next evaluation sets it
-    assert sel.baby_step([1.0, 0.9, 0.5, 0.6, 0.6, 0.6, 0.6], patience=2, n_buckets=3) == [1, 1, 2, 2, 2, 3, 3]
-    assert sel.baby_step([1.0] * 8, patience=1, n_buckets=3) == [1, 2, 2, 3, 3, 3, 3, 3]
+    assert peers.baby_step([1.0, 0.9, 0.5, 0.6, 0.6, 0.6, 0.6], patience=2, n_buckets=3) == [1, 1, 2, 2, 2, 3, 3]
+    assert peers.baby_step([1.0] * 8, patience=1, n_buckets=3) == [1, 2, 2, 3, 3, 3, 3, 3]
     # an improvement counts only above --min-improvement
-    assert sel.baby_step([1.0, 1.05, 1.1, 1.3], patience=2, n_buckets=3, min_improvement=0.1) == [1, 1, 2, 2]
+    assert peers.baby_step([1.0, 1.05, 1.1, 1.3], patience=2, n_buckets=3, min_improvement=0.1) == [1, 1, 2, 2]
 
 
 def test_curriculum_buckets_follow_the_difficulty():
     difficulty = np.array([5.0, 1.0, 3.0, 0.0, 4.0, 2.0, 1.0, 9.0, 8.0])
-    buckets = sel.difficulty_buckets(difficulty, 3)
+    buckets = peers.difficulty_buckets(difficulty, 3)
     assert [list(b) for b in buckets] == [[1, 3, 6], [2, 4, 5], [0, 7, 8]]  # easiest first, ties by index
 
 
@@ -134,7 +135,7 @@ def test_curriculum_rounds_grow_the_set_after_flat_evaluations():
     pool = tiny_pool(n_trusted=3, n_pool=6)
     difficulty = np.arange(9.0)[::-1]  # the last example is the easiest
     scores = iter([1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0])
-    strategy = sel.BabyStep(pool, difficulty, args_for(strategy="curriculum", max_steps=30, patience=2),
+    strategy = peers.BabyStep(pool, difficulty, args_for(strategy="curriculum", max_steps=30, patience=2),
                             lambda: next(scores))
     rounds = drive(strategy)
     assert [len(r.members) for r in rounds] == [3, 3, 3, 6, 6, 6, 9, 9, 9, 9]
@@ -142,7 +143,7 @@ def test_curriculum_rounds_grow_the_set_after_flat_evaluations():
     rows = strategy.log_rows()
     assert [r["buckets"] for r in rows] == [1, 1, 1, 2, 2, 2, 3, 3, 3, 3]
     # a resumed run rebuilds the buckets in use from the saved evaluations
-    resumed = drive(sel.BabyStep(pool, difficulty, strategy.args, lambda: 2.0), step=12, state=rounds[4].state)
+    resumed = drive(peers.BabyStep(pool, difficulty, strategy.args, lambda: 2.0), step=12, state=rounds[4].state)
     assert [len(r.members) for r in resumed] == [6, 6, 9, 9, 9, 9]
 
 
@@ -190,11 +191,11 @@ def test_bootstrap_difficulty_is_the_checkpoints_loss(toy, tmp_path):
     folder, captions, model, examples, regions, items = toy
     pool = sel.Pool(examples.image_ids, examples.caption_ids, len(examples), np.zeros(0), np.zeros(0, np.int64), 7)
     args = args_for(strategy="curriculum", difficulty=f"bootstrap:{folder / 'boot'}")
-    difficulty, _ = sel.example_difficulty(args, pool, examples, [], {}, regions, "cpu", tmp_path, model.levels)
+    difficulty, _ = peers.example_difficulty(args, pool, examples, [], {}, regions, "cpu", tmp_path, model.levels)
     expected = -caption_logprobs(model, examples, regions, "onepass", 64, "cpu")
     np.testing.assert_allclose(difficulty, expected, rtol=1e-6)
     assert (tmp_path / "difficulty.h5").is_file()  # cached for a resumed run
-    again, _ = sel.example_difficulty(argparse.Namespace(difficulty="bootstrap:/nowhere"), pool, examples, [], {},
+    again, _ = peers.example_difficulty(argparse.Namespace(difficulty="bootstrap:/nowhere"), pool, examples, [], {},
                                       regions, "cpu", tmp_path, model.levels)
     np.testing.assert_array_equal(again, difficulty)
 
@@ -208,11 +209,11 @@ def test_u_difficulty_needs_the_trusted_scores(toy, tmp_path):
     u = np.linspace(-1, 1, len(ids))
     write_quality(tmp_path / "q.h5", ids, u, np.zeros(len(ids)), u)
     args = args_for(strategy="curriculum", difficulty="u", quality=tmp_path / "q.h5")
-    difficulty, _ = sel.example_difficulty(args, pool, examples, [], {}, regions, "cpu", tmp_path, None, write=False)
+    difficulty, _ = peers.example_difficulty(args, pool, examples, [], {}, regions, "cpu", tmp_path, None, write=False)
     np.testing.assert_allclose(difficulty, -u, rtol=1e-6)
     write_quality(tmp_path / "q2.h5", ids[3:], u[3:], np.zeros(len(ids) - 3), u[3:])
     with pytest.raises(DataError, match="3 trusted captions have no quality score.*--include-trusted"):
-        sel.example_difficulty(args_for(strategy="curriculum", difficulty="u", quality=tmp_path / "q2.h5"), pool,
+        peers.example_difficulty(args_for(strategy="curriculum", difficulty="u", quality=tmp_path / "q2.h5"), pool,
                                examples, [], {}, regions, "cpu", tmp_path, None, write=False)
 
 
@@ -254,7 +255,7 @@ def test_clip_difficulty_from_a_local_folder(tmp_path):
     for name in ("1.png", "2.png"):
         Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(images / name)
     texts, image_ids = ["a red dog", "a blue ball", "a red dog"], ["1", "1", "2"]
-    sim = sel.clip_similarity(tmp_path / "clip", images, texts, image_ids, {"1": "1.png", "2": "2.png"})
+    sim = peers.clip_similarity(tmp_path / "clip", images, texts, image_ids, {"1": "1.png", "2": "2.png"})
     with torch.no_grad():  # the definition: cosine of the projected embeddings
         pixels = processor(images=[Image.open(images / f"{i}.png").convert("RGB") for i in image_ids],
                            return_tensors="pt")["pixel_values"]
@@ -269,7 +270,7 @@ def test_clip_difficulty_from_a_local_folder(tmp_path):
 
     with pytest.raises(DataError, match="cannot read the image"):
         (images / "3.png").write_text("not an image")
-        sel.clip_similarity(tmp_path / "clip", images, ["a dog"], ["3"], {"3": "3.png"})
+        peers.clip_similarity(tmp_path / "clip", images, ["a dog"], ["3"], {"3": "3.png"})
 
 
 # -- flags -----------------------------------------------------------------------------------------------
