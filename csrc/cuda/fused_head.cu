@@ -95,28 +95,57 @@ struct Shape {
     int splits;
 };
 
-// Issues the loads of flat pipeline step g (tile t_begin + g / nk, k-step g % nk) into stage `stage`.
+// The loads of one thread. Thread t copies piece t % kPieces of the rows t / kPieces + kRowStep i of both
+// tiles of a stage (i < kLoadsA, kLoadsB); everything but the step's k0 and the B tile's first row is
+// fixed, so the pointers, the row counts and the shared-memory offset are computed once.
+constexpr int kRowStep = kThreads / kPieces;  // 32 rows between a thread's loads
+static_assert(kRowStep % 8 == 0, "a thread's rows share their swizzle");
+
 template <typename T>
-__device__ __forceinline__ void load_step(const T* __restrict__ hidden, const T* __restrict__ weight, const Shape& sh,
-                                          int row0, int t_begin, int nk, int g, uint32_t stage_addr) {
-    const int tile = t_begin + g / nk, k0 = (g % nk) * kBlockK;
-    const int v0 = tile * kBlockCols;
-#pragma unroll
-    for (int i = 0; i < kLoadsA; ++i) {
-        const int c = threadIdx.x + i * kThreads, row = c / kPieces, piece = c % kPieces;
-        const int p = row0 + row, k = k0 + piece * 8;
-        const bool valid = p < sh.P && k < sh.H;
-        cp_async_16(stage_addr + tile_offset(row, piece), valid ? hidden + (int64_t)p * sh.ldh + k : hidden, valid);
+struct Loader {
+    const T* a;         // hidden row row0 + t / kPieces, at its piece
+    const T* b;         // weight row of the current tile's first row + t / kPieces, at its piece
+    int64_t a_step, b_step;  // kRowStep rows of hidden, of weight
+    int a_rows, b_rows;      // how many of this thread's rows exist (the rest are zero-filled)
+    int k_piece;             // the piece's first hidden dimension
+    uint32_t offset;         // tile_offset of the thread's first row and piece (the others: + kRowStep rows)
+
+    __device__ __forceinline__ void start(const T* hidden, const T* weight, const Shape& sh, int row0, int tile) {
+        const int row = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+        k_piece = piece * 8;
+        offset = tile_offset(row, piece);
+        a_step = (int64_t)kRowStep * sh.ldh;
+        b_step = (int64_t)kRowStep * sh.ldw;
+        a = hidden + (int64_t)(row0 + row) * sh.ldh + k_piece;
+        a_rows = rows_left(sh.P - row0 - row);
+        set_tile(weight, sh, tile);
     }
-#pragma unroll
-    for (int i = 0; i < kLoadsB; ++i) {
-        const int c = threadIdx.x + i * kThreads, row = c / kPieces, piece = c % kPieces;
-        const int v = v0 + row, k = k0 + piece * 8;
-        const bool valid = v < sh.V && k < sh.H;
-        cp_async_16(stage_addr + kTileBytesA + tile_offset(row, piece),
-                    valid ? weight + (int64_t)v * sh.ldw + k : weight, valid);
+    __device__ __forceinline__ void set_tile(const T* weight, const Shape& sh, int tile) {
+        const int row = threadIdx.x / kPieces, v = tile * kBlockCols + row;
+        b = weight + (int64_t)v * sh.ldw + k_piece;
+        b_rows = rows_left(sh.V - v);
     }
-}
+    // the rows i with i * kRowStep < left
+    __device__ __forceinline__ static int rows_left(int left) { return left <= 0 ? 0 : (left + kRowStep - 1) / kRowStep; }
+
+    // cp.async of hidden dimensions k0 .. k0 + kBlockK - 1 into the stage at `stage_addr`; pieces past H and
+    // rows past P or V are zero-filled, with the tensor's start as their (unread) source address: a and b
+    // are only dereferenced for rows that exist.
+    __device__ __forceinline__ void load(const T* hidden, const T* weight, int H, int k0, uint32_t stage_addr) const {
+        const bool k_ok = k0 + k_piece < H;
+#pragma unroll
+        for (int i = 0; i < kLoadsA; ++i) {
+            const bool valid = k_ok && i < a_rows;
+            cp_async_16(stage_addr + offset + i * kRowStep * kRowBytes, valid ? a + i * a_step + k0 : hidden, valid);
+        }
+#pragma unroll
+        for (int i = 0; i < kLoadsB; ++i) {
+            const bool valid = k_ok && i < b_rows;
+            cp_async_16(stage_addr + kTileBytesA + offset + i * kRowStep * kRowBytes, valid ? b + i * b_step + k0 : weight,
+                        valid);
+        }
+    }
+};
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -154,34 +183,56 @@ tc_head_kernel(const T* __restrict__ hidden, const T* __restrict__ weight, const
 #pragma unroll
             for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
 
+    // The flat sequence of steps (tile, k0): the producer's position in it (load_tile, load_k), and the
+    // consumer's (tile, k-step kk); the producer runs kStages - 1 steps ahead.
+    Loader<T> loader;
+    loader.start(hidden, weight, sh, row0, t_begin);
+    int load_tile = t_begin, load_k = 0;
+    int tile = t_begin, kk = 0;
+    const auto load_next = [&](int stage) {
+        loader.load(hidden, weight, sh.H, load_k, smem_addr + stage * kStageBytes);
+        load_k += kBlockK;
+        if (load_k >= sh.H) {
+            load_k = 0;
+            loader.set_tile(weight, sh, ++load_tile);
+        }
+    };
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        if (s < steps) load_step(hidden, weight, sh, row0, t_begin, nk, s, smem_addr + s * kStageBytes);
+        if (s < steps) load_next(s);
         cp_async_commit();
     }
 
     // ldmatrix addresses: A, the rows wm * kWarpRows + 16 i + (lane % 16), piece 2 ks + lane / 16; B, the
     // vocabulary rows wn * kWarpCols + 16 jj + 8 (lane / 16) + lane % 8, piece 2 ks + (lane / 8) % 2.
+    // The swizzle of a row depends on its bits 1-2 only, the same for rows 16 apart: per ks, one offset for
+    // i = 0 (jj = 0), the others 16 rows (1 KiB) further each.
     const int a_row = wm * kWarpRows + lane % 16, a_piece = lane / 16;
     const int b_row = wn * kWarpCols + 8 * (lane / 16) + lane % 8, b_piece = (lane / 8) % 2;
+    uint32_t a_off[kBlockK / 16], b_off[kBlockK / 16];
+#pragma unroll
+    for (int ks = 0; ks < kBlockK / 16; ++ks) {
+        a_off[ks] = tile_offset(a_row, 2 * ks + a_piece);
+        b_off[ks] = kTileBytesA + tile_offset(b_row, 2 * ks + b_piece);
+    }
 
     for (int g = 0; g < steps; ++g) {
         cp_async_wait<kStages - 2>();  // step g's stage has landed (this thread's loads) ...
         __syncthreads();               // ... everyone's, and the stage of step g - 1 is free again
         const int next = g + kStages - 1;
-        if (next < steps) load_step(hidden, weight, sh, row0, t_begin, nk, next, smem_addr + (next % kStages) * kStageBytes);
+        if (next < steps) load_next(next % kStages);
         cp_async_commit();
 
-        const uint32_t a_addr = smem_addr + (g % kStages) * kStageBytes, b_addr = a_addr + kTileBytesA;
+        const uint32_t stage_addr = smem_addr + (g % kStages) * kStageBytes;
 #pragma unroll
         for (int ks = 0; ks < kBlockK / 16; ++ks) {
             uint32_t a[kMmaM][4], b[kMmaN][2];
 #pragma unroll
-            for (int i = 0; i < kMmaM; ++i) ldmatrix_x4(a[i], a_addr + tile_offset(a_row + 16 * i, 2 * ks + a_piece));
+            for (int i = 0; i < kMmaM; ++i) ldmatrix_x4(a[i], stage_addr + a_off[ks] + 16 * i * kRowBytes);
 #pragma unroll
             for (int jj = 0; jj < kMmaN / 2; ++jj) {
                 uint32_t r[4];
-                ldmatrix_x4(r, b_addr + tile_offset(b_row + 16 * jj, 2 * ks + b_piece));
+                ldmatrix_x4(r, stage_addr + b_off[ks] + 16 * jj * kRowBytes);
                 b[2 * jj][0] = r[0];
                 b[2 * jj][1] = r[1];
                 b[2 * jj + 1][0] = r[2];
@@ -193,10 +244,12 @@ tc_head_kernel(const T* __restrict__ hidden, const T* __restrict__ weight, const
                 for (int j = 0; j < kMmaN; ++j) mma_16816<T>(acc[i][j], a[i], b[j][0], b[j][1]);
         }
 
-        if (g % nk != nk - 1) continue;
+        if (++kk < nk) continue;
         // The tile is complete: fold it into the rows' states. This thread's columns are
         // c0 + 8 j + e (j < kMmaN, e < 2); off = the bias, or -inf past V.
-        const int c0 = (t_begin + g / nk) * kBlockCols + wn * kWarpCols + 2 * quad;
+        const int c0 = tile * kBlockCols + wn * kWarpCols + 2 * quad;
+        kk = 0;
+        ++tile;
         float off[kMmaN][2];
 #pragma unroll
         for (int j = 0; j < kMmaN; ++j)

@@ -3,8 +3,9 @@
 On the CPU: its exact tile schedule (csrc/common/fused_head.h: the CTAs' position tiles and vocabulary
 splits, the rows' running max and sum per thread column group, the quad and warp merges, the split merge,
 the masks of the ragged last tiles) emulated step by step in float32 NumPy, against float64 references;
-its split plan; its API on the CPU. On a GPU (skipped elsewhere): the kernel itself against the same
-references.
+its data movement (each thread's cp.async pieces, the swizzle, ldmatrix, the MMA fragments, the pipeline's
+stages) emulated exactly on integer-valued inputs; its split plan; its API on the CPU. On a GPU (skipped
+elsewhere): the kernel itself against the same references.
 
 Error bound (the float32 analysis of tests/test_ops_score.py, with the kernel's own terms): u = 2^-24; a
 row z with maximum M, softmax weights w_v, t_v = M - z_v. Each exp is 2^((z_v - m) * log2 e) with both
@@ -272,6 +273,178 @@ def test_thread_columns_partition_a_tile():
     cols = thread_columns()
     assert sorted(cols.ravel().tolist()) == list(range(BN))
     assert BM % (16 * WARPS_M) == 0 and BN % (16 * WARPS_N) == 0 and BK % 16 == 0 and STAGES >= 2
+
+
+# ---------------------------------------------------------------------------------------------
+# The data movement, emulated: the loader's cp.async pieces, the swizzle, ldmatrix, the MMA fragments and
+# the flat pipeline, with the index arithmetic of csrc/cuda/fused_head.cu, on integer-valued inputs in
+# float64 (every product and sum exact): each tile's logits must equal the masked product exactly.
+
+THREADS = 32 * WARPS_M * WARPS_N
+ROW_BYTES = 2 * BK                      # one row of a stage: BK 2-byte elements
+PIECES = ROW_BYTES // 16                # 16-byte pieces per row
+ROW_STEP = THREADS // PIECES            # rows between a thread's loads (Loader)
+LOADS_A, LOADS_B = BM * PIECES // THREADS, BN * PIECES // THREADS
+TILE_BYTES_A = BM * ROW_BYTES
+STAGE_BYTES = (BM + BN) * ROW_BYTES
+WARP_ROWS = BM // WARPS_M
+MMA_M, MMA_N = WARP_ROWS // 16, WARP_COLS // 8
+LANE = np.arange(32)
+GROUP, QUAD = LANE // 4, LANE % 4       # an MMA fragment's row in 8, its column pair
+
+
+def tile_offset(row, piece):
+    """The byte offset of 16-byte piece `piece` of row `row` in a stage's tile (swizzled)."""
+    return row * ROW_BYTES + ((piece ^ ((row >> 1) & 3)) << 4)
+
+
+def rows_left(left: int) -> int:
+    """Loader::rows_left: how many of a thread's rows (ROW_STEP apart) exist."""
+    return 0 if left <= 0 else -(-left // ROW_STEP)
+
+
+def load_stage(stage, hidden, weight, row0: int, tile: int, k0: int) -> list:
+    """Loader::start, set_tile and load for every thread: fills `stage` (float64 elements, index = byte
+    offset / 2); returns the byte offsets of the 16-byte pieces written."""
+    P, H = hidden.shape
+    V = weight.shape[0]
+    written = []
+    for t in range(THREADS):
+        row, piece = t // PIECES, t % PIECES
+        k_piece = piece * 8
+        offset = tile_offset(row, piece)
+        a_rows, b_rows = rows_left(P - row0 - row), rows_left(V - (tile * BN + row))
+        k_ok = k0 + k_piece < H
+        for base, src, first, loads, n in ((0, hidden, row0 + row, LOADS_A, a_rows),
+                                           (TILE_BYTES_A, weight, tile * BN + row, LOADS_B, b_rows)):
+            for i in range(loads):
+                dst = base + offset + i * ROW_STEP * ROW_BYTES
+                valid = k_ok and i < n
+                stage[dst // 2: dst // 2 + 8] = src[first + i * ROW_STEP, k0 + k_piece: k0 + k_piece + 8] if valid else 0
+                written.append(dst)
+    return written
+
+
+def ldmatrix_x4(stage, addrs) -> np.ndarray:
+    """ldmatrix.sync.aligned.m8n8.x4.shared.b16: lane l gives the address of row l % 8 of matrix l // 8;
+    register q of thread T holds elements 2 (T % 4), +1 of row T // 4 of matrix q: [32, 4, 2]. Each matrix's
+    8 rows must lie in 8 different 16-byte bank groups (no bank conflict)."""
+    addrs = np.asarray(addrs)
+    for q in range(4):
+        assert len(set(((addrs[8 * q: 8 * q + 8] % 128) // 16).tolist())) == 8, "a bank conflict"
+    first = addrs.reshape(4, 8)[:, GROUP].T // 2 + 2 * QUAD[:, None]   # [thread, matrix]
+    return stage[first[..., None] + np.arange(2)]
+
+
+def mma_16816(acc, a, b0, b1):
+    """mma.sync m16n8k16 .row.col with the PTX fragment layouts: acc [32, 4] += A (16 x 16) B (16 x 8)."""
+    A, B = np.empty((16, 16)), np.empty((16, 8))
+    for e in range(2):
+        A[GROUP, 2 * QUAD + e], A[GROUP + 8, 2 * QUAD + e] = a[:, 0, e], a[:, 1, e]
+        A[GROUP, 8 + 2 * QUAD + e], A[GROUP + 8, 8 + 2 * QUAD + e] = a[:, 2, e], a[:, 3, e]
+        B[2 * QUAD + e, GROUP], B[8 + 2 * QUAD + e, GROUP] = b0[:, e], b1[:, e]
+    C = A @ B
+    for e in range(2):
+        acc[:, e] += C[GROUP, 2 * QUAD + e]
+        acc[:, 2 + e] += C[GROUP + 8, 2 * QUAD + e]
+
+
+def consume_stage(stage, acc):
+    """The k-steps of one stage for every warp: ldmatrix of A and B at the kernel's offsets, then the MMAs.
+    acc: [warps, MMA_M, MMA_N, 32 lanes, 4]."""
+    for warp in range(THREADS // 32):
+        wm, wn = warp // WARPS_N, warp % WARPS_N
+        a_row, a_piece = wm * WARP_ROWS + LANE % 16, LANE // 16
+        b_row, b_piece = wn * WARP_COLS + 8 * (LANE // 16) + LANE % 8, (LANE // 8) % 2
+        for ks in range(BK // 16):
+            a_off = tile_offset(a_row, 2 * ks + a_piece)
+            b_off = TILE_BYTES_A + tile_offset(b_row, 2 * ks + b_piece)
+            a = [ldmatrix_x4(stage, a_off + 16 * i * ROW_BYTES) for i in range(MMA_M)]
+            b = []
+            for jj in range(MMA_N // 2):
+                r = ldmatrix_x4(stage, b_off + 16 * jj * ROW_BYTES)
+                b += [(r[:, 0], r[:, 1]), (r[:, 2], r[:, 3])]
+            for i in range(MMA_M):
+                for j in range(MMA_N):
+                    mma_16816(acc[warp, i, j], a[i], *b[j])
+
+
+def tile_logits(acc) -> np.ndarray:
+    """The [BM, BN] tile from the accumulators: acc[w][i][j][T][2 h + e] is row wm * WARP_ROWS + 16 i + 8 h +
+    T // 4, column wn * WARP_COLS + 8 j + 2 (T % 4) + e; every entry held by exactly one thread."""
+    z = np.full((BM, BN), np.nan)
+    for warp in range(THREADS // 32):
+        wm, wn = warp // WARPS_N, warp % WARPS_N
+        for i in range(MMA_M):
+            for j in range(MMA_N):
+                for h in range(2):
+                    for e in range(2):
+                        r = wm * WARP_ROWS + 16 * i + 8 * h + GROUP
+                        c = wn * WARP_COLS + 8 * j + 2 * QUAD + e
+                        assert np.isnan(z[r, c]).all()
+                        z[r, c] = acc[warp, i, j, :, 2 * h + e]
+    return z
+
+
+def run_cta(hidden, weight, row0: int, t_begin: int, t_end: int) -> dict:
+    """One CTA's main loop: the producer's (tile, k0) sequence through the kStages ring (the prologue, then
+    one load per step into the stage that step g - 1 used), the consumer's; the logits of each tile."""
+    H = hidden.shape[1]
+    nk = -(-H // BK)
+    steps = (t_end - t_begin) * nk
+    stages = np.full((STAGES, STAGE_BYTES // 2), np.nan)
+    holds = [None] * STAGES                                   # which (tile, k0) each stage holds
+    producer = [t_begin, 0]
+
+    def load_next(s):
+        written = load_stage(stages[s], hidden, weight, row0, *producer)
+        assert sorted(written) == list(range(0, STAGE_BYTES, 16)), "every 16-byte piece written once"
+        holds[s] = tuple(producer)
+        producer[1] += BK
+        if producer[1] >= H:
+            producer[:] = [producer[0] + 1, 0]
+
+    for s in range(STAGES - 1):
+        if s < steps:
+            load_next(s)
+    tile, kk = t_begin, 0
+    acc = np.zeros((THREADS // 32, MMA_M, MMA_N, 32, 4))
+    logits = {}
+    for g in range(steps):
+        nxt = g + STAGES - 1
+        if nxt < steps:
+            assert nxt % STAGES == (g - 1) % STAGES != g % STAGES
+            load_next(nxt % STAGES)
+        assert holds[g % STAGES] == (tile, kk * BK), f"step {g} reads {holds[g % STAGES]}"
+        consume_stage(stages[g % STAGES], acc)
+        kk += 1
+        if kk < nk:
+            continue
+        logits[tile] = tile_logits(acc)
+        kk, tile = 0, tile + 1
+        acc[:] = 0
+    assert producer[0] == t_end and tile == t_end
+    return logits
+
+
+@pytest.mark.parametrize("P,H,V,row_tile,t_begin,t_end", [
+    (1, 16, 1, 0, 0, 1),                    # one position, one vocabulary entry, pieces past H
+    (BM + 37, 40, 3 * BN + 5, 1, 1, 4),     # ragged rows, the ragged last tile, a partial last k-step
+    (300, 64, 1000, 2, 5, 8),               # several whole k-steps, a split ending on the ragged tile
+    (2 * BM, 24, 2 * BN, 0, 0, 2)])         # nothing ragged but H
+def test_emulated_data_movement_gives_the_exact_product(P, H, V, row_tile, t_begin, t_end):
+    rng = np.random.default_rng(P + H + V)
+    hidden = rng.integers(1, 9, (P, H)) * rng.choice([-1, 1], (P, H)).astype(np.float64)
+    weight = rng.integers(1, 9, (V, H)) * rng.choice([-1, 1], (V, H)).astype(np.float64)
+    row0 = row_tile * BM
+    logits = run_cta(hidden, weight, row0, t_begin, t_end)
+    assert sorted(logits) == list(range(t_begin, t_end))
+    h = np.zeros((BM, H))
+    h[:max(0, min(BM, P - row0))] = hidden[row0: row0 + BM]
+    for t, z in logits.items():
+        w = np.zeros((BN, H))
+        w[:max(0, min(BN, V - t * BN))] = weight[t * BN: t * BN + BN]
+        np.testing.assert_array_equal(z, h @ w.T, err_msg=f"tile {t}")
 
 
 # ---------------------------------------------------------------------------------------------
