@@ -22,7 +22,10 @@ Rows (a "target" is the one set for one H200 in docs/gpu.md, the H100's on an H1
   copy bandwidth measured in the run; token_logprob_hidden (P = 16,384, H = 768, bf16) at V = 30,522 and at
   the vocabulary padded to 30,528 (a multiple of 64, the padding's logits at -inf), each against the bare cuBLAS
   product h @ W.T and linear + log_softmax + gather at the same V; its extra memory; Cut Cross-Entropy
-  (`cut_cross_entropy.linear_cross_entropy`, where it is installed and runs) at V = 30,522.
+  (`cut_cross_entropy.linear_cross_entropy`, where it is installed and runs) at V = 30,522. The tensor-core
+  fused head token_logprob_hidden_tc at V = 30,522 (GPU only), in one run beside the bare product at V and
+  at the padded V, linear + log_softmax + gather, token_logprob_hidden and Cut Cross-Entropy: its ratio to
+  the padded product (its bound) and to each of the others.
 - train: Trainer.train_step on batches of 64 (levels 1-7) with --precision auto (on the CPU also as the code ran
   on the CPU before the GPU rework of 2026-11-27: one encoder pass per text length, float32, a host check in every step) beside the staged bound (the batches already on the GPU, one padded pass, bf16 autocast, no host synchronisation);
   the host's share (collate and region padding of one batch); the loader alone (batches a second from the
@@ -319,6 +322,7 @@ def kernels(table: Table, size: dict, device: str, rounds: int) -> None:
     bias[V:] = -math.inf
     first = ops.token_logprob_hidden(hidden, weight, None, y).float()
     difference = float((ops.token_logprob_hidden(hidden, padded, bias, y).float() - first).abs().max())
+    unpadded_cce = None
     for v, w, b in ((V, weight, None), (padded_v, padded, bias)):
         def eager_head(w=w, b=b):
             return torch.log_softmax(torch.nn.functional.linear(hidden, w, None if b is None else b.to(w.dtype)).float(),
@@ -327,6 +331,7 @@ def kernels(table: Table, size: dict, device: str, rounds: int) -> None:
         fns = {"ours": lambda w=w, b=b: ops.token_logprob_hidden(hidden, w, b, y), "bare": lambda w=w: hidden @ w.T,
                "eager": eager_head}
         cce = cut_cross_entropy(table, hidden, w, y) if cuda and b is None else None
+        unpadded_cce = cce if b is None else unpadded_cce
         if cce:
             fns["cce"] = lambda w=w: cce(hidden, w, y, reduction="none")
         t = interleaved(fns, device, rounds)
@@ -339,11 +344,46 @@ def kernels(table: Table, size: dict, device: str, rounds: int) -> None:
         if cce:
             table.add(f"{name}: Cut Cross-Entropy (linear_cross_entropy, no reduction)", ms(t["cce"]), "ms",
                       "the fused op", ms(t["ours"]))
+    tensor_core_head(table, hidden, weight, padded, y, device, rounds, unpadded_cce)
     if cuda:
         extra = gpu_peak_extra(lambda: ops.token_logprob_hidden(hidden, weight, None, y)) - P * 4  # (less the output)
         logits_bytes = P * V * 2
         table.add("token_logprob_hidden extra memory", extra / 2**20, "MiB", "the logits", logits_bytes / 2**20,
                   "<= 5% of the logits", extra <= 0.05 * logits_bytes)
+
+
+def tensor_core_head(table: Table, hidden, weight, padded, y, device: str, rounds: int, cce) -> None:
+    """The tensor-core fused head (ops.token_logprob_hidden_tc) at the unpadded V, in one interleaved run beside
+    the bare product at V and at the padded V, linear + log_softmax + gather, token_logprob_hidden and Cut
+    Cross-Entropy (``cce``, where it runs): a row against the padded product, one against each of the others.
+    A CUDA kernel: a note on the CPU."""
+    if not runtime.device_plan(device).gpu:
+        table.note("token_logprob_hidden_tc", "not measured: a CUDA kernel, and no GPU here")
+        return
+    (P, H), V, padded_v = hidden.shape, weight.shape[0], padded.shape[0]
+    rows = slice(0, min(P, 2048))  # its largest difference from float32 logits, on the first rows
+    exact = torch.log_softmax(torch.nn.functional.linear(hidden[rows].float(), weight.float()), -1)
+    difference = float((ops.token_logprob_hidden_tc(hidden[rows], weight, None, y[rows])
+                        - exact.gather(1, y[rows, None])[:, 0]).abs().max())
+    del exact
+
+    def eager():
+        return torch.log_softmax(torch.nn.functional.linear(hidden, weight).float(), -1).gather(1, y[:, None])[:, 0]
+
+    fns = {"tc": lambda: ops.token_logprob_hidden_tc(hidden, weight, None, y), "padded": lambda: hidden @ padded.T,
+           "bare": lambda: hidden @ weight.T, "eager": eager, "cublas": lambda: ops.token_logprob_hidden(hidden, weight, None, y)}
+    if cce:
+        fns["cce"] = lambda: cce(hidden, weight, y, reduction="none")
+    t = interleaved(fns, device, rounds)
+    ours, bound = median(t["tc"]), median(t["padded"])
+    name = f"token_logprob_hidden_tc P={P} H={H} V={V} bf16 (tensor-core fused head)"
+    table.add(name, ms(t["tc"]), "ms", f"bare h @ W.T at V={padded_v} (padded)", ms(t["padded"]),
+              "<= 1.25x the padded product", ours <= 1.25 * bound, max_difference_from_float32=difference)
+    peers = {"cce": "Cut Cross-Entropy (linear_cross_entropy, no reduction)", "bare": f"bare h @ W.T at V={V}",
+             "eager": "linear + log_softmax + gather", "cublas": "token_logprob_hidden (cuBLAS tiles)"}
+    for key, peer in peers.items():
+        if key in t:
+            table.add(f"{name}: against {peer}", ms(t["tc"]), "ms", peer, ms(t[key]))
 
 
 def cut_cross_entropy(table: Table, hidden, weight, targets):

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fused_head.h"
 #include "common/score_ops.h"
 #include "cpu/isa.h"
 
@@ -47,6 +48,9 @@ TORCH_LIBRARY(clid, m) {
     m.def("token_logprob(Tensor logits, Tensor targets) -> Tensor");
     m.def("segment_mean(Tensor values, Tensor lengths) -> Tensor");
     m.def("token_logprob_hidden(Tensor hidden, Tensor weight, Tensor? bias, Tensor targets) -> Tensor");
+    // The tensor-core fused head (CUDA only; hidden and weight both float16 or both bfloat16); splits = 0:
+    // the planned count of vocabulary splits.
+    m.def("token_logprob_hidden_tc(Tensor hidden, Tensor weight, Tensor? bias, Tensor targets, int splits=0) -> Tensor");
     // Step 6: the k-th value (0-dim, u's dtype) and the smooth-step draws. Seed and iteration are
     // uint64 values passed as int64 bits.
     m.def("kth_value(Tensor u, int k, bool force_radix=False) -> Tensor");
@@ -59,5 +63,14 @@ TORCH_LIBRARY(clid, m) {
     m.def("hidden_tiling() -> int[]", []() -> std::vector<int64_t> {  // (row block, vocabulary tile, slab rows)
         return {clid::cpu::kHiddenRowBlock, clid::cpu::kHiddenVocabTile, clid::cpu::kHiddenSlabRows};
     });
+    // token_logprob_hidden_tc's schedule (csrc/common/fused_head.h): (rows, vocabulary columns, k-step,
+    // stages, warps along the rows, warps along the vocabulary, most splits), and its planned split count
+    // for P positions, V entries and `slots` CTAs at once.
+    m.def("tc_head_tiling() -> int[]", []() -> std::vector<int64_t> {
+        using namespace clid::tc_head;
+        return {kBlockRows, kBlockCols, kBlockK, kStages, kWarpsM, kWarpsN, kMaxSplits};
+    });
+    m.def("tc_head_splits(int P, int V, int slots) -> int",
+          [](int64_t P, int64_t V, int64_t slots) -> int64_t { return clid::tc_head::plan_splits(P, V, slots); });
     m.def("build_info() -> str", &build_info);
 }

@@ -125,8 +125,8 @@ at::Tensor segment_mean(const at::Tensor& values, const at::Tensor& lengths) {
 
 // The shapes, dtypes and devices of token_logprob_hidden's arguments (no look at their values).
 inline void check_hidden_args(const at::Tensor& hidden, const at::Tensor& weight,
-                              const std::optional<at::Tensor>& bias, const at::Tensor& targets) {
-    const char* op = "token_logprob_hidden";
+                              const std::optional<at::Tensor>& bias, const at::Tensor& targets,
+                              const char* op = "token_logprob_hidden") {
     TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1), op,
                 ": hidden must be [P, H] and weight [V, H], got ", hidden.sizes(), " and ", weight.sizes());
     TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0), op, ": targets must be [P], got ",

@@ -13,7 +13,11 @@ Scoring, Eq. 2 of the paper, ``log p(y|x) = (1/m) sum_t log P(w_t | ...)`` (``sc
     seq_logprob(logits[N,T,V], targets[N,T], mask[N,T]) -> [N]
     token_logprob(logits[..., V], targets[...]) -> [...]
     token_logprob_hidden(hidden[P,H], weight[V,H], bias[V] or None, targets[P]) -> [P]
+    token_logprob_hidden_tc(hidden[P,H], weight[V,H], bias[V] or None, targets[P]) -> [P]   (CUDA only)
     segment_mean(values[P], lengths=[N] | segment_ids=[P]) -> [N]
+
+token_logprob_hidden_tc is the same head fused on the tensor cores (float16 or bfloat16 operands of one
+type; csrc/cuda/fused_head.cu): on the CPU it raises, and no plan or stage uses it unless asked to.
 
 Inputs may be float32, float16 or bfloat16; arithmetic is float32 (sums over captions in float64)
 and outputs are float32. Results are bitwise equal from run to run and do not depend on the number
@@ -43,12 +47,14 @@ from clid.ops.score import (  # noqa: E402
     token_logprob,
     token_logprob_hidden,
     token_logprob_hidden_reference,
+    token_logprob_hidden_tc,
     token_logprob_reference,
 )
 
 __all__ = ["build_info", "kth_value", "kth_value_reference", "percentile_threshold", "segment_mean",
            "segment_mean_reference", "seq_logprob", "seq_logprob_reference", "smoothstep_sample", "token_logprob",
-           "token_logprob_hidden", "token_logprob_hidden_reference", "token_logprob_reference", "with_cuda"]
+           "token_logprob_hidden", "token_logprob_hidden_reference", "token_logprob_hidden_tc", "token_logprob_reference",
+           "with_cuda"]
 
 
 def build_info() -> str:

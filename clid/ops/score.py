@@ -1,6 +1,9 @@
 """Eq. 2 from logits or hidden states (clid._C), each op beside its plain PyTorch ``*_reference``
 (float64 arithmetic when given float64, otherwise float32), which the tests compare it against and
-which computes float64 inputs (the kernels take float32, float16 and bfloat16)."""
+which computes float64 inputs (the kernels take float32, float16 and bfloat16).
+
+token_logprob_hidden_tc is token_logprob_hidden fused on the GPU's tensor cores (CUDA only; float16 or
+bfloat16 operands of one type): selected by name, never a default; on the CPU it raises."""
 from __future__ import annotations
 
 import torch
@@ -125,6 +128,26 @@ def token_logprob_hidden(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
     return torch.ops.clid.token_logprob_hidden(hidden, weight, bias, targets)
 
 
+def token_logprob_hidden_tc(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                            targets: torch.Tensor, splits: int | None = None) -> torch.Tensor:
+    """:func:`token_logprob_hidden` fused on the GPU's tensor cores -> [P] float32 (CUDA only).
+
+    hidden [P, H] and weight [V, H] both float16 or both bfloat16 (mma.sync operands, float32 sums), bias
+    [V] (any float type, used as float32) or None, targets [P]. Tiles of 128 positions x 128 vocabulary
+    entries; an online log-sum-exp over the vocabulary tiles and the target's logit in the same pass; the
+    vocabulary split across ``splits`` groups of CTAs (None: planned from P, V and the GPU), whose partial
+    states a second kernel merges. No logits buffer, no padded copy of the weight. Schedule:
+    csrc/common/fused_head.h. Not a default anywhere: chosen by name (or the scoring head "tensor-core").
+    On the CPU it raises (:func:`token_logprob_hidden` computes the same there)."""
+    if not (hidden.is_cuda and weight.is_cuda):
+        raise RuntimeError("clid.ops.token_logprob_hidden_tc: a CUDA kernel (tensor cores), but the inputs are not "
+                           "on a GPU; clid.ops.token_logprob_hidden computes the same on the CPU")
+    check_device("token_logprob_hidden_tc", hidden, weight)
+    if splits is not None and splits < 1:
+        raise ValueError(f"token_logprob_hidden_tc: splits must be >= 1 or None, got {splits}")
+    return torch.ops.clid.token_logprob_hidden_tc(hidden, weight, bias, targets, splits or 0)
+
+
 def segment_mean(values: torch.Tensor, lengths: torch.Tensor | None = None,
                  segment_ids: torch.Tensor | None = None, num_segments: int | None = None) -> torch.Tensor:
     """Per-caption means of per-position values -> [N] float32 (NaN for a caption with no position).
@@ -161,4 +184,9 @@ def _(values, lengths):
 
 @torch.library.register_fake("clid::token_logprob_hidden")
 def _(hidden, weight, bias, targets):
+    return hidden.new_empty(hidden.shape[0], dtype=torch.float32)
+
+
+@torch.library.register_fake("clid::token_logprob_hidden_tc")
+def _(hidden, weight, bias, targets, splits=0):
     return hidden.new_empty(hidden.shape[0], dtype=torch.float32)

@@ -54,6 +54,16 @@ void seq_logprob(const void* logits, DType dtype, int64_t N, int64_t T, int64_t 
 void hidden_tile(const float* tile, int64_t rows, int64_t width, int64_t p0, int64_t v0, int64_t V,
                  const float* bias, const int64_t* targets, float* state, float* target_logit, float* out,
                  bool first, bool last, void* stream);
+// token_logprob_hidden_tc (csrc/cuda/fused_head.cu; schedule in common/fused_head.h): hidden [P, H] and
+// weight [V, H] both bf16 or both f16 (`dtype`), rows of ldh and ldw elements, H, ldh and ldw multiples of
+// tc_head::kHiddenAlign, both pointers 16-byte aligned; bias [V] float32 or null; targets [P]. `splits`
+// in 1 .. vocabulary tiles; scratch: `partial` 2 * splits * P floats, `target_logit` P floats. Writes
+// out[P]. An out-of-range target is a device-side assertion.
+void hidden_logprob_tc(const void* hidden, const void* weight, DType dtype, int64_t P, int64_t H, int64_t V,
+                       int64_t ldh, int64_t ldw, const float* bias, const int64_t* targets, int64_t splits,
+                       float* partial, float* target_logit, float* out, void* stream);
+// The CTAs of token_logprob_hidden_tc the current device runs at once (SMs times CTAs per SM).
+int hidden_tc_slots(DType dtype);
 
 }  // namespace cuda
 #endif

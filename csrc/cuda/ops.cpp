@@ -1,6 +1,7 @@
 // The CUDA implementations of clid._C's ops: the tensor-level ops of csrc/ops.h over the CUDA
-// kernels (csrc/cuda/score.cu, csrc/cuda/sampler.cu), except seq_logprob and token_logprob_hidden,
-// written here without the host synchronisations of the shared versions. Compiled only where PyTorch has CUDA and a
+// kernels (csrc/cuda/score.cu, csrc/cuda/fused_head.cu, csrc/cuda/sampler.cu), except seq_logprob,
+// token_logprob_hidden and the CUDA-only token_logprob_hidden_tc, written here without the host
+// synchronisations of the shared versions. Compiled only where PyTorch has CUDA and a
 // toolkit is found (setup.py); csrc/check_cuda.sh compile-checks it everywhere nvcc is installed.
 #include <c10/cuda/CUDAException.h>  // C10_CUDA_KERNEL_LAUNCH_CHECK
 #include <c10/cuda/CUDAGuard.h>      // kernels run on the inputs' device
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 
+#include "common/fused_head.h"
 #include "ops.h"
 
 namespace clid {
@@ -139,6 +141,51 @@ at::Tensor token_logprob_hidden(const at::Tensor& hidden, const at::Tensor& weig
     return out;
 }
 
+// token_logprob_hidden_tc: the tensor-core fused head (csrc/cuda/fused_head.cu), two launches, no host
+// synchronisation. Extra memory: 2 floats per position and split, and 1 per position. The inputs are used in place when their
+// rows are contiguous, 16-byte aligned and a multiple of 8 elements apart; otherwise copied, and an H that
+// is not a multiple of 8 is padded with zero columns (which change no product).
+at::Tensor tc_operand(const at::Tensor& x, int64_t H8) {
+    const int64_t H = x.size(1);
+    if (H8 != H) return at::constant_pad_nd(x, {0, H8 - H}, 0);
+    const bool usable = x.stride(1) == 1 && x.stride(0) >= H && x.stride(0) % tc_head::kHiddenAlign == 0 &&
+                        reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+    return usable ? x : x.clone(at::MemoryFormat::Contiguous);
+}
+
+at::Tensor token_logprob_hidden_tc(const at::Tensor& hidden, const at::Tensor& weight,
+                                   const std::optional<at::Tensor>& bias, const at::Tensor& targets, int64_t splits) {
+    const char* op = "token_logprob_hidden_tc";
+    const c10::cuda::CUDAGuard guard(hidden.device());
+    ops::check_hidden_args(hidden, weight, bias, targets, op);
+    const auto type = hidden.scalar_type();
+    TORCH_CHECK(type == weight.scalar_type() && (type == at::kHalf || type == at::kBFloat16), op,
+                ": hidden and weight must both be float16 or both bfloat16 (the tensor cores' operands), got ",
+                hidden.scalar_type(), " and ", weight.scalar_type());
+    const int64_t P = hidden.size(0), H = hidden.size(1), V = weight.size(0);
+    TORCH_CHECK(P < (int64_t(1) << 31) && V < (int64_t(1) << 31) && H < (int64_t(1) << 30), op,
+                ": P, V and H must be below 2^31");
+    TORCH_CHECK(splits >= 0, op, ": splits must be >= 0 (0: planned), got ", splits);
+    auto out = at::empty({P}, hidden.options().dtype(at::kFloat));
+    if (P == 0) return out;
+    const DType dtype = type == at::kBFloat16 ? DType::bf16 : DType::f16;
+    const int64_t align = tc_head::kHiddenAlign;
+    const int64_t H8 = std::max<int64_t>(align, (H + align - 1) / align * align);
+    const at::Tensor h = tc_operand(hidden, H8), w = tc_operand(weight, H8);
+    auto y = targets.to(at::kLong).contiguous();
+    at::Tensor b = bias ? bias->to(at::kFloat).contiguous() : at::Tensor();
+    const int64_t tiles = tc_head::vocab_tiles(V);
+    const int64_t n_splits = splits > 0 ? std::min(splits, tiles)
+                                        : tc_head::plan_splits(P, V, cuda::hidden_tc_slots(dtype));
+    auto partial = at::empty({n_splits, P, 2}, out.options());
+    auto target_logit = at::empty({P}, out.options());
+    cuda::hidden_logprob_tc(h.data_ptr(), w.data_ptr(), dtype, P, H8, V, h.stride(0), w.stride(0),
+                            b.defined() ? b.data_ptr<float>() : nullptr, y.data_ptr<int64_t>(), n_splits,
+                            partial.data_ptr<float>(), target_logit.data_ptr<float>(), out.data_ptr<float>(), stream());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
+
 at::Tensor token_logprob(const at::Tensor& logits, const at::Tensor& targets) {
     const c10::cuda::CUDAGuard guard(logits.device());
     return ops::token_logprob<Cuda>(logits, targets);
@@ -172,6 +219,7 @@ TORCH_LIBRARY_IMPL(clid, CUDA, m) {
     m.impl("token_logprob", &token_logprob);
     m.impl("segment_mean", &segment_mean);
     m.impl("token_logprob_hidden", &token_logprob_hidden);
+    m.impl("token_logprob_hidden_tc", &token_logprob_hidden_tc);
     m.impl("kth_value", &kth_value);
     m.impl("smoothstep_successive", &smoothstep_successive);
     m.impl("smoothstep_bernoulli", &smoothstep_bernoulli);
