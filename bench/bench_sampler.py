@@ -318,7 +318,8 @@ def op_rows(m: int, op: str, clock: str, times: dict, errors: dict, peers: list,
             row.update(peer_seconds=median(timed[fastest]), peer_rounds=timed[fastest],
                        ratio=median(timed[fastest]) / median(mine), ratio_low=min(per_round), ratio_high=max(per_round))
         if target_peer in timed:
-            row.update(target=f">= {target}x {target_peer}", met=median(timed[target_peer]) / median(mine) >= target)
+            target_ratio = median(timed[target_peer]) / median(mine)
+            row.update(target=f">= {target}x {target_peer}", target_ratio=target_ratio, met=target_ratio >= target)
         if f"floor {t}t" in times:
             floor = times[f"floor {t}t"]
             row.update(floor_seconds=median(floor), floor_rounds=floor, over_floor=median(mine) / median(floor))
@@ -355,14 +356,15 @@ def row_line(row: dict) -> str:
         ratio = f"**{row['ratio']:.2f}x** [{row['ratio_low']:.2f}-{row['ratio_high']:.2f}]"
     else:
         theirs, ratio = "-", "-"
-    target = "" if "target" not in row else f"{row['target'].split(' ')[1]}: {'met' if row['met'] else 'MISSED'}"
+    target = "" if "target" not in row else f"{row['target']}: {row['target_ratio']:.2f}x, {'met' if row['met'] else 'MISSED'}"
     floor = "" if "floor_seconds" not in row else f"{spread(row['floor_rounds'])}, ours {row['over_floor']:.2f}x it"
     if "old_ratio" in row:
         floor += f"; earlier build {row['old_seconds']:.4f} ({row['old_ratio']:.2f}x)"
     return f"| {row['clock']} | {row['M']:,} | `{row['op']}` | {row['threads']} | {ours} | {row['peer']} | {theirs} | {ratio} | {target} | {floor} |"
 
 
-HEADER = ("| clock | M | op | threads (ours) | ours (s) | peer | peer (s) | peer / ours | target | floor: keys alone (s) |\n"
+HEADER = ("| clock | M | op | threads (ours) | ours (s) | peer | peer (s) | peer / ours | target: peer / ours | "
+          "floor: keys alone (s) |\n"
           "|---|---|---|---|---|---|---|---|---|---|")
 
 
