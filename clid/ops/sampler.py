@@ -163,8 +163,8 @@ def smoothstep_sample(u, threshold: float, s: float, k: int | None, seed: int, i
 
     Randomness: Philox4x32-10 keyed by the seed, counter (item index, iteration); the indices
     depend only on (u, threshold, s, k, seed, iteration, mode): the same on CPU and CUDA, for any
-    thread count, and in the NumPy reference (clid/selection/reference.py). Weights and keys are recomputed on the fly;
-    nothing of size M is stored besides the output (a candidate buffer of ~1% of M on the CPU).
+    thread count, and in the NumPy reference (clid/selection/reference.py). Weights and keys are computed on the fly;
+    no key is stored (on the CPU: one bit per item, M/8 bytes, and a candidate buffer of ~1% of M).
 
     Schedules: s = 0 is the hard step (f = 1 above T, 0 below: a uniform draw among u > T);
     s = inf, or u == T for all items, gives every item f = 1/2 (the constant schedule, a uniform

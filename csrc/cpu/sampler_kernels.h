@@ -2,18 +2,22 @@
 // once per instruction set: csrc/cpu/sampler_{base,avx2,avx512}.cpp include this file, and
 // csrc/cpu/sampler.cpp calls the copy this CPU runs best (csrc/cpu/isa.h).
 //
-// Selecting the k smallest of M keys that are recomputed on the fly (nothing of size M is stored):
+// Selecting the k smallest of M keys that are computed on the fly (no key is stored; the window
+// keeps one bit per item):
 //   1. Window (usual path). The keys of a sample of S = M/64 items (4096 <= S <= 2^21, in runs
 //      of 64 consecutive items spread evenly over the indices) give, by two order statistics, a
 //      window (lo, hi] that holds the k-th key with overwhelming probability (k/M of the way,
 //      +- 6 binomial standard deviations). One pass over all items counts, per fixed chunk of
-//      indices, the keys below lo and equal to lo, and collects the candidates in (lo, hi]
-//      (about 1% of M); the exact k-th key K* is selected among them.
+//      indices, the keys below lo and equal to lo, records one bit per item (key <= lo) and
+//      collects the candidates in (lo, hi] (about 1% of M); the exact k-th key K* is selected
+//      among them, and the draw is written from the bits and the candidates without a second
+//      pass over the keys (WindowRecord).
 //   2. Radix (fallback when the window misses, or holds more than max(2^18, M/32) candidates):
 //      four histogram passes over the 16-bit digits of the 64-bit keys give K* exactly, and one
 //      more pass counts, per chunk, the keys below and equal to K*.
 //   3. Write: one pass writes, chunk by chunk, the indices with key < K* and, in index order, the
-//      first (k - #below) indices with key == K*; per-chunk counts give each chunk its offset, so
+//      first (k - #below) indices with key == K* (from the window's record, else from the keys
+//      computed again); per-chunk counts give each chunk its offset, so
 //      the output is sorted and the same for every thread count.
 // Both paths find the same K* and counts: the output never depends on the path or thread count.
 //
@@ -26,17 +30,21 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
 // The shared math must run exactly the IEEE operations it spells out: GCC contracts a*b+c into an
 // fma by default even in ISO C++ mode, so contraction is turned off for everything below.
+// no-trapping-math (clang's default) changes no result: it lets GCC compute both sides of a
+// select on doubles, which the loops over items need to vectorise without AVX-512's masks.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
+#pragma GCC optimize("fp-contract=off", "no-trapping-math")
 #endif
 
 #include "common/sampler_ops.h"
@@ -197,26 +205,101 @@ inline void count_block(const uint64_t* __restrict keys, int n, uint64_t value, 
     equal += e;
 }
 
-// The positions t with lo < keys[t] <= hi, in order, written to pos (room for n + 8); their number.
-inline int positions_in(const uint64_t* __restrict keys, int n, uint64_t lo, uint64_t hi, int64_t* __restrict pos) {
-    int found = 0, t = 0;
+// Number of keys equal to a value in a block (vectorised).
+inline int64_t count_equal(const uint64_t* __restrict keys, int n, uint64_t value) {
+    int64_t e = 0;
+#pragma omp simd reduction(+ : e)
+    for (int t = 0; t < n; ++t) e += keys[t] == value;
+    return e;
+}
+
+// The bits of keys[t] <= bound, 64 to a word (bit t % 64 of word t / 64), for t < n: words
+// 0 .. ceil(n / 64) - 1 are written, with 0 for the bits at and past n.
+inline void bits_at_most(const uint64_t* __restrict keys, int n, uint64_t bound, uint64_t* __restrict words) {
+    int t = 0;
 #if CLID_HAVE_AVX512
-    const __m512i vlo = _mm512_set1_epi64((long long)lo), vhi = _mm512_set1_epi64((long long)hi);
-    __m512i at = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
-    for (; t + 8 <= n; t += 8, at = _mm512_add_epi64(at, _mm512_set1_epi64(8))) {
-        const __m512i k = _mm512_loadu_si512((const void*)(keys + t));
-        const __mmask8 in = _mm512_cmpgt_epu64_mask(k, vlo) & _mm512_cmple_epu64_mask(k, vhi);
-        if (in) {
-            _mm512_storeu_si512((void*)(pos + found), _mm512_maskz_compress_epi64(in, at));
-            found += __builtin_popcount(in);
+    const __m512i vb = _mm512_set1_epi64((long long)bound);
+    for (; t + 64 <= n; t += 64) {
+        uint64_t w = 0;
+        for (int j = 0; j < 8; ++j)
+            w |= (uint64_t)_mm512_cmple_epu64_mask(_mm512_loadu_si512((const void*)(keys + t + 8 * j)), vb) << (8 * j);
+        words[t / 64] = w;
+    }
+#elif CLID_HAVE_AVX2
+    // AVX2 compares signed 64-bit lanes: flipping the sign bit of both sides orders them as unsigned.
+    const __m256i flip = _mm256_set1_epi64x((long long)0x8000000000000000ull);
+    const __m256i vb = _mm256_xor_si256(_mm256_set1_epi64x((long long)bound), flip);
+    for (; t + 64 <= n; t += 64) {
+        uint64_t w = 0;
+        for (int j = 0; j < 16; ++j) {
+            const __m256i k = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(keys + t + 4 * j)), flip);
+            const int above = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(k, vb)));
+            w |= (uint64_t)(~above & 0xF) << (4 * j);
+        }
+        words[t / 64] = w;
+    }
+#endif
+    for (; t < n; t += 64) {  // the last, partial word (every word without vectors)
+        uint64_t w = 0;
+        const int e = std::min(n - t, 64);
+        for (int b = 0; b < e; ++b) w |= (uint64_t)(keys[t + b] <= bound) << b;
+        words[t / 64] = w;
+    }
+}
+
+#if CLID_HAVE_AVX2 && !CLID_HAVE_AVX512
+// For each 4-bit mask, the 32-bit lanes that move the selected 64-bit lanes of a vector to its front.
+struct PackTable {
+    alignas(32) int32_t lanes[16][8];
+    constexpr PackTable() : lanes() {
+        for (int mask = 0; mask < 16; ++mask) {
+            int to = 0;
+            for (int from = 0; from < 4; ++from)
+                if (mask >> from & 1) {
+                    lanes[mask][2 * to] = 2 * from;
+                    lanes[mask][2 * to + 1] = 2 * from + 1;
+                    ++to;
+                }
+        }
+    }
+};
+inline constexpr PackTable PACK_TABLE{};
+#endif
+
+// The indices base + t of the set bits t of words[0 .. nw), in increasing order, written to dst,
+// which holds exactly `total` (the number of set bits): no write goes past dst[total - 1].
+inline void indices_of_bits(const uint64_t* __restrict words, int nw, int64_t base, int64_t* __restrict dst,
+                            int64_t total) {
+    int64_t n = 0;
+    int j = 0;
+    // Whole vectors are stored (the lanes past the selected ones are overwritten next) while a
+    // word's 64 indices fit before the end.
+#if CLID_HAVE_AVX512
+    const __m512i eight = _mm512_set1_epi64(8);
+    for (; j < nw && n + 64 <= total; ++j) {
+        const uint64_t w = words[j];
+        __m512i at = _mm512_add_epi64(_mm512_set1_epi64(base + 64 * j), _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+        for (int b = 0; b < 8; ++b, at = _mm512_add_epi64(at, eight)) {
+            const __mmask8 in = (__mmask8)(w >> (8 * b));
+            _mm512_storeu_si512((void*)(dst + n), _mm512_maskz_compress_epi64(in, at));
+            n += std::popcount((unsigned)in);
+        }
+    }
+#elif CLID_HAVE_AVX2
+    const __m256i four = _mm256_set1_epi64x(4);
+    for (; j < nw && n + 64 <= total; ++j) {
+        const uint64_t w = words[j];
+        __m256i at = _mm256_add_epi64(_mm256_set1_epi64x(base + 64 * j), _mm256_set_epi64x(3, 2, 1, 0));
+        for (int b = 0; b < 16; ++b, at = _mm256_add_epi64(at, four)) {
+            const int in = (int)(w >> (4 * b)) & 0xF;
+            const __m256i lanes = _mm256_load_si256((const __m256i*)PACK_TABLE.lanes[in]);
+            _mm256_storeu_si256((__m256i*)(dst + n), _mm256_permutevar8x32_epi32(at, lanes));
+            n += std::popcount((unsigned)in);
         }
     }
 #endif
-    for (; t < n; ++t) {
-        pos[found] = t;
-        found += (keys[t] > lo) & (keys[t] <= hi);
-    }
-    return found;
+    for (; j < nw; ++j)
+        for (uint64_t w = words[j]; w != 0; w &= w - 1) dst[n++] = base + 64 * j + std::countr_zero(w);
 }
 
 // The indices start + t with keys[t] < bound, in order, written to dst (room for n + 8); their number.
@@ -241,9 +324,20 @@ inline int indices_below(const uint64_t* __restrict keys, int n, uint64_t bound,
 // ---------------------------------------------------------------------------------------------
 // The k-th key and the per-chunk counts below and equal to it.
 
+// What the window's pass keeps so that the draw is written without computing any key again: one
+// bit per item (key <= lo), and each chunk's candidates (lo < key <= hi) in index order.
+constexpr int64_t WORDS_PER_CHUNK = CHUNK / 64;
+struct WindowRecord {
+    std::unique_ptr<uint64_t[]> low;                 // WORDS_PER_CHUNK words per chunk
+    std::vector<std::vector<Candidate>> per_thread;  // the candidates, chunk after chunk
+    std::vector<int> owner;                          // per chunk: the thread that holds its candidates,
+    std::vector<int64_t> first, count;               // where they start there and how many
+};
+
 struct KthKey {
     uint64_t key = 0;
-    std::vector<int64_t> lt, eq;  // per chunk: keys < K*, keys == K*
+    std::vector<int64_t> lt, eq;           // per chunk: keys < K*, keys == K*
+    std::unique_ptr<WindowRecord> record;  // the window's record when K* > lo, else null
 };
 
 // Path 1: sample-guided window. Returns false (and K* unset) if the window missed or overflowed.
@@ -279,29 +373,48 @@ bool kth_key_window(const Keys& keys, int64_t m, int64_t k, int threads, KthKey&
     std::vector<uint64_t>().swap(sample);
 
     // One pass: per chunk, the keys below lo and equal to lo (ties there are common: zero weights,
-    // the fill's positive weights); the few candidates in (lo, hi] are collected.
+    // the fill's positive weights), the bits of the keys at or below lo, and the few candidates
+    // in (lo, hi].
     const int64_t cap = std::max<int64_t>(1 << 18, m / 32);
-    std::vector<int64_t> below(nch, 0), at_lo(nch, 0);
-    std::vector<std::vector<Candidate>> per_thread(threads);
+    std::vector<int64_t> below(nch), at_lo(nch);
+    auto rec = std::make_unique<WindowRecord>();
+    rec->low.reset(new uint64_t[nch * WORDS_PER_CHUNK]);  // not zeroed: every word read is written first
+    rec->per_thread.resize(threads);
+    rec->owner.resize(nch);
+    rec->first.resize(nch);
+    rec->count.resize(nch);
     std::atomic<int64_t> n_candidates{0};
     std::atomic<bool> overflow{false};
 #pragma omp parallel num_threads(threads_for(threads, m, KEY_ITEMS_PER_THREAD))
     {
-        std::vector<Candidate>& mine = per_thread[omp_get_thread_num()];
+        const int me = omp_get_thread_num();
+        std::vector<Candidate>& mine = rec->per_thread[me];
 #pragma omp for schedule(dynamic, 1)
         for (int64_t c = 0; c < nch; ++c) {
             if (overflow.load(std::memory_order_relaxed)) continue;
-            int64_t n_below = 0, n_at = 0;
+            int64_t n_at_most = 0, n_at = 0;
             const size_t before = mine.size();
+            uint64_t* words = rec->low.get() + c * WORDS_PER_CHUNK;
             for_chunk_blocks(keys, m, c, [&](int64_t start, int n, const uint64_t* kb) {
-                count_block(kb, n, lo, n_below, n_at);
-                int64_t in_window[BLOCK + 8];
-                const int found = positions_in(kb, n, lo, hi, in_window);
-                for (int j = 0; j < found; ++j) mine.emplace_back(kb[in_window[j]], start + in_window[j]);
+                uint64_t* low = words + (start - c * CHUNK) / 64;
+                uint64_t high[BLOCK / 64];
+                bits_at_most(kb, n, lo, low);
+                bits_at_most(kb, n, hi, high);
+                n_at += count_equal(kb, n, lo);
+                for (int j = 0; j < (n + 63) / 64; ++j) {
+                    n_at_most += std::popcount(low[j]);
+                    for (uint64_t in = high[j] & ~low[j]; in != 0; in &= in - 1) {
+                        const int t = 64 * j + std::countr_zero(in);
+                        mine.emplace_back(kb[t], start + t);
+                    }
+                }
             });
-            below[c] = n_below;
+            below[c] = n_at_most - n_at;
             at_lo[c] = n_at;
             const int64_t added = (int64_t)(mine.size() - before);
+            rec->owner[c] = me;
+            rec->first[c] = (int64_t)before;
+            rec->count[c] = added;
             if (n_candidates.fetch_add(added) + added > cap) overflow.store(true);
         }
     }
@@ -312,29 +425,30 @@ bool kth_key_window(const Keys& keys, int64_t m, int64_t k, int threads, KthKey&
         total_at += at_lo[c];
     }
     if (k <= total_below) return false;  // the window starts above the k-th key
-    if (k <= total_below + total_at) {   // the k-th key is lo itself
+    if (k <= total_below + total_at) {   // the k-th key is lo itself (the record is not needed)
         out.key = lo;
         out.lt = std::move(below);
         out.eq = std::move(at_lo);
         return true;
     }
-    std::vector<Candidate> cand;
-    cand.reserve((size_t)n_candidates.load());
-    for (auto& v : per_thread) {
-        cand.insert(cand.end(), v.begin(), v.end());
-        std::vector<Candidate>().swap(v);
-    }
     const int64_t need = k - total_below - total_at;  // rank of K* among the candidates (1-based)
-    if (need > (int64_t)cand.size()) return false;    // the window ends below the k-th key
+    if (need > n_candidates.load()) return false;     // the window ends below the k-th key
+    std::vector<uint64_t> cand;
+    cand.reserve((size_t)n_candidates.load());
+    for (const auto& v : rec->per_thread)
+        for (const Candidate& x : v) cand.push_back(x.first);
     std::nth_element(cand.begin(), cand.begin() + (need - 1), cand.end());
-    out.key = cand[need - 1].first;
+    out.key = cand[need - 1];
+    std::vector<uint64_t>().swap(cand);
     out.lt.resize(nch);
     for (int64_t c = 0; c < nch; ++c) out.lt[c] = below[c] + at_lo[c];
     out.eq.assign(nch, 0);
-    for (const Candidate& x : cand) {
-        if (x.first < out.key) out.lt[x.second / CHUNK] += 1;
-        else if (x.first == out.key) out.eq[x.second / CHUNK] += 1;
-    }
+    for (const auto& v : rec->per_thread)
+        for (const Candidate& x : v) {
+            if (x.first < out.key) out.lt[x.second / CHUNK] += 1;
+            else if (x.first == out.key) out.eq[x.second / CHUNK] += 1;
+        }
+    out.record = std::move(rec);
     return true;
 }
 
@@ -387,7 +501,7 @@ void kth_key_radix(const Keys& keys, int64_t m, int64_t k, int threads, KthKey& 
 
 // Writes the k selected indices in index order: keys < K*, then the first ties in index order.
 template <class Keys>
-void write_selected(const Keys& keys, int64_t m, int64_t k, const KthKey& kth, int64_t* out, int threads) {
+void write_selected(const Keys& keys, int64_t m, int64_t k, KthKey& kth, int64_t* out, int threads) {
     const int64_t nch = num_chunks(m);
     int64_t total_lt = 0;
     for (int64_t c = 0; c < nch; ++c) total_lt += kth.lt[c];
@@ -400,6 +514,31 @@ void write_selected(const Keys& keys, int64_t m, int64_t k, const KthKey& kth, i
         offset[c] = pos;
         pos += kth.lt[c] + take_eq[c];
     }
+    if (kth.record) {
+        // From the window's record: a chunk's candidates below K* and its first take_eq[c] ties
+        // with K* join, in its bits, the items at or below lo (all below K*); the bits are then
+        // read out in index order.
+        WindowRecord& rec = *kth.record;
+#pragma omp parallel for num_threads(threads_for(threads, m, DATA_ITEMS_PER_THREAD / 4)) schedule(dynamic, 1)
+        for (int64_t c = 0; c < nch; ++c) {
+            const int64_t share = kth.lt[c] + take_eq[c];
+            if (share == 0) continue;
+            const int64_t begin = c * CHUNK;
+            uint64_t* words = rec.low.get() + c * WORDS_PER_CHUNK;
+            const Candidate* x = rec.per_thread[rec.owner[c]].data() + rec.first[c];
+            int64_t ties = 0;
+            for (int64_t j = 0; j < rec.count[c]; ++j) {
+                if (x[j].first < kth.key || (x[j].first == kth.key && ties++ < take_eq[c])) {
+                    const int64_t t = x[j].second - begin;
+                    words[t / 64] |= (uint64_t)1 << (t % 64);
+                }
+            }
+            const int nw = (int)((std::min(m, begin + CHUNK) - begin + 63) / 64);
+            indices_of_bits(words, nw, begin, out + offset[c], share);
+        }
+        return;
+    }
+    // Without a record, every key is computed again.
 #pragma omp parallel for num_threads(threads_for(threads, m, KEY_ITEMS_PER_THREAD)) schedule(dynamic, 1)
     for (int64_t c = 0; c < nch; ++c) {
         if (kth.lt[c] + take_eq[c] == 0) continue;

@@ -2,6 +2,7 @@
 references: numpy.partition / numpy.percentile, the bit-exact NumPy reference of the per-item
 keys (clid/selection/reference.py), and exact successive-sampling probabilities computed by enumeration; every
 CPU instruction-set copy of the kernels; the ops' registration (torch.library.opcheck)."""
+import hashlib
 import itertools
 import math
 import warnings
@@ -259,6 +260,44 @@ def test_same_arguments_same_draw_and_paths_agree_with_the_reference():
     assert not torch.equal(a, ops.smoothstep_sample(tensor, 0.0, 1.0, 1000, 11, 5))  # another iteration
     assert not torch.equal(a, ops.smoothstep_sample(tensor, 0.0, 1.0, 1000, 12, 4))  # another seed
     assert torch.equal(a, ops.smoothstep_sample(tensor, 0.0, 1.0, 1000, 11, 4))
+
+
+# Draws at M = 1,000,003 as the kernels drew them before their window pass kept its record (the
+# sha256 of the int64 indices, first 24 hex digits): a faster kernel must keep every draw.
+FROZEN_DRAWS = [  # (scores, dtype, T, s, seed, iteration, k, digest, [path, filled, positive])
+    ("normal", np.float32, -2.05, 1.0, 0, 1, 900_002, "c59d907b1c7e2afe8cd27a51", [1, 0, -1]),
+    ("normal", np.float32, -2.05, 1.0, 12345, 7, 500_001, "c20b790ddcb5202664652220", [1, 0, -1]),
+    ("ties", np.float32, 0.3, 0.3, 2 ** 64 - 1, 2 ** 40 + 3, 500_001, "6f13beed808ba495df2d8e21", [1, 0, -1]),
+    ("awkward", np.float64, 3.0, 0.005, 12345, 7, 20_000, "a1c0c4b2261217751b41f527", [1, 0, -1]),
+    ("normal", np.float64, 0.0, 0.0, 0, 1, 900_002, "95641cfcc975a8d5b25f0027", [1, 1, 500_082]),
+    ("ties", np.float32, 3.0, 0.005, 0, 1, 500_001, "2b6ee1fcaf0d4128264eaeec", [1, 1, 130_339]),
+]
+
+
+def frozen_scores(kind: str, dtype, m: int = 1_000_003) -> np.ndarray:
+    u = np.random.default_rng(m % 97).normal(size=m)
+    if kind == "ties":
+        u = np.round(u * 4) / 4
+    if kind == "awkward":
+        u[:10] = [np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 0.25, 0.25, 3.0, -3.0]
+    return u.astype(dtype)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_draws_are_the_frozen_ones(threads):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for kind, dtype, threshold, s, seed, iteration, k, digest, info in FROZEN_DRAWS:
+            u = torch.from_numpy(frozen_scores(kind, dtype))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # (the draws that fill by u)
+                indices, got = torch.ops.clid.smoothstep_successive(u, threshold, s, k, as_int64(seed),
+                                                                    as_int64(iteration), 0)
+            assert hashlib.sha256(indices.numpy().tobytes()).hexdigest()[:24] == digest, (kind, threshold, s, seed, k)
+            assert got.tolist() == info
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_thread_count_does_not_change_the_draw():
