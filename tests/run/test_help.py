@@ -121,7 +121,7 @@ def wide_help(monkeypatch):
 
 def test_command_lines_are_found():
     assert "02_scenegraph_captions.py" in SCRIPTS and "bench/bench_sampler.py" in SCRIPTS
-    assert {"clid.data.stats", "clid.run.shard"} <= set(MODULES)
+    assert {"clid.stats", "clid.shard"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
