@@ -9,6 +9,7 @@ import torch
 from conftest import import_script, run_one_thread
 from PIL import Image
 
+from clid import emlnet as emlnet_command
 from clid.base import files
 from clid.data import images
 from clid.run import shard
@@ -230,7 +231,7 @@ def test_emlnet_weights_are_never_unpickled(one_thread, tmp_path, photo_folder, 
     assert not marker.exists()  # the payload never ran
     # the conversion command refuses it too, unless told to trust the file
     with pytest.raises(files.DataError, match="Only for a file you trust: add --trust-pickle"):
-        emlnet.main(["convert", str(crafted), "--out", str(tmp_path / "x.safetensors")])
+        emlnet_command.main(["convert", str(crafted), "--out", str(tmp_path / "x.safetensors")])
     assert not marker.exists() and not (tmp_path / "x.safetensors").exists()
 
     # a whole pickled module (not a state dict): converted once with --trust-pickle, then loaded safely
@@ -241,7 +242,7 @@ def test_emlnet_weights_are_never_unpickled(one_thread, tmp_path, photo_folder, 
     with pytest.raises(files.DataError, match="holds more than tensors"):
         emlnet.read_state_dict(pickled)
     converted = tmp_path / "res_decoder.safetensors"
-    emlnet.main(["convert", "--trust-pickle", str(pickled), "--out", str(converted)])
+    emlnet_command.main(["convert", "--trust-pickle", str(pickled), "--out", str(converted)])
     assert "unpickling" in capsys.readouterr().out
     loaded = emlnet.load_weights(emlnet.EMLDecoder(), converted, "decoder")
     for key, value in decoder.state_dict().items():
@@ -249,7 +250,7 @@ def test_emlnet_weights_are_never_unpickled(one_thread, tmp_path, photo_folder, 
     # a plain state dict needs no trust at all
     plain = tmp_path / "plain.pth"
     torch.save({"state_dict": {f"module.{k}": v for k, v in decoder.state_dict().items()}}, plain)
-    emlnet.main(["convert", str(plain), "--out", str(tmp_path / "plain.safetensors")])
+    emlnet_command.main(["convert", str(plain), "--out", str(tmp_path / "plain.safetensors")])
     assert emlnet.read_state_dict(tmp_path / "plain.safetensors").keys() == decoder.state_dict().keys()
 
 
