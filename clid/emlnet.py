@@ -22,29 +22,30 @@ def convert(source, out, trust_pickle: bool, force: bool = False) -> int:
     command did not write is refused unless ``force`` (:func:`clid.run.runs.check_own_output`)."""
     from safetensors.torch import save_file
 
-    from clid.base.files import atomic_path, check_not_input
+    from clid.base.files import DataError, atomic_path, check_not_input
     from clid.run.runs import check_own_output, file_state, write_own_record
 
     source = Path(source)
     if not source.is_file():
-        raise SystemExit(f"error: {source}: {'a folder, not a checkpoint file' if source.is_dir() else 'not found'}")
+        raise DataError(source, None, f"{'a folder, not a checkpoint file' if source.is_dir() else 'not found'}")
     check_not_input(out, {"SOURCE": source})
     check_own_output(out, CONVERT, force)
     with open(source, "rb") as f:
         pickled = f.read(1) == b"\x80"  # a pickle's protocol mark (torch's legacy format)
     if not pickled and not zipfile.is_zipfile(source):
-        raise SystemExit(f"error: {source}: cannot read this file as a PyTorch checkpoint (neither torch's zip "
-                         "format nor a pickle)")
+        raise DataError(source, None, "cannot read this file as a PyTorch checkpoint (neither torch's zip "
+                                      "format nor a pickle)")
     try:
         state = torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         if not trust_pickle:
-            raise SystemExit(f"error: {source}: holds more than tensors; reading it means unpickling it, which runs "
-                             f"code stored in the file. Only for a file you trust: add --trust-pickle") from None
+            raise DataError(source, None, "holds more than tensors; reading it means unpickling it, which "
+                                          "runs code stored in the file. Only for a file you trust: add "
+                                          "--trust-pickle") from None
         print(f"note: unpickling {source} (--trust-pickle): code stored in the file runs")
         state = torch.load(source, map_location="cpu", weights_only=False)
     except Exception as err:
-        raise SystemExit(f"error: {source}: cannot read this file as a PyTorch checkpoint ({err})") from None
+        raise DataError(source, None, f"cannot read this file as a PyTorch checkpoint ({err})") from None
     tensors = {k: v.detach().contiguous() for k, v in tensors_of(state, source).items()}
     with atomic_path(out) as tmp:
         save_file(tensors, str(tmp))

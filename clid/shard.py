@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from clid.run.cli import HelpFormatter, positive_int, run_main
@@ -23,10 +22,7 @@ def main(argv=None) -> None:
     if Path(args.out).exists():
         print(f"{args.out} already exists; nothing to merge")
         return
-    try:
-        merged = merge(args.out, args.num_shards)
-    except FileNotFoundError as err:
-        sys.exit(f"error: {err}")
+    merged = merge(args.out, args.num_shards)  # (a part not found: a FileNotFoundError naming it)
     if merged is not None:
         print(f"merged {args.num_shards} parts into {args.out}")
 

@@ -24,12 +24,27 @@ import numpy as np
 
 
 class DataError(ValueError):
-    """Malformed input: the message names the file, the record and what is wrong."""
+    """Bad input, or a run that cannot go on: the message names the file, the record and what is wrong.
+
+    The library raises it where a command prints one line ``error: MESSAGE`` and exits 1
+    (:func:`clid.run.cli.run_main`). ``path`` None: a problem that is not about one file (a flag's value,
+    the run's settings); the message is then the problem alone."""
 
     def __init__(self, path, record, problem: str):
-        self.path, self.record, self.problem = str(path), record, problem
-        where = f"{path}" + (f": {record}" if record not in (None, "") else "")
-        super().__init__(f"{where}: {problem}")
+        self.path = None if path is None else str(path)
+        self.record, self.problem = record, problem
+        where = ": ".join(str(part) for part in (path, record) if part not in (None, ""))
+        super().__init__(f"{where}: {problem}" if where else problem)
+
+
+class Stopped(Exception):
+    """A run that stops on purpose, not on bad input (asked to by SIGTERM; a copy of a shard that another
+    process already runs), having printed why: a command exits with status ``code`` and prints nothing
+    more (:func:`clid.run.cli.run_main`); ``message`` says why, for a caller from Python."""
+
+    def __init__(self, code: int, message: str):
+        self.code, self.message = code, message
+        super().__init__(message)
 
 
 def id_problem(value) -> str | None:
@@ -77,15 +92,15 @@ def check_output_folder(folder, own, force: bool, writes=(), flag: str = "--out"
     """
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
-        raise SystemExit(f"error: {flag} {folder} is a file, not a folder")
+        raise DataError(None, None, f"{flag} {folder} is a file, not a folder")
     foreign = foreign_entries(folder, own)
     if clash := [name for name in foreign if name.rstrip("/") in writes]:
-        raise SystemExit(f"error: {flag} {folder} holds {clash[0]}, which this stage did not write and would "
-                         "replace: give another folder")
+        raise DataError(None, None, f"{flag} {folder} holds {clash[0]}, which this stage did not write and would "
+                                    "replace: give another folder")
     if foreign and not force:
         shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
-        raise SystemExit(f"error: {flag} {folder} holds files this stage did not write ({shown}): give a new "
-                         f"folder, or --force to write beside them (nothing of yours is deleted or replaced)")
+        raise DataError(None, None, f"{flag} {folder} holds files this stage did not write ({shown}): give a new "
+                                    "folder, or --force to write beside them (nothing of yours is deleted or replaced)")
     return foreign
 
 
@@ -103,8 +118,8 @@ def check_not_input(out, inputs: dict, flag: str = "--out") -> None:
     for name, paths in inputs.items():
         for path in paths if isinstance(paths, (list, tuple)) else [paths]:
             if path is not None and resolved(path) == target:
-                raise SystemExit(f"error: {flag} {out} is also the input {name}: "
-                                 "a stage never writes over its own input; give another path")
+                raise DataError(None, None, f"{flag} {out} is also the input {name}: "
+                                            "a stage never writes over its own input; give another path")
 
 
 def write_json(path, obj, indent: int | None = None) -> None:

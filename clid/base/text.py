@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from clid.base.files import DataError
+
 EOS_TOKEN = "."
 
 # ---------------------------------------------------------------------------------------------
@@ -98,13 +100,12 @@ def load_tokenizer(name_or_path: str | None = None):
     except OSError as err:
         from clid.base.hub import load_problem
 
-        raise SystemExit(
-            f"error: cannot load the tokenizer {source!r}: {load_problem(source, err)}. Give a local folder holding "
-            "vocab.txt, leave the tokenizer unset to use the offline bert-base-uncased vocabulary, or let a hub "
-            "name download (--allow-download, or CLID_ALLOW_DOWNLOAD=1)."
-        ) from None
+        raise DataError(None, None, f"cannot load the tokenizer {source!r}: {load_problem(source, err)}. "
+                                    "Give a local folder holding vocab.txt, leave the tokenizer unset to "
+                                    "use the offline bert-base-uncased vocabulary, or let a hub name "
+                                    "download (--allow-download, or CLID_ALLOW_DOWNLOAD=1).") from None
     if EOS_TOKEN not in tokenizer.vocab:
-        raise SystemExit(f"error: the tokenizer {source!r} has no '{EOS_TOKEN}' token")
+        raise DataError(None, None, f"the tokenizer {source!r} has no '{EOS_TOKEN}' token")
     return tokenizer
 
 

@@ -16,6 +16,12 @@ of image files or PIL images on the fly, with the encoder the checkpoint was tra
 :mod:`clid.caption.__main__`) and ``07_eval.py`` use; :func:`caption_records` turns its output
 into the lines of the generated-captions JSONL. Decoding itself (LaBERT's mask-predict) lives in
 :mod:`clid.model.decode`.
+
+Errors are exceptions that ``except Exception`` catches, never an exit: a missing or damaged checkpoint or
+feature file is a :class:`~clid.base.files.DataError` (a ``ValueError`` naming the file and the record);
+an unreadable image, a level the checkpoint lacks or an unknown device a ``ValueError`` naming it; a file
+that cannot be opened an ``OSError``. ``python -m clid.caption`` prints the same message as one line
+``error: ...`` and exits 1.
 """
 from __future__ import annotations
 
@@ -71,13 +77,13 @@ def add_decoding_args(parser, block_ngram: int = 0) -> None:
 
 def decode_steps(steps, num_levels: int) -> tuple[int, ...] | None:
     """Mask-predict iterations per level from one number for every level or one per level (None: the
-    paper's defaults); any other count is one clear error."""
+    paper's defaults); any other count is a DataError."""
     if steps is None:
         return None
     steps = [steps] if isinstance(steps, int) else list(steps)
     if len(steps) not in (1, num_levels):
-        raise SystemExit(f"error: --decode-steps takes one number per level ({num_levels}) or one for all, "
-                         f"not {len(steps)}")
+        raise DataError(None, None, f"--decode-steps takes one number per level ({num_levels}) or one for all, "
+                                    f"not {len(steps)}")
     return tuple(steps * num_levels if len(steps) == 1 else steps)
 
 
@@ -114,7 +120,7 @@ class Caption(str):
 def encoder_settings(config: dict, checkpoint) -> dict:
     """The ``clid.features`` settings that compute the region features a checkpoint was trained on
     (``config``: its config.json): ``colour_bins``, from the recorded dimension. Features of another
-    kind (a detector's, converted) cannot be computed from pixels here: one SystemExit line."""
+    kind (a detector's, converted) cannot be computed from pixels here: a DataError."""
     from clid.data.encoder import RegionEncoder
     from clid.features.__main__ import KIND
 
@@ -123,9 +129,9 @@ def encoder_settings(config: dict, checkpoint) -> dict:
     if kind != KIND or bins is None or config["model"].get("num_classes"):
         from clid.data.store import describe_features
 
-        raise SystemExit(f"error: the checkpoint {checkpoint} was trained on {describe_features(kind, dim)}, which "
-                         f"this package cannot compute from an image (it computes '{KIND}' features): compute them as "
-                         "for training, then caption by image id with --features")
+        raise DataError(None, None, f"the checkpoint {checkpoint} was trained on {describe_features(kind, dim)}, "
+                                    f"which this package cannot compute from an image (it computes '{KIND}' "
+                                    "features): compute them as for training, then caption by image id with --features")
     return {"colour_bins": bins}
 
 
@@ -172,7 +178,8 @@ class CaptionWriter:
 
     @classmethod
     def from_checkpoint(cls, folder, device: str | None = None, features=None, **options) -> "CaptionWriter":
-        """Load a checkpoint folder (04, 06) onto ``device`` (default: cuda if available, else cpu)."""
+        """Load a checkpoint folder (04, 06) onto ``device`` (default: cuda if available, else cpu). A missing or
+        damaged checkpoint is a DataError naming the file."""
         from clid.model import checkpoints
         from clid.run.runtime import device_problem
 

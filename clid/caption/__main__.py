@@ -158,8 +158,8 @@ def compute_features(args) -> str:
     from clid.model.checkpoints import read_config
 
     if shard.Shard.from_args(args).num_shards > 1:
-        raise SystemExit("error: a sharded run reads one feature file: compute it first (python -m clid.features "
-                         "--images DIR --boxes grid N --out FILE), then give --features FILE")
+        raise DataError(None, None, "a sharded run reads one feature file: compute it first (python -m clid.features "
+                                    "--images DIR --boxes grid N --out FILE), then give --features FILE")
     settings = encoder_settings(read_config(args.checkpoint), args.checkpoint)
     path = str(Path(args.out).with_suffix(".features.h5"))
     argv = ["--images", args.images, "--boxes", "grid", str(args.grid), "--out", path,
@@ -180,10 +180,10 @@ def main(argv=None) -> None:
         check_not_input(args.gallery, {"--out": args.out, "--features": args.features, "--ids": args.ids,
                                        "--compare": [e.partition("=")[2] for e in args.compare]}, "--gallery")
         if Path(args.gallery).is_dir():
-            raise SystemExit(f"error: --gallery {args.gallery} is a folder; give the HTML file to write")
+            raise DataError(None, None, f"--gallery {args.gallery} is a folder; give the HTML file to write")
         if Path(args.gallery).exists() and not is_gallery(args.gallery) and not args.restart:
-            raise SystemExit(f"error: --gallery {args.gallery} exists and is not a gallery this command wrote: give "
-                             "another file, or --restart to replace it")
+            raise DataError(None, None, f"--gallery {args.gallery} exists and is not a gallery this command wrote: "
+                                        "give another file, or --restart to replace it")
     check_not_input(out, {"--compare": [e.partition("=")[2] for e in args.compare]})
 
     # 1. the images, the checkpoint and the levels to decode, all checked before any work
@@ -201,7 +201,7 @@ def main(argv=None) -> None:
     try:
         args.levels = writer.select_levels(args.levels)
     except ValueError as err:
-        raise SystemExit(f"error: --levels: {err}") from None
+        raise DataError(None, None, f"--levels: {err}") from None
     name = args.name or Path(args.checkpoint).resolve().name
     compare = [read_compare(entry, writer.levels) for entry in args.compare] if args.gallery else []
     thumbnails = None

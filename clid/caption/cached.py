@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from clid.base.files import read_json, write_json
+from clid.base.files import DataError, read_json, write_json
 from clid.base.text import get_levels, level_set_name
 from clid.caption import CaptionWriter, decode_steps
 from clid.evaluation.metrics import read_generated, write_generated
@@ -14,10 +14,10 @@ from clid.run.runs import file_state
 
 
 def check_levels(checkpoint, levels, wanted_levels):
-    """A checkpoint's levels, or one clear error when --levels asks for other ones."""
+    """A checkpoint's levels, or a DataError when --levels asks for other ones."""
     if wanted_levels is not None and levels != wanted_levels:
-        raise SystemExit(f"error: {checkpoint} was trained with levels {level_set_name(levels)}, not --levels "
-                         f"{level_set_name(wanted_levels)}; leave out --levels to take the checkpoint's")
+        raise DataError(None, None, f"{checkpoint} was trained with levels {level_set_name(levels)}, not --levels "
+                                    f"{level_set_name(wanted_levels)}; leave out --levels to take the checkpoint's")
     return levels
 
 
@@ -32,7 +32,7 @@ def generate_cached(checkpoint, cache: Path, args, image_ids, features, wanted_l
     if args.precision != "fp32":  # (float32 captions keep the key they had before --precision)
         decoding["precision"] = args.precision
     if not Path(checkpoint).exists():
-        raise SystemExit(f"error: {checkpoint}: checkpoint not found ({MISSING_HINT})")
+        raise DataError(checkpoint, None, f"checkpoint not found ({MISSING_HINT})")
     key = {"checkpoint": str(checkpoint), "files": file_state(checkpoint), "features": file_state(features.path),
            "images": hashlib.sha1("\n".join(image_ids).encode()).hexdigest(), "decoding": decoding}
     if not args.regenerate and cache.exists() and meta_path.exists():
@@ -50,7 +50,7 @@ def generate_cached(checkpoint, cache: Path, args, image_ids, features, wanted_l
     writer.use_features(features)
     have = [i for i in image_ids if i in features]
     if not have:
-        raise SystemExit(f"error: {features.path} holds none of the {len(image_ids)} test images")
+        raise DataError(None, None, f"{features.path} holds none of the {len(image_ids)} test images")
     print(f"{checkpoint}: generating captions for {len(have)} test images at {len(levels)} levels")
     generated, filled = writer.decode(have, "all", progress=True)
     write_generated(cache, generated, filled)

@@ -93,7 +93,8 @@ def unique_items(items: list[Item]) -> list[Item]:
     repeated = []
     for item in items:
         if item.image_id in seen and seen[item.image_id].path != item.path:
-            raise SystemExit(f"error: image id {item.image_id} names two files: {seen[item.image_id].path} and {item.path}")
+            raise DataError(None, None, f"image id {item.image_id} names two files: {seen[item.image_id].path} and "
+                                        f"{item.path}")
         if item.image_id in seen:
             repeated.append(item.image_id)
         seen.setdefault(item.image_id, item)

@@ -111,7 +111,7 @@ def counts_as_lost(reason: str) -> bool:
 
 def check_left_out(source: str, offered: int, skipped: Counter, max_share: float, path, image_ids=None,
                    features: FeatureStore | None = None, levels=None) -> None:
-    """Stop (one line: how many, why, and a likely cause) when more than ``max_share`` of the ``offered``
+    """A DataError (how many, why, and a likely cause) when more than ``max_share`` of the ``offered``
     captions of ``source`` were left out for reasons that count (:func:`counts_as_lost`).
 
     ``image_ids`` (the captions' images) and ``features`` show a few caption image ids beside a few
@@ -152,9 +152,9 @@ def check_left_out(source: str, offered: int, skipped: Counter, max_share: float
                     + (": paragraphs? Give --levels paragraph" if caption_levels else ""))
     elif main.startswith("no word left"):
         hint = ". The preprocessing keeps words of a-z and 0-9 (accents folded): is the text in another script?"
-    raise SystemExit(f"error: {path}: {total} of {offered} {source} captions ({100 * total / offered:.0f}%) would be "
-                     f"left out ({why}), more than --max-left-out {max_share:g} (a larger share goes on with the rest)"
-                     f"{hint}")
+    raise DataError(path, None, f"{total} of {offered} {source} captions ({100 * total / offered:.0f}%) would be left "
+                                f"out ({why}), more than --max-left-out {max_share:g} (a larger share goes on with "
+                                f"the rest){hint}")
 
 
 class CaptionFiles:

@@ -36,7 +36,7 @@ def karpathy_test_ids() -> list[str]:
 
     spec = importlib.util.find_spec("eccv_caption")  # located, not imported (its import is slow)
     if spec is None:
-        raise SystemExit("error: the Karpathy test ids need the 'eccv-caption' package (pip install eccv-caption)")
+        raise DataError(None, None, "the Karpathy test ids need the 'eccv-caption' package (pip install eccv-caption)")
     path = Path(spec.submodule_search_locations[0]) / "data" / "original_image_to_caption.json"
     return sorted(read_json(path).keys(), key=natural_key)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clid.base.files import atomic_path
+from clid.base.files import DataError, atomic_path
 from clid.base.text import load_tokenizer
 from clid.data.encoder import RegionFeatures
 from clid.demo.captions import trusted_captions
@@ -93,10 +93,11 @@ def make_images(jobs: list, config: dict, workers: int, chunk: int) -> list[dict
             except BrokenProcessPool:
                 for tmp in (Path(config["out"]) / "images").glob(".demo_*.png.tmp-*"):  # (the other processes' writes,
                     tmp.unlink(missing_ok=True)                                          # cut short: they have ended)
-                raise SystemExit(f"error: {config['out']}: a process drawing the images "
-                                 f"{how_it_died(ends[0]) if ends else 'ended'}; every image written is whole and no "
-                                 "world.json was written: run the same command again (--workers 1: this process "
-                                 "alone)") from None
+                raise DataError(config['out'], None, "a process drawing the images "
+                                                     f"{how_it_died(ends[0]) if ends else 'ended'}; every "
+                                                     "image written is whole and no world.json was written: "
+                                                     "run the same command again (--workers 1: this process "
+                                                     "alone)") from None
         else:
             init_worker(config, 1)  # one thread, as in the workers: features do not depend on --workers
             for jobs_of_chunk in chunks:

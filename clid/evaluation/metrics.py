@@ -232,8 +232,8 @@ class CocoScorer:
         if spice not in ("auto", "off"):
             raise ValueError(f"spice must be 'auto' or 'off', not {spice!r}")
         if shutil.which("java") is None:
-            raise SystemExit("error: pycocoevalcap's PTB tokenizer and METEOR need Java 8 or newer on the "
-                             "PATH (e.g. apt-get install openjdk-17-jre-headless)")
+            raise DataError(None, None, "pycocoevalcap's PTB tokenizer and METEOR need Java 8 or newer on the "
+                                        "PATH (e.g. apt-get install openjdk-17-jre-headless)")
         self._tokens: dict[str, str] = {}
         self._meteor = None
         self._spice = None

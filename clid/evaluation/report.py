@@ -502,9 +502,10 @@ def run_list(args) -> list[tuple[str, str, str]]:
     NAME=PATH or by --name may repeat (runs of one method); two bare paths with one name may not."""
     entries = [("checkpoint", e) for e in args.checkpoint] + [("generated", e) for e in args.generated]
     if not entries:
-        raise SystemExit("error: nothing to evaluate; give --checkpoint CKPT or --generated FILE")
+        raise DataError(None, None, "nothing to evaluate; give --checkpoint CKPT or --generated FILE")
     if args.name and len(args.name) != len(entries):
-        raise SystemExit(f"error: {len(args.name)} --name for {len(entries)} runs (checkpoints first, then generated files)")
+        raise DataError(None, None, f"{len(args.name)} --name for {len(entries)} runs (checkpoints first, then "
+                                    "generated files)")
     runs, bare = [], []
     for k, (kind, entry) in enumerate(entries):
         name, sep, path = entry.partition("=")
@@ -516,7 +517,7 @@ def run_list(args) -> list[tuple[str, str, str]]:
     names = [n for n, _, _ in runs]
     duplicates = sorted({n for n in bare if names.count(n) > 1})
     if duplicates:
-        raise SystemExit(f"error: several runs are named {duplicates}; name them as NAME=PATH or with --name")
+        raise DataError(None, None, f"several runs are named {duplicates}; name them as NAME=PATH or with --name")
     return runs
 
 

@@ -156,9 +156,9 @@ def id_line(items, ids: str) -> str:
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["convert"]:
-        from clid.features.convert import run
+        from clid.features.convert import main as convert_main
 
-        return run(argv[1:])
+        return convert_main(argv[1:])
     from clid.base.progress import Progress
 
     args = parse_args(argv)
@@ -167,7 +167,7 @@ def main(argv=None) -> None:
     items, skipped, source = regions_of(args)
     if not items:
         first = f" (first: {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
-        sys.exit(f"error: {args.images}: no image with boxes was found ({source}){first}")
+        raise DataError(args.images, None, f"no image with boxes was found ({source}){first}")
     if not args.scene_graphs:
         print(id_line(items, args.ids))
     extractor = RegionFeatures(args.crop, args.whole, args.colour_bins, args.batch_size)
@@ -202,7 +202,7 @@ def main(argv=None) -> None:
     if not written:  # every image was unreadable: the file this run wrote is empty
         Path(args.out).unlink(missing_ok=True)
         runs.record_path(args.out).unlink(missing_ok=True)
-        sys.exit(f"error: {args.images}: none of the {len(items)} images with boxes could be read ({source})")
+        raise DataError(args.images, None, f"none of the {len(items)} images with boxes could be read ({source})")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ region features of a released detector as our HDF5 (the readers: :mod:`clid.data
 from __future__ import annotations
 
 import argparse
-import sys
 
 from clid.base.files import DataError
 from clid.data import convert
@@ -67,10 +66,3 @@ def main(argv=None) -> None:
     for line in summary(done):
         print(line)
 
-
-def run(argv=None) -> None:
-    """``main`` with bad input as one line ``error: FILE: RECORD: problem``."""
-    try:
-        main(argv)
-    except (DataError, OSError) as err:
-        sys.exit(f"error: {err}")

@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from clid.base.files import DataError
 from clid.base.text import default_tokenizer_path, get_levels, load_tokenizer
 from clid.data.region_inputs import BOX_INPUTS
 from clid.model.dropout import DropoutKeys, KeyedDropout, attention_places, drop, keep_mask
@@ -157,7 +158,7 @@ BERT_SOURCES = {"labert": "bert-base-uncased", "minilm": "sentence-transformers/
 
 
 def _bert_config(name_or_path: str, source: str = BERT_SOURCES["labert"]):
-    """The BERT config of a folder or hub name; one line naming ``source`` (the hub name it comes from) otherwise."""
+    """The BERT config of a folder or hub name; otherwise a DataError naming ``source`` (the hub name it comes from)."""
     from transformers import BertConfig
 
     from clid.base.hub import is_local, load_problem
@@ -167,9 +168,11 @@ def _bert_config(name_or_path: str, source: str = BERT_SOURCES["labert"]):
             raise OSError("no config.json")
         return BertConfig.from_pretrained(name_or_path)
     except OSError as err:
-        raise SystemExit(f"error: cannot load the BERT config of {name_or_path!r}: {load_problem(name_or_path, err)}. "
-                         f"Give a local BERT folder with --bert (its source: {source} on the Hugging Face hub), use "
-                         "--preset minilm (offline) or tiny, or let the hub name download (--allow-download).") from None
+        raise DataError(None, None, f"cannot load the BERT config of {name_or_path!r}: "
+                                    f"{load_problem(name_or_path, err)}. Give a local BERT folder with "
+                                    f"--bert (its source: {source} on the Hugging Face hub), use --preset "
+                                    "minilm (offline) or tiny, or let the hub name download "
+                                    "(--allow-download).") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,9 +543,10 @@ def load_bert_weights(model: Captioner, name_or_path: str) -> None:
     except OSError as err:
         from clid.base.hub import load_problem
 
-        raise SystemExit(f"error: cannot load BERT weights from {name_or_path!r}: {load_problem(name_or_path, err)}. "
-                         "Give a local BERT folder with --bert (the paper's: bert-base-uncased on the Hugging Face "
-                         "hub), or let the hub name download (--allow-download).") from None
+        raise DataError(None, None, f"cannot load BERT weights from {name_or_path!r}: "
+                                    f"{load_problem(name_or_path, err)}. Give a local BERT folder with "
+                                    "--bert (the paper's: bert-base-uncased on the Hugging Face hub), or "
+                                    "let the hub name download (--allow-download).") from None
     source = bert.state_dict()
     target = model.state_dict()
     copied = 0
@@ -564,7 +568,7 @@ def load_bert_weights(model: Captioner, name_or_path: str) -> None:
                 target["head.decoder.weight"].copy_(value if vocab is None else value[torch.tensor(vocab)])
     expected = sum(1 for k in source if not k.startswith("pooler") and "position_ids" not in k)
     if copied < expected:
-        raise SystemExit(f"error: only {copied} of {expected} BERT tensors of {name_or_path!r} fit the captioner")
+        raise DataError(None, None, f"only {copied} of {expected} BERT tensors of {name_or_path!r} fit the captioner")
 
 
 def load_region_init(model: Captioner, path) -> str:
@@ -577,8 +581,6 @@ def load_region_init(model: Captioner, path) -> str:
     keys ``weight`` and ``bias``, or ``...region_embed.0.weight`` / ``.bias`` (the authors' and our
     checkpoints), or ``fc7_w`` / ``fc7_b``, or ``fc6_w`` / ``fc6_b``.
     """
-    from clid.base.files import DataError
-
     path = str(path)
     try:
         if path.endswith(".safetensors"):

@@ -50,9 +50,9 @@ def read_config(folder) -> dict:
     """A checkpoint's config.json; a damaged one is one DataError naming it."""
     path = Path(folder) / "config.json"
     if not Path(folder).exists():
-        raise SystemExit(f"error: {folder}: no such checkpoint folder ({MISSING_HINT})")
+        raise DataError(folder, None, f"no such checkpoint folder ({MISSING_HINT})")
     if not path.is_file() or not (Path(folder) / "model.safetensors").is_file():
-        raise SystemExit(f"error: {folder} is not a checkpoint (needs config.json and model.safetensors)")
+        raise DataError(None, None, f"{folder} is not a checkpoint (needs config.json and model.safetensors)")
     saved = read_json(path)
     if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
         raise DataError(path, None, "not a checkpoint config (no 'model' object)")
@@ -205,13 +205,13 @@ def save_checkpoint(folder, model: Captioner, optimizer, state: dict, config_ext
         kept = f"the last checkpoint in {folder} (step {read_train_state(folder)['step']}) is kept" \
             if (folder / "train_state.json").exists() else "no checkpoint was written"
         message = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        raise SystemExit(f"error: cannot write the checkpoint into {folder} ({message}: is the disk full?); "
-                         f"{kept}") from None
+        raise DataError(None, None, f"cannot write the checkpoint into {folder} ({message}: is the disk full?); "
+                                    f"{kept}") from None
     if foreign:
         if clash := sorted(set(os.listdir(staging)) & set(foreign)):
             shutil.rmtree(staging, ignore_errors=True)
-            raise SystemExit(f"error: {folder / clash[0]} was not written by this stage and the checkpoint would "
-                             "replace it: give another --out")
+            raise DataError(None, None, f"{folder / clash[0]} was not written by this stage and the checkpoint would "
+                                        "replace it: give another --out")
         for name in sorted(n for n in os.listdir(staging) if n != "train_state.json") + ["train_state.json"]:
             os.replace(staging / name, folder / name)
         staging.rmdir()
@@ -241,12 +241,12 @@ def restore(folder, model: Captioner, optimizer) -> dict:
 
 
 def check_same_levels(flag: str, folder, theirs, ours) -> None:
-    """One clear error when a checkpoint we start from was trained on other length levels."""
+    """A DataError when a checkpoint we start from was trained on other length levels."""
     from clid.base.text import get_levels, level_set_name
 
     if get_levels(theirs) != get_levels(ours):
-        raise SystemExit(f"error: {flag} {folder} was trained with levels {level_set_name(theirs)}, "
-                         f"not this run's --levels {level_set_name(ours)}")
+        raise DataError(None, None, f"{flag} {folder} was trained with levels {level_set_name(theirs)}, "
+                                    f"not this run's --levels {level_set_name(ours)}")
 
 
 def load_init_weights(model: Captioner, folder, flag: str = "--init-from") -> None:
@@ -254,7 +254,7 @@ def load_init_weights(model: Captioner, folder, flag: str = "--init-from") -> No
     source = load_checkpoint(folder)
     check_same_levels(flag, folder, source.config.levels, model.config.levels)
     if source.config.to_json() | {"init_from": None, "preset": None} != model.config.to_json() | {"init_from": None, "preset": None}:
-        raise SystemExit(f"error: {flag} {folder}: its model config differs from this run's")
+        raise DataError(None, None, f"{flag} {folder}: its model config differs from this run's")
     model.load_state_dict(source.state_dict())
 
 

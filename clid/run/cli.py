@@ -18,7 +18,7 @@ import math
 import os
 import sys
 
-from clid.base.files import DataError
+from clid.base.files import DataError, Stopped
 
 
 def shows_default(action: argparse.Action) -> bool:
@@ -187,7 +187,8 @@ def run_main(main, argv=None):
 
     A :class:`DataError` names the file, the record and the problem; an ``OSError`` (a missing
     file, a folder where a file belongs) names the path. Under ``torchrun`` every rank reads the same
-    files, so only rank 0 prints the line (:func:`error_exit`).
+    files, so only rank 0 prints the line (:func:`error_exit`). A :class:`~clid.base.files.Stopped` run
+    exits with its status (SIGTERM: 128 + the signal).
     """
     stay_offline(sys.argv[1:] if argv is None else list(argv))
     try:
@@ -200,6 +201,8 @@ def run_main(main, argv=None):
         error_exit(f"error: {err}")
     except DataError as err:
         error_exit(f"error: {err}")
+    except Stopped as stop:
+        sys.exit(stop.code)
     except SystemExit as stop:
         if isinstance(stop.code, str):  # an "error: ..." line of the command itself
             error_exit(stop.code)

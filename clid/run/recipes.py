@@ -100,14 +100,15 @@ def resolved(name: str) -> dict:
 
 def resolved_steps(name: str) -> int:
     """The optimizer steps of a recipe that resolves them: ``CLID_DEMO_STEPS``, else its ``[resolved] steps``."""
+    from clid.base.files import DataError
     from clid.run.cli import positive_int
 
     text = os.environ.get(DEMO_STEPS_ENV, str(resolved(name)["steps"]))
     try:
         return positive_int(text)
     except Exception:
-        raise SystemExit(f"error: {DEMO_STEPS_ENV} must be a positive integer (the steps of --recipe {name}), "
-                         f"got {text!r}") from None
+        raise DataError(None, None, f"{DEMO_STEPS_ENV} must be a positive integer (the steps of --recipe {name}), "
+                                    f"got {text!r}") from None
 
 
 def selection_eta(name: str, max_steps: int) -> int | None:
@@ -145,14 +146,14 @@ def main(argv=None) -> None:
     eta = commands.add_parser("eta", help="print 06's eta under the recipe at its own steps ([resolved] steps, eta_span)")
     eta.add_argument("recipe", help="a recipe's name (recipes/NAME.toml) or a .toml file")
     args = p.parse_args(argv)
+    if args.command == "eta":
+        print(selection_eta(args.recipe, setting(args.recipe, "resolved.steps")))
+    else:
+        print(shell_word(setting(args.recipe, args.key)))
+
+
+if __name__ == "__main__":  # (run as a file, without clid: a ValueError of main is the shell's one error line)
     try:
-        if args.command == "eta":
-            print(selection_eta(args.recipe, setting(args.recipe, "resolved.steps")))
-        else:
-            print(shell_word(setting(args.recipe, args.key)))
+        main()
     except ValueError as err:
         sys.exit(f"error: {err}")
-
-
-if __name__ == "__main__":
-    main()

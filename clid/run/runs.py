@@ -106,7 +106,7 @@ def check_own_output(out, command: str, replace: bool, flag: str = "--force") ->
     :func:`write_own_record`), unless ``replace`` (the user gave ``flag``). A folder is refused."""
     out = Path(out)
     if out.is_dir():
-        raise SystemExit(f"error: --out {out} is a folder; give the file to write")
+        raise DataError(None, None, f"--out {out} is a folder; give the file to write")
     if replace or not out.exists():
         return
     try:
@@ -116,10 +116,12 @@ def check_own_output(out, command: str, replace: bool, flag: str = "--force") ->
     if not isinstance(earlier, dict) or earlier.get("command") != command:
         if isinstance(earlier, dict):  # (another command's record: a sharded stage's names no command)
             writer = earlier.get("command") or "another command (a sharded stage, such as convert)"
-            raise SystemExit(f"error: --out {out} exists and {writer} wrote it, not {command} (its run record "
-                             f"{record_path(out).name} says so): give another --out, or {flag} to replace it")
-        raise SystemExit(f"error: --out {out} exists and {command} did not write it (no run record "
-                         f"{record_path(out).name} of it beside the file): give another --out, or {flag} to replace it")
+            raise DataError(None, None, f"--out {out} exists and {writer} wrote it, not {command} (its run record "
+                                        f"{record_path(out).name} says so): give another --out, or {flag} to replace "
+                                        "it")
+        raise DataError(None, None, f"--out {out} exists and {command} did not write it (no run record "
+                                    f"{record_path(out).name} of it beside the file): give another --out, or {flag} "
+                                    "to replace it")
 
 
 def write_own_record(out, record: dict, command: str) -> None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from clid.base import files
+from clid.base.files import DataError, Stopped
 from clid.run.cli import is_whole_number, non_negative_int, positive_int
 from clid.run.runs import record_differences, record_path
 
@@ -63,7 +64,7 @@ class Shard:
 
     def __post_init__(self):
         if self.num_shards < 1 or not 0 <= self.shard_id < self.num_shards:
-            raise SystemExit(f"error: shard id {self.shard_id} is outside 0..{self.num_shards - 1}")
+            raise DataError(None, None, f"shard id {self.shard_id} is outside 0..{self.num_shards - 1}")
 
     @classmethod
     def from_args(cls, args) -> "Shard":
@@ -164,19 +165,19 @@ class Job:
     def __init__(self, out, spec: Shard, chunk_size: int, record: dict, restart: bool = False,
                  suffixes: Sequence[str] = (".jsonl", ".h5", ".hdf5")):
         if chunk_size < 1:
-            raise SystemExit(f"error: --chunk-size must be at least 1, not {chunk_size}")
+            raise DataError(None, None, f"--chunk-size must be at least 1, not {chunk_size}")
         check_suffix(out, suffixes)
         self.out, self.spec, self.chunk_size = Path(out), spec, chunk_size
         self.part = part_path(out, spec.shard_id, spec.num_shards)
         self.record = {**record, "settings": {**record.get("settings", {}), "--chunk-size": chunk_size}}
         self.shard_items = self.done_before = 0  # this shard's items, those done by an earlier run (set by run)
         if Path(out).is_dir():
-            raise SystemExit(f"error: --out {out} is a folder; give the file to write")
+            raise DataError(None, None, f"--out {out} is a folder; give the file to write")
         self.lock = ShardLock(self.part)  # before anything of an earlier run is removed
         if not self.lock.acquire():
             print(f"note: {self.lock.holder()} is already running shard {spec.shard_id} of {spec.num_shards} of {out}; "
                   "this copy stops and leaves the work to it", flush=True)
-            raise SystemExit(0)
+            raise Stopped(0, f"shard {spec.shard_id} of {spec.num_shards} of {out} is already running")
         self._remove_temporary_files()
         self._check_earlier_run(restart)
         self.done = self.out.exists() or self.part.exists()
@@ -228,7 +229,7 @@ class Job:
         if not restart:
             advice = ("run with the same settings to resume, or add --restart to discard it" if record_file.exists()
                       else "give another --out, or add --restart to replace it")
-            raise SystemExit(f"error: {holder if found else self.part}: {why}; {advice}")
+            raise DataError(holder if found else self.part, None, f"{why}; {advice}")
         print(f"--restart: discarding what is there: {why}")
         for p in self.own_files() + ([self.out] + sorted(self.out.parent.glob(f"{self.out.name}.*.tsv"))
                                      + [record_path(self.out)]) * self.out.exists():
@@ -277,8 +278,8 @@ class Job:
 def check_suffix(out, suffixes: Sequence[str]) -> None:
     """Refuse, before any work, an output whose kind the final join cannot tell from its name."""
     if Path(out).suffix.lower() not in suffixes:
-        raise SystemExit(f"error: --out {out} must end in {' or '.join(suffixes)} (the file's kind is read from its name "
-                         "when the chunks and shards are joined)")
+        raise DataError(None, None, f"--out {out} must end in {' or '.join(suffixes)} (the file's kind is read from "
+                                    "its name when the chunks and shards are joined)")
 
 
 class ShardLock:
@@ -460,8 +461,8 @@ def _merge(out, num_shards: int) -> Path:
         raise FileNotFoundError(f"cannot merge {out}: {len(missing)} of {num_shards} parts missing: {', '.join(missing[:3])}")
     records = {record_path(p).read_text() for p in parts if record_path(p).exists()}
     if len(records) > 1:
-        raise SystemExit(f"error: cannot merge {out}: its shards ran with other inputs or settings "
-                         f"(see {parts[0].name}.run.json and the others); rerun the odd ones with --restart")
+        raise DataError(None, None, f"cannot merge {out}: its shards ran with other inputs or settings "
+                                    f"(see {parts[0].name}.run.json and the others); rerun the odd ones with --restart")
     if records:
         files.write_json(record_path(out), json.loads(records.pop()))
     join_files(parts, out)

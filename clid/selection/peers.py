@@ -48,7 +48,7 @@ class LossCuration:
             self.check_not_emptied()
 
     def check_not_emptied(self) -> None:
-        """Refuse (one line) a ``--curate-ratio`` that removes every caption before ``--max-steps``: the sizes
+        """Refuse (a DataError) a ``--curate-ratio`` that removes every caption before ``--max-steps``: the sizes
         of the set after each curation are known in advance (``round(N * ratio)`` go each time)."""
         size, every, ratio = self.pool.size, self.args.curate_every, self.args.curate_ratio
         for step in range(every, self.args.max_steps, every):
@@ -57,9 +57,10 @@ class LossCuration:
                 return
             size -= flagged
             if not size:
-                raise SystemExit(f"error: --strategy loss-remove with --curate-ratio {ratio:g} every {every} steps "
-                                 f"removes every one of the {self.pool.size} captions by step {step} (of --max-steps "
-                                 f"{self.args.max_steps}): give a smaller --curate-ratio or a larger --curate-every")
+                raise DataError(None, None, f"--strategy loss-remove with --curate-ratio {ratio:g} every {every} "
+                                            f"steps removes every one of the {self.pool.size} captions by step {step} "
+                                            f"(of --max-steps {self.args.max_steps}): give a smaller --curate-ratio "
+                                            "or a larger --curate-every")
 
     def summary(self) -> list[str]:
         rule = (f"the samples above mean + {self.args.curate_std:g} std" if self.args.curate_std is not None
@@ -354,7 +355,7 @@ def bootstrap_logprobs(folder, examples, regions, mode: str, device, levels) -> 
     tokens = torch.tensor(sorted({t for row in examples.tokens for t in row}))
     missing = tokens[model.to_output(tokens) < 0]
     if len(missing):
-        raise SystemExit(f"error: --difficulty bootstrap:{folder}: token "
-                         f"{model.tokenizer.convert_ids_to_tokens(int(missing[0]))!r} of the captions is not in its "
-                         "output vocabulary (train it with the same --output-vocab)")
+        raise DataError(None, None, f"--difficulty bootstrap:{folder}: token "
+                                    f"{model.tokenizer.convert_ids_to_tokens(int(missing[0]))!r} of the captions is "
+                                    "not in its output vocabulary (train it with the same --output-vocab)")
     return caption_logprobs(model, examples, regions, mode, 64, device)

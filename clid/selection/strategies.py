@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from clid.base.files import DataError
 from clid.run.cli import non_negative_float, number, positive_float, positive_int
 from clid.selection.peers import BabyStep, LossCuration, example_difficulty
 from clid.selection.schedule import Pool, Schedule
@@ -118,8 +119,8 @@ def make_strategy(args, pool: Pool, examples, model, regions, device, out: Path,
     if args.strategy in ("loss-remove", "loss-replacecap"):
         return LossCuration(pool, args, logp, check)
     if val_examples is None or not len(val_examples):
-        raise SystemExit("error: --strategy curriculum needs validation captions (the val split of --captions, "
-                         "with region features) for its validation score")
+        raise DataError(None, None, "--strategy curriculum needs validation captions (the val split of --captions, "
+                                    "with region features) for its validation score")
 
     def val_score() -> float:
         return float(np.mean(caption_logprobs(model, val_examples, regions, args.loss_mode, 64, device,

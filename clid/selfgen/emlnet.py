@@ -18,6 +18,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from clid.base.files import DataError
+
 EMLNET_SIZE = (480, 640)  # (height, width) of the SALICON images EML-Net was trained on
 EMLNET_BLUR = 5.0  # sigma of the official post-processing blur, in pixels at EMLNET_SIZE
 
@@ -151,23 +153,24 @@ def read_state_dict(path) -> dict[str, torch.Tensor]:
     """
     path = Path(path)
     if not path.exists():
-        raise SystemExit(f"error: {path}: EML-Net weights not found")
+        raise DataError(path, None, "EML-Net weights not found")
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
         try:
             state = load_file(str(path))
         except Exception as err:  # SafetensorError, OSError
-            raise SystemExit(f"error: {path}: not a readable safetensors file ({err})") from None
+            raise DataError(path, None, f"not a readable safetensors file ({err})") from None
     else:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError:
-            raise SystemExit(f"error: {path}: holds more than tensors, and loading it would run code stored in the "
-                             f"file; it is not loaded. If you trust the file, convert it once: python -m clid.emlnet "
-                             f"convert --trust-pickle {path} --out {path.with_suffix('.safetensors')}") from None
+            raise DataError(path, None, "holds more than tensors, and loading it would run code stored in "
+                                        "the file; it is not loaded. If you trust the file, convert it "
+                                        f"once: python -m clid.emlnet convert --trust-pickle {path} --out "
+                                        f"{path.with_suffix('.safetensors')}") from None
         except Exception as err:  # not a zip or legacy torch file, truncated, ...
-            raise SystemExit(f"error: {path}: cannot read this file as a PyTorch checkpoint ({err})") from None
+            raise DataError(path, None, f"cannot read this file as a PyTorch checkpoint ({err})") from None
     return tensors_of(state, path)
 
 
@@ -178,7 +181,7 @@ def tensors_of(state, path) -> dict[str, torch.Tensor]:
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise SystemExit(f"error: {path}: expected a state dict of tensors, found {type(state).__name__}")
+        raise DataError(path, None, f"expected a state dict of tensors, found {type(state).__name__}")
     return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in state.items()}
 
 
@@ -189,12 +192,12 @@ def load_weights(model: nn.Module, path, what: str) -> nn.Module:
     own = model.state_dict()
     missing = [k for k in own if k not in state and not k.endswith("num_batches_tracked")]
     if missing:
-        raise SystemExit(f"error: {path}: not an EML-Net {what} checkpoint: {len(missing)} of {len(own)} "
-                         f"tensors missing (e.g. '{missing[0]}')")
+        raise DataError(path, None, f"not an EML-Net {what} checkpoint: {len(missing)} of {len(own)} "
+                                    f"tensors missing (e.g. '{missing[0]}')")
     wrong = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
     if wrong:
-        raise SystemExit(f"error: {path}: '{wrong[0]}' has shape {tuple(state[wrong[0]].shape)}, "
-                         f"the EML-Net {what} expects {tuple(own[wrong[0]].shape)}")
+        raise DataError(path, None, f"'{wrong[0]}' has shape {tuple(state[wrong[0]].shape)}, "
+                                    f"the EML-Net {what} expects {tuple(own[wrong[0]].shape)}")
     model.load_state_dict({k: state.get(k, v) for k, v in own.items()})
     return model.eval()
 
@@ -204,7 +207,8 @@ class EMLNet:
 
     def __init__(self, weights: list[str], size=EMLNET_SIZE, device="cpu"):
         if len(weights) not in (1, 3):
-            raise SystemExit("error: --weights takes 3 files (ImageNet encoder, Places encoder, decoder) or 1 encoder")
+            raise DataError(None, None, "--weights takes 3 files (ImageNet encoder, Places encoder, decoder) or 1 "
+                                        "encoder")
         self.size, self.device = tuple(size), device
         self.encoders = [load_weights(EMLEncoder(), w, "ResNet-50 encoder").to(device) for w in weights[:2]]
         self.decoder = load_weights(EMLDecoder(), weights[2], "decoder").to(device) if len(weights) == 3 else None

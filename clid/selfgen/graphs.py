@@ -122,7 +122,7 @@ class SaliencySource:
     def __init__(self, path):
         self.path = str(path)
         if not Path(self.path).exists():
-            raise SystemExit(f"error: {self.path}: saliency file not found (run 01_saliency.py, or give --saliency none)")
+            raise DataError(self.path, None, "saliency file not found (run 01_saliency.py, or give --saliency none)")
         self.state = read_state(self.path)
         self.file = open_h5(self.path, "saliency file")
         check_image_groups(self.file, self.path, "saliency")

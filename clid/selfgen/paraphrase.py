@@ -21,6 +21,7 @@ from collections import Counter
 from typing import Callable
 
 from clid.base import english as en
+from clid.base.files import DataError
 from clid.base.text import caption_lengths, karpathy_tokens
 from clid.run import runtime
 
@@ -346,7 +347,7 @@ def choose_engine(engine: str, device: str) -> str:
     if engine == "auto":
         return "transformers" if why_not else "ctranslate2"
     if engine == "ctranslate2" and why_not:
-        raise SystemExit(f"error: --engine ctranslate2: {why_not} (docs/gpu.md); use --engine transformers")
+        raise DataError(None, None, f"--engine ctranslate2: {why_not} (docs/gpu.md); use --engine transformers")
     return engine
 
 
@@ -430,10 +431,11 @@ class ModelParaphraser:
             if ("protobuf" in str(err) or "tiktoken" in str(err)) and "folder" not in detail:
                 detail = "its sentencepiece tokenizer needs the 'protobuf' package to load"
             hub = DEFAULT_MODEL if is_local(name) else name
-            raise SystemExit(
-                f"error: the paraphraser '{name}' cannot be loaded: {detail}. Use --model rules or sentences (offline), or download it once "
-                f"with --allow-download (its source: {hub} on the Hugging Face hub; where there is internet: "
-                f"huggingface-cli download {hub} --local-dir DIR, then --model DIR).") from None
+            raise DataError(None, None, f"the paraphraser '{name}' cannot be loaded: {detail}. Use --model "
+                                        "rules or sentences (offline), or download it once with "
+                                        f"--allow-download (its source: {hub} on the Hugging Face hub; "
+                                        f"where there is internet: huggingface-cli download {hub} "
+                                        "--local-dir DIR, then --model DIR).") from None
         if precision == "bf16" and self.model is not None:
             self.model = self.model.to(torch.bfloat16)
         self.max_length = min(max_length, getattr(self.tokenizer, "model_max_length", max_length) or max_length)

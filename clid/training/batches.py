@@ -67,7 +67,7 @@ class StepBatches(torch.utils.data.Dataset):
     A worker reads regions from the training process's cache when it holds every image (:meth:`RegionCache.preload`),
     else through its own HDF5 handle (:meth:`open_in_worker`), uncached. Bad input met in
     a worker (an image's features, a token outside the head's vocabulary) comes back as a :class:`BadBatch`,
-    raised in the training process as the one line it would have been there.
+    raised in the training process as the DataError it would have been there.
     """
 
     def __init__(self, examples: Examples, model: Captioner, regions: RegionCache, batch_for: Callable[[int], np.ndarray],
@@ -112,15 +112,14 @@ class StepBatches(torch.utils.data.Dataset):
 
 @dataclass
 class BadBatch:
-    """Bad input met while making a batch: a :class:`DataError` (path given) or a plain error line."""
+    """Bad input met while making a batch, raised in the training process as a :class:`DataError` (``path``
+    None: a problem of no one file)."""
     path: str | None
     record: str | None
     problem: str
 
     def raise_it(self):
-        if self.path is not None:
-            raise DataError(self.path, self.record, self.problem)
-        raise SystemExit(f"error: {self.problem}")
+        raise DataError(self.path, self.record, self.problem)
 
 
 def epoch_batches(n: int, batch_size: int, step: int, seed: int, tag="data") -> np.ndarray:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from clid.base.files import DataError
+from clid.base.files import DataError, Stopped
 from clid.base.rng import item_seed
 from clid.base.text import eos_id
 from clid.data.examples import Examples
@@ -152,8 +152,8 @@ class Trainer:
     def stop_if_not_finite(self, step: int, value: torch.Tensor, what: str) -> None:
         """Stop the run, before the optimizer step of ``step``, when ``value`` is NaN or infinite."""
         if not bool(torch.isfinite(value)):
-            raise SystemExit(f"error: {what} is {float(value)} at step {step}; stopped before its optimizer "
-                             f"step, {self.kept()}. A diverging run: try a lower --lr or a longer --warmup")
+            raise DataError(None, None, f"{what} is {float(value)} at step {step}; stopped before its optimizer "
+                                        f"step, {self.kept()}. A diverging run: try a lower --lr or a longer --warmup")
 
     def kept(self) -> str:
         """What the output folder holds when a run is stopped (for the error message)."""
@@ -171,8 +171,8 @@ class Trainer:
         self.regions.features.check_unchanged()  # (nothing learned from a feature file that changed is saved)
         for name, tensor in self.model.state_dict().items():  # the same weights on every DDP rank
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                raise SystemExit(f"error: the weights hold NaN or inf after step {self.step} ({name}); not saved, "
-                                 f"{self.kept()}. A diverging run: try a lower --lr or a longer --warmup")
+                raise DataError(None, None, f"the weights hold NaN or inf after step {self.step} ({name}); not saved, "
+                                            f"{self.kept()}. A diverging run: try a lower --lr or a longer --warmup")
         self.state = {"step": self.step, **(extra_state or {})}
         if self.rank == 0:
             save_checkpoint(self.out_dir, self.model, self.optimizer, self.state, self.config_extra, self.pending_log)
@@ -197,7 +197,7 @@ class Trainer:
 
     def watched(self, loader):
         """The batches of ``loader``; a loader process that dies (a signal, an exit) or stops answering ends the
-        run in one line naming the step whose batch it made and how it died (torch's own words)."""
+        run with a DataError naming the step whose batch it made and how it died (torch's own words)."""
         batches = iter(loader)
         try:
             while True:
@@ -214,7 +214,7 @@ class Trainer:
             except Exception:  # noqa: BLE001 - a process already dead
                 pass
 
-    def loader_failure(self, err: Exception) -> BaseException:
+    def loader_failure(self, err: Exception) -> Exception:
         """The one-line stop for a loader process's death (torch raises it in this process, at any point of a
         step: its SIGCHLD handler; or the batch's pipe breaks), or ``err`` itself when it is another error."""
         if isinstance(err, (ConnectionError, EOFError)):
@@ -226,9 +226,9 @@ class Trainer:
                 f"{DataError.__module__}.DataError: ")[:300]
         else:
             return err
-        return SystemExit(f"error: training stopped at step {self.step + 1}: {why} (--workers {self.workers}); nothing "
-                          f"was left half-written, {self.kept()}. The same command resumes (--workers 0 makes the "
-                          "batches in this process)")
+        return DataError(None, None, f"training stopped at step {self.step + 1}: {why} (--workers {self.workers}); "
+                                     f"nothing was left half-written, {self.kept()}. The same command resumes "
+                                     "(--workers 0 makes the batches in this process)")
 
     def run(self, end_step: int, batch_for: Callable[[int], np.ndarray], desc: str = "train",
             state_for: Callable[[int], dict] | None = None) -> None:
@@ -266,7 +266,7 @@ class Trainer:
 
     @contextlib.contextmanager
     def guarded(self, batches, bar, stop: "StopRequest"):
-        """Around the loop: a loader process's death raised in it is one line (:meth:`loader_failure`); on the
+        """Around the loop: a loader process's death raised in it is a DataError (:meth:`loader_failure`); on the
         way out the loader processes end, the bar closes (before an error stops the run, so the error is the
         last line) and SIGTERM's handler is restored."""
         try:
@@ -280,9 +280,9 @@ class Trainer:
             stop.restore()
 
     def stop_if_requested(self, stop: "StopRequest", end_step: int, bar, state_for) -> None:
-        """When a process was asked to stop (SIGTERM), checkpoint the current step and exit (128 + the signal).
-        Every DDP rank stops at the same step; under deferred checks they agree at the log steps only, as
-        agreeing waits for them all."""
+        """When a process was asked to stop (SIGTERM), checkpoint the current step and raise Stopped (the command
+        exits 128 + the signal). Every DDP rank stops at the same step; under deferred checks they agree at the log
+        steps only, as agreeing waits for them all."""
         agree = not self.defer_checks or self.world == 1 or self.step % self.settings.log_every == 0
         if not (agree and stop.agreed(self.world, self.device)):
             return
@@ -291,7 +291,7 @@ class Trainer:
         if self.rank == 0:
             print(f"stopped by {stop.name} at step {self.step} of {end_step}; the checkpoint in "
                   f"{self.out_dir} is saved: the same command resumes from it", flush=True)
-        raise SystemExit(128 + stop.signal)
+        raise Stopped(128 + stop.signal, f"stopped by {stop.name} at step {self.step} of {end_step}")
 
     def due(self, end_step: int) -> tuple[bool, bool, bool]:
         """Whether the step just taken logs, evaluates and checkpoints."""

@@ -46,7 +46,7 @@ def earlier_record(config: dict) -> dict:
 
 def hold_out_folder(args) -> None:
     """Take the sharded stages' lock (:class:`clid.run.shard.ShardLock`, ``.OUT.lock`` beside ``--out``) for as
-    long as ``args`` lives, that is, the run: a second run training into the same folder stops in one line."""
+    long as ``args`` lives, that is, the run: a second run training into the same folder is a DataError."""
     from clid.run.shard import ShardLock
 
     out = Path(args.out).resolve()
@@ -54,8 +54,8 @@ def hold_out_folder(args) -> None:
         return
     lock = ShardLock(out)
     if not lock.acquire():
-        raise SystemExit(f"error: --out {args.out}: {lock.holder()} is training into this folder; two runs never "
-                         "write one checkpoint: wait for it to end, or give another --out")
+        raise DataError(None, None, f"--out {args.out}: {lock.holder()} is training into this folder; two runs never "
+                                    "write one checkpoint: wait for it to end, or give another --out")
     weakref.finalize(args, lock.release)
 
 
@@ -95,7 +95,7 @@ def check_resume(args, rank: int, world: int) -> None:
         fix = (f"Set {DEMO_STEPS_ENV} as then to resume it, or start it over: --restart, or remove {out} (make passes "
                "no flags), or another --out")
     if differences:
-        raise SystemExit(f"error: {out} holds a run with other settings: {'; '.join(differences)}. {fix}")
+        raise DataError(None, None, f"{out} holds a run with other settings: {'; '.join(differences)}. {fix}")
 
 
 def already_trained(args, rank: int) -> bool:

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import torch
 
+from clid.base.files import DataError
 from clid.base.rng import item_rng, item_seed
 from clid.data.examples import Examples
 from clid.data.store import FeatureStore, RegionCache
@@ -23,8 +24,8 @@ def start_run(args):
     """(rank, world, device plan, features) for a training stage; None when ``--out`` is already trained."""
     rank, world, plan = init_distributed(args.dist_timeout, args.precision)
     if args.batch_size < world:
-        raise SystemExit(f"error: --batch-size {args.batch_size} is the global batch, split over {world} processes: "
-                         f"give at least {world}")
+        raise DataError(None, None, f"--batch-size {args.batch_size} is the global batch, split over {world} "
+                                    f"processes: give at least {world}")
     if rank == 0:
         hold_out_folder(args)
     check_resume(args, rank, world)
@@ -33,7 +34,7 @@ def start_run(args):
     try:
         features = FeatureStore(args.features, bad=args.bad_features)
     except FileNotFoundError as err:
-        raise SystemExit(f"error: {err}") from None
+        raise DataError(None, None, str(err)) from None
     return rank, world, plan, features
 
 

@@ -1,6 +1,7 @@
 import pytest
 
 from clid.base import text
+from clid.base.files import DataError
 
 
 def test_karpathy_preprocessing():
@@ -106,7 +107,7 @@ def test_other_tokenizer_folder(tmp_path):
     tok.save_pretrained(tmp_path)
     other = text.load_tokenizer(str(tmp_path))
     assert text.encode(["a dog"], other) == text.encode(["a dog"], tok)
-    with pytest.raises(SystemExit, match="cannot load the tokenizer"):
+    with pytest.raises(DataError, match="cannot load the tokenizer"):
         text.load_tokenizer(str(tmp_path / "missing"))
 
 

@@ -10,9 +10,10 @@ import pytest
 from conftest import run_script
 from feature_formats import BOX_FILE, PREFIX, butd_line, vinvl_line, write_butd, write_vinvl, write_vlp
 
+from clid.base.files import DataError
 from clid.data.convert import line_index
 from clid.data.store import FeatureStore
-from clid.features.convert import run
+from clid.features.convert import main
 
 
 class Result:
@@ -21,16 +22,17 @@ class Result:
 
 
 def convert(*argv, check=True):
-    """The command in this process (as ``python -m clid.features convert`` runs it): exit status and output.
+    """The command in this process: exit status, output and the error line (bad input: a DataError or an
+    OSError, which ``python -m clid.features convert`` prints as one line ``error: ...`` and exits 1).
     Stored as float32 (``--dtype float32``), so that every value compares exactly with the release's."""
     argv = (*argv, "--dtype", "float32")
     out = io.StringIO()
     code, message = 0, ""
     with contextlib.redirect_stdout(out):
         try:
-            run([str(a) for a in argv])
-        except SystemExit as exc:
-            code, message = (1, str(exc.code)) if isinstance(exc.code, str) else (exc.code or 0, "")
+            main([str(a) for a in argv])
+        except (DataError, OSError) as err:
+            code, message = 1, f"error: {err}"
     if check and code:
         raise AssertionError(f"{argv} failed: {message}\n{out.getvalue()[-2000:]}")
     return Result(code, out.getvalue(), message)

@@ -266,13 +266,13 @@ def test_checkpoint_runs_generate_cache_and_report(demo_like_world, monkeypatch)
     assert [c[0] for c in calls[3:]] == ["trusted", "clid"] and calls[3][5:] == ((3,) * 7, 0.9, False)
     script.main(argv + ["--decode-steps", *map(str, range(1, 8))])
     assert len(calls) == 7 and calls[5][5:] == (tuple(range(1, 8)), 1.0, True)
-    with pytest.raises(SystemExit, match="one number per level"):
+    with pytest.raises(DataError, match="one number per level"):
         script.main(argv + ["--decode-steps", "2", "3"])
 
-    with pytest.raises(SystemExit, match="trained with levels caption, not --levels labert"):
+    with pytest.raises(DataError, match="trained with levels caption, not --levels labert"):
         script.main(argv[:-2] + ["--out", str(world / "eval2"), "--levels", "labert"])
     # the cached captions of the same checkpoints are checked too
-    with pytest.raises(SystemExit, match="trained with levels caption, not --levels paragraph"):
+    with pytest.raises(DataError, match="trained with levels caption, not --levels paragraph"):
         script.main(argv + ["--levels", "paragraph"])
 
 
@@ -385,7 +385,7 @@ def test_run_names(tmp_path):
     script = load_eval_script()
     args = script.parse_args(["--refs", "r.json", "--out", "o", "--checkpoint", "runs/clid/",
                               "--generated", "other/clid.jsonl"])
-    with pytest.raises(SystemExit, match="several runs are named"):
+    with pytest.raises(DataError, match="several runs are named"):
         run_list(args)
     args = script.parse_args(["--refs", "r.json", "--out", "o", "--checkpoint", "CLID=runs/s0/clid",
                               "--checkpoint", "runs/trusted", "--checkpoint", "CLID=runs/s1/clid",
@@ -399,7 +399,7 @@ def test_run_names(tmp_path):
     args.name = ["ours", "theirs"]
     assert run_list(args) == [("ours", "checkpoint", "runs/clid/"), ("theirs", "generated", "other/clid.jsonl")]
     args.name = ["ours"]
-    with pytest.raises(SystemExit, match="1 --name for 2 runs"):
+    with pytest.raises(DataError, match="1 --name for 2 runs"):
         run_list(args)
 
 

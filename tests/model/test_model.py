@@ -9,6 +9,7 @@ import torch
 from conftest import kill_after_checkpoint, run_script
 from toyworld import make_toy_world
 
+from clid.base.files import DataError
 from clid.base.text import eos_id, get_levels, load_tokenizer
 from clid.data.inputs import make_examples
 from clid.data.store import FeatureStore, RegionCache, pad_regions
@@ -305,7 +306,7 @@ def test_save_load_round_trip(tmp_path, world):
     f, p, m = regions.batch(["45"])
     ids = torch.full((1, 9), 103)
     torch.testing.assert_close(model.encode(f, p, m, ids, torch.tensor([1])), loaded.encode(f, p, m, ids, torch.tensor([1])))
-    with pytest.raises(SystemExit, match="is not a checkpoint"):
+    with pytest.raises(DataError, match="is not a checkpoint"):
         load_checkpoint(tmp_path)
 
 
@@ -389,17 +390,17 @@ def test_deferred_checks_keep_a_non_finite_step_from_the_weights(world, tmp_path
     settings = TrainSettings(lr=1e30, warmup=1, max_steps=6, log_every=4, save_every=1, workers=0, eval_every=0)
     checked = toy_trainer(world, tmp_path / "checked", settings, defer_checks=False)
     batch_for = lambda step: epoch_batches(len(checked.examples), 8, step, seed=0)  # noqa: E731
-    with pytest.raises(SystemExit, match="the training loss is nan at step 2; stopped before its optimizer step"):
+    with pytest.raises(DataError, match="the training loss is nan at step 2; stopped before its optimizer step"):
         checked.run(6, batch_for)
     deferred = toy_trainer(world, tmp_path / "deferred", dataclasses.replace(settings, save_every=100), defer_checks=True)
-    with pytest.raises(SystemExit, match=r"the training loss is nan at step 2; .* no checkpoint was written"):
+    with pytest.raises(DataError, match=r"the training loss is nan at step 2; .* no checkpoint was written"):
         deferred.run(6, batch_for)
     assert deferred.step == 4 and not (tmp_path / "deferred" / "model.safetensors").exists()
     after_step_1 = read_weights(tmp_path / "checked")
     weights = deferred.model.state_dict()
     assert all(torch.equal(weights[k], after_step_1[k]) for k in after_step_1)
     saving = toy_trainer(world, tmp_path / "saving", settings, defer_checks=True)  # a save is a check too
-    with pytest.raises(SystemExit, match=r"at step 2; .* keeps its last checkpoint \(step 1\)"):
+    with pytest.raises(DataError, match=r"at step 2; .* keeps its last checkpoint \(step 1\)"):
         saving.run(6, batch_for)
 
 
@@ -571,7 +572,7 @@ def test_labert_preset_from_a_local_bert_folder(tmp_path):
     assert torch.equal(model.encoder.layer[2].attention.self.query.weight, bert.encoder.layer[2].attention.self.query.weight)
     save_model(model, tmp_path / "ck")
     assert load_checkpoint(tmp_path / "ck").config.hidden_size == 48
-    with pytest.raises(SystemExit, match="cannot load the BERT config"):
+    with pytest.raises(DataError, match="cannot load the BERT config"):
         preset_config("labert", region_dim=16, bert=str(tmp_path / "nothing"))
 
 

@@ -47,7 +47,7 @@ def test_one_shard_equals_three_shards(tmp_path):
 
 def test_item_goes_to_shard_i_mod_n():
     assert shard.Shard(1, 3).select(list("abcdefg")) == ["b", "e"]
-    with pytest.raises(SystemExit):
+    with pytest.raises(files.DataError, match="shard id 3 is outside 0..2"):
         shard.Shard(3, 3)
 
 
@@ -138,10 +138,10 @@ def test_the_run_record_refuses_other_settings_and_inputs_unless_restart(tmp_pat
     out = tmp_path / "o.jsonl"
     with pytest.raises(KeyboardInterrupt):
         toy_stage(ITEMS, out, shard.Shard(0, 1), fail_after=1, record=record(1, source))
-    with pytest.raises(SystemExit, match=r"\(--n 1 then, 2 now\); .* add --restart"):
+    with pytest.raises(files.DataError, match=r"\(--n 1 then, 2 now\); .* add --restart"):
         toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(2, source))
     source.write_text("changed")
-    with pytest.raises(SystemExit, match="the file of --inp changed"):
+    with pytest.raises(files.DataError, match="the file of --inp changed"):
         toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(1, source))
     # --restart: what the earlier run left goes, the run starts over
     result, done = toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(1, source), restart=True)
@@ -149,7 +149,7 @@ def test_the_run_record_refuses_other_settings_and_inputs_unless_restart(tmp_pat
     # the same file spelled another way is the same input
     monkeypatch.chdir(tmp_path)
     assert toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(1, "in.txt"))[1] == []
-    with pytest.raises(SystemExit, match="left this output here"):
+    with pytest.raises(files.DataError, match="left this output here"):
         toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(3, "in.txt"))
 
 

@@ -335,7 +335,7 @@ def test_engine_choice(monkeypatch):
     monkeypatch.setattr(ct2_pegasus, "available", lambda device: "the ctranslate2 package is not installed")
     assert paraphrase.choose_engine("auto", "cpu") == "transformers"
     assert paraphrase.choose_engine("transformers", "cuda") == "transformers"
-    with pytest.raises(SystemExit, match="--engine ctranslate2: the ctranslate2 package is not installed"):
+    with pytest.raises(files.DataError, match="--engine ctranslate2: the ctranslate2 package is not installed"):
         paraphrase.choose_engine("ctranslate2", "cpu")
 
 

@@ -314,12 +314,12 @@ def test_one_shard_equals_three_resume_and_t_sal_raises_length(tmp_path, monkeyp
     marker = {"id": "x0", "image_id": "0", "caption": "Kept.", "objects": [1], "n_tokens": 2, "level": 1, "seed": 0}
     files.write_jsonl(tmp_path / "again.jsonl.chunk-000000", [marker])  # shows the chunk is not computed again
     # other settings than the killed run's are refused, not mixed into its output
-    with pytest.raises(SystemExit) as refused:
+    with pytest.raises(files.DataError) as refused:
         stage02.main(argv + ["--per-image", "2"])
     assert "--per-image 5 then, 2 now" in str(refused.value) and "--restart" in str(refused.value)
     assert not again.exists() and len(list(tmp_path.glob("again.jsonl.chunk-*[0-9]"))) == 2
     (tmp_path / "scene_graphs.json").touch()  # so is a changed input file
-    with pytest.raises(SystemExit, match="the file of --scene-graphs changed"):
+    with pytest.raises(files.DataError, match="the file of --scene-graphs changed"):
         stage02.main(argv)
     os.utime(tmp_path / "scene_graphs.json", ns=(mtime, mtime))  # the old time back: resumed
     capsys.readouterr()
@@ -330,7 +330,7 @@ def test_one_shard_equals_three_resume_and_t_sal_raises_length(tmp_path, monkeyp
     assert resumed[0]["id"] == "x0" and resumed[1:] == [r for r in files.read_jsonl(tmp_path / "one.jsonl")
                                                         if r["image_id"] not in kept]
     # a finished output with other settings: refused too, and replaced with --restart
-    with pytest.raises(SystemExit, match="--per-image 5 then, 2 now"):
+    with pytest.raises(files.DataError, match="--per-image 5 then, 2 now"):
         stage02.main(argv + ["--per-image", "2"])
     stage02.main(argv + ["--per-image", "2", "--restart"])
     restarted = list(files.read_jsonl(again))

@@ -344,6 +344,8 @@ def test_stay_offline_is_the_default(monkeypatch):
 
 
 def test_recipe_demo_sets_the_demos_settings_and_flags_still_win(tmp_path, monkeypatch, capsys):
+    from clid.base.files import DataError
+
     monkeypatch.delenv("CLID_DEMO_STEPS", raising=False)
     train = import_script("04_train_base.py", "recipe_04").parse_args
     select = import_script("06_train_selection.py", "recipe_06").parse_args
@@ -368,7 +370,7 @@ def test_recipe_demo_sets_the_demos_settings_and_flags_still_win(tmp_path, monke
     monkeypatch.setenv("CLID_DEMO_STEPS", "200")
     assert select(pool + ["--recipe", "demo"]).eta == 4
     monkeypatch.setenv("CLID_DEMO_STEPS", "many")
-    with pytest.raises(SystemExit, match="CLID_DEMO_STEPS must be a positive integer"):
+    with pytest.raises(DataError, match="CLID_DEMO_STEPS must be a positive integer"):
         train(files + ["--recipe", "demo"])
     assert capsys.readouterr().err == ""  # (no warning for a warm-up shorter than the run)
 
