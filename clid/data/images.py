@@ -395,7 +395,7 @@ def skip_summary(skipped: list[tuple[str, str]], total: int, shown_first: int = 
     lines = [f"skipped {shown(name)}: {shown(reason)}" for name, reason in skipped[:shown_first]]
     kinds: dict[str, int] = {}
     for _, reason in skipped:
-        kind = reason.split(" (", 1)[0].split(":", 1)[0]
+        kind = re.split(r" \(|:| from ", reason, maxsplit=1)[0]  # (the reason without its particulars)
         kinds[kind] = kinds.get(kind, 0) + 1
     more = " (the first above)" if len(skipped) > shown_first else ""
     lines.append(f"skipped {len(skipped)} of {total} {noun}{more}: "

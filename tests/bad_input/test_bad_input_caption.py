@@ -185,8 +185,8 @@ def float_tiff(path: Path) -> None:
 
 row("caption", "gallery-image-a-file", lambda w, d: gallery_of(w, d, [w.images / "1.png"]), "gallery:", "ok")
 
-row("caption", "gallery-images-file-and-glob", lambda w, d: gallery_of(w, d, [w.images / "1.png", f"{w.images}/*.png"],
-                                                                      "1\n107899\n"), "gallery:", "ok")
+row("caption", "gallery-images-file-and-glob", lambda w, d: gallery_of(w, d, [w.images / "1.png", f"{w.images}/*.png"]),
+    "gallery:", "ok")
 
 row("caption", "gallery-images-glob-matches-nothing", lambda w, d: gallery_of(w, d, [f"{w.images}/*.gif"]),
     "no file or folder matches this pattern")

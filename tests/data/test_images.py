@@ -138,6 +138,11 @@ def test_a_folder_every_image_in_natural_order_and_every_other_entry_skipped_wit
         "notes.txt": f"not an image by its name (.txt; images end in {', '.join(IMAGE_SUFFIXES)})"}
     lines = skip_summary(found.skipped, 6)
     assert lines[-1] == "skipped 3 of 6 files: 1 hidden; 1 a symbolic link that points nowhere; 1 not an image by its name"
+    floats = [(f"{k}.tif", f"holds floating-point pixels from {k} to {k} (mode F): scale them") for k in (2, 3)]
+    lines = skip_summary(floats + found.skipped, 9, shown_first=1)
+    assert lines == ["skipped 2.tif: holds floating-point pixels from 2 to 2 (mode F): scale them",
+                     "skipped 5 of 9 files (the first above): 2 holds floating-point pixels; 1 hidden; 1 a symbolic link "
+                     "that points nowhere; 1 not an image by its name"]
 
 
 def test_files_several_sources_and_globs(photos, tmp_path):
