@@ -52,7 +52,8 @@ def match_files(image_ids, listing, names: dict[str, str] | None = None, ids: st
         if hit is None:
             named = f"neither {wanted} (as the captions file names it) nor " if wanted else ""
             skipped = [f"; {shown(name)} was skipped: {shown(reason)}" for name, reason in listing.skipped
-                       if image_id in (keep_key(Path(name).name), auto_key(Path(name).name) if ids == "auto" else None)]
+                       if image_id in (Path(name).stem, keep_key(Path(name).name),
+                                       auto_key(Path(name).name) if ids == "auto" else None)]
             raise DataError("--images", f"image {image_id}", f"no image file: {named}{image_id}.jpg, {image_id}.png, "
                                                              "... (an image's id is its file name without extension)"
                                                              + "".join(skipped[:1]))

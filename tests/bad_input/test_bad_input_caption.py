@@ -64,7 +64,7 @@ CAPTION_ROWS = [
     ("decode-steps-count", lambda w, d: ["--decode-steps", "1", "2"], "one number per level (7)"),
     ("limit-zero", lambda w, d: ["--limit", "0"], "argument --limit: must be a positive integer"),
     ("out-not-jsonl", lambda w, d: ["--out", d / "captions.txt"], "must end in .jsonl"),
-    ("gallery-is-out", lambda w, d: ["--gallery", d / "captions.jsonl"], "is also the input --out"),
+    ("gallery-is-out", lambda w, d: ["--gallery", d / "captions.jsonl"], "is both --out and --gallery"),
     ("images-without-gallery", lambda w, d: ["--images", w.images], "give --gallery"),
     ("gallery-no-image-folder", lambda w, d: ["--ids", write(d, "ids.txt", "1\n"), "--gallery", d / "g.html", "--images", d / "nope"],
      "--images: no such file or folder"),
