@@ -243,9 +243,10 @@ def write_jsonl(path, records: Iterable[dict]) -> int:
 # Ordering shared by the writers and the shard merge, so 1 shard and N shards give equal files.
 
 def natural_key(value) -> tuple:
-    """Sort key that orders "img2" before "img10" and numbers numerically."""
-    parts = re.split(r"(\d+)", str(value))
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts if p != "")
+    """Sort key that orders "img2" before "img10" and numbers numerically (ASCII digits only: "room101²" is
+    "room", 101, "²")."""
+    parts = re.split(r"([0-9]+)", str(value))
+    return tuple((0, int(p), "") if p.isascii() and p.isdigit() else (1, 0, p) for p in parts if p != "")
 
 
 def jsonl_order_key(record: dict) -> tuple:

@@ -7,10 +7,14 @@
     writer.caption(["42", "43"])               # {"42": {1: ..., ..., 7: ...}, "43": {...}}
     writer.caption(Regions(features, boxes, width, height), levels=[2])   # regions held in memory
     writer.caption_images(["photo.jpg", pil_image], levels=[1, 3, 6])     # [{1: ..., 3: ..., 6: ...}, {...}]
+    writer.caption_images(image_files("photos", "more/*.png"))           # every image of a folder, files, globs
 
 Each caption is a :class:`Caption`: its text (a ``str``), with its ``length`` (counted as 07 counts it)
 and ``in_range`` (inside its level). :meth:`CaptionWriter.caption_images` computes the region features
-of image files or PIL images on the fly, with the encoder the checkpoint was trained on (``clid.features``).
+of image files, PIL images or NumPy arrays on the fly, with the encoder the checkpoint was trained on
+(``clid.features``), each read as the caption command reads it (:func:`clid.data.images.read_image`:
+upright, in 8-bit RGB as a person sees it). :func:`image_files` lists the image files of folders, files
+and globs as the command does (:data:`IMAGE_SUFFIXES`).
 
 :meth:`CaptionWriter.decode` is the batched form the caption command (``python -m clid.caption``,
 :mod:`clid.caption.__main__`) and ``07_eval.py`` use; :func:`caption_records` turns its output
@@ -29,11 +33,12 @@ from pathlib import Path
 
 from clid.base.files import DataError, natural_key
 from clid.base.text import get_levels, level_set_name
+from clid.data.images import IMAGE_SUFFIXES
 from clid.data.store import FeatureStore, Regions, check_features_match, region_problem
 from clid.evaluation.metrics import length_control
 
-__all__ = ["Caption", "CaptionWriter", "MemoryRegions", "Regions", "add_decoding_args", "caption_records",
-           "check_features", "decode_steps", "default_device", "encoder_settings"]
+__all__ = ["IMAGE_SUFFIXES", "Caption", "CaptionWriter", "ImageFiles", "MemoryRegions", "Regions", "add_decoding_args",
+           "caption_records", "check_features", "decode_steps", "default_device", "encoder_settings", "image_files"]
 
 
 BATCH_SIZE = 64  # images decoded together (--batch-size auto on the CPU)
@@ -100,6 +105,32 @@ def check_features(config, store: FeatureStore, checkpoint=None) -> None:
         model = f"the checkpoint {checkpoint}" if checkpoint else "the model"
         found = f"{classes} class probabilities per region" if classes else "no class probabilities (cls_prob)"
         raise DataError(store.path, None, f"has {found}, but {model} reads {config.num_classes}")
+
+
+class ImageFiles(list):
+    """The image files :func:`image_files` found (a list of paths), with ``skipped``: ``(name, reason)`` of every
+    other entry of the folders searched."""
+
+    skipped: list[tuple[str, str]]
+
+
+def image_files(*paths_or_globs) -> ImageFiles:
+    """The image files (paths, in order) of folders (searched recursively), files and globs, as ``python -m
+    clid.caption --images`` finds them: every file whose name ends in one of :data:`IMAGE_SUFFIXES`; what else a
+    folder holds (hidden files, other files, links that point nowhere) is in ``.skipped`` with its reason, and
+    one warning counts it. A path that does not exist, or a glob that matches nothing, is a DataError."""
+    import warnings
+
+    from clid.data.images import find_images, shown
+
+    found = find_images(paths_or_globs, "image_files")
+    files = ImageFiles(f.path for f in found.files)
+    files.skipped = found.skipped
+    if found.skipped:
+        first = ", ".join(f"{shown(name)} ({shown(reason)})" for name, reason in found.skipped[:3])
+        warnings.warn(f"image_files: {len(found.skipped)} entries are not read as images: {first}"
+                      + (", ..." if len(found.skipped) > 3 else "") + " (all in .skipped)", stacklevel=2)
+    return files
 
 
 class Caption(str):
@@ -251,32 +282,43 @@ class CaptionWriter:
         return by_image[ids[0]] if one else by_image
 
     def caption_images(self, images, levels=None, grid: int = 4):
-        """Captions (:class:`Caption`), by level, of image files or PIL images, their region features
-        computed on the fly by the encoder the checkpoint was trained on (the whole image and a ``grid``
-        x ``grid`` grid of boxes, as ``python -m clid.features --boxes grid 4``): ``{level: caption}`` for
-        one image, else a list of them in order. An unreadable file is one ValueError naming it."""
+        """Captions (:class:`Caption`), by level, of images: image files, PIL images or NumPy arrays (H x W x 3
+        or H x W uint8), each read as the caption command reads it (:func:`clid.data.images.read_image`:
+        upright, in 8-bit RGB), their region features computed on the fly by the encoder the checkpoint was
+        trained on (the whole image and a ``grid`` x ``grid`` grid of boxes, as ``python -m clid.features
+        --boxes grid 4``): ``{level: caption}`` for one image, else a list of them in order. The arguments
+        are checked first, as the command checks its flags; an image that cannot be read (anything else, an
+        unreadable or too large file) is one DataError (a ValueError) naming it; an animated file's first
+        frame is read, with a warning."""
+        import warnings
+
+        import numpy as np
         from PIL import Image
 
         from clid.data.encoder import RegionFeatures, grid_boxes
-        from clid.data.images import convert_image
+        from clid.data.images import read_image
+        from clid.features.__main__ import grid_problem
 
-        one = isinstance(images, (str, Path, Image.Image))
+        if problem := grid_problem(grid, "grid"):
+            raise ValueError(problem)
+        levels = self.select_levels(levels)
+        one = isinstance(images, (str, Path, Image.Image, np.ndarray))
+        if not one and not isinstance(images, (list, tuple)) and not hasattr(images, "__iter__"):
+            raise DataError("images", None, f"is {type(images).__name__}: give an image (a file's path, a PIL image, "
+                                            "a NumPy array) or a list of them")
         items = [images] if one else list(images)
         pictures = []
-        for item in items:
-            if isinstance(item, Image.Image):
-                pictures.append(convert_image(item, "RGB"))
-                continue
-            try:
-                with Image.open(item) as image:
-                    pictures.append(convert_image(image, "RGB"))
-            except (OSError, ValueError) as err:
-                raise ValueError(f"{item}: not a readable image ({err})") from None
-        if self.encoder is None:
+        for k, item in enumerate(items):
+            where = str(item) if isinstance(item, (str, Path)) else "image" if one else f"images[{k}]"
+            picture, note = read_image(item, where)
+            if note:
+                warnings.warn(f"{where}: {note}", stacklevel=2)
+            pictures.append(picture)
+        if self.encoder is None:  # (loaded once every image has been read)
             from clid.model.checkpoints import read_config
 
             config = read_config(self.checkpoint) if self.checkpoint else {"model": self.model.config.to_json()}
-            self.encoder = RegionFeatures(**encoder_settings(config, self.checkpoint or "(in memory)"))
+            self.encoder = RegionFeatures(**encoder_settings(config, self.checkpoint or "(in memory)"), device=self.device)
         regions = {}
         for start in range(0, len(pictures), 16):  # a few images' crops encoded together
             part = pictures[start:start + 16]
@@ -301,8 +343,9 @@ def describe_levels(levels) -> str:
     return ", ".join(f"{low}-{high}" for low, high in get_levels(levels)) + " tokens"
 
 
-def caption_records(captions, filled, levels, tokenizer=None, strict: bool = False) -> list[dict]:
-    """The generated-captions JSONL lines of decoded captions: ``image_id``, ``level``, ``caption``,
+def caption_records(captions, filled, levels, tokenizer=None, strict: bool = False, files=None) -> list[dict]:
+    """The generated-captions JSONL lines of decoded captions: ``image_id`` (and ``file``, its file name, where
+    ``files`` (image id -> name) knows it), ``level``, ``caption``,
     ``length`` (counted as 07 counts it: WordPiece tokens and the final "."; a caption that filled its
     level without "." has no final "." unless ``strict``), ``in_range`` and ``filled``; ordered by image
     id, then level. ``levels``: the checkpoint's level set."""
@@ -315,7 +358,10 @@ def caption_records(captions, filled, levels, tokenizer=None, strict: bool = Fal
                 continue
             length = control[level].lengths.get(image_id, 0)  # 0: no word in the caption
             low, high = get_levels(levels)[level - 1]
-            rows.append({"image_id": image_id, "level": level, "caption": captions[level][image_id],
-                         "length": length, "in_range": low <= length <= high,
-                         "filled": image_id in filled.get(level, ())})
+            row = {"image_id": image_id, "file": (files or {}).get(image_id), "level": level,
+                   "caption": captions[level][image_id], "length": length, "in_range": low <= length <= high,
+                   "filled": image_id in filled.get(level, ())}
+            if row["file"] is None:
+                del row["file"]
+            rows.append(row)
     return rows

@@ -6,16 +6,24 @@
     python -m clid.caption --checkpoint runs/quick/model --images photos/ --out captions.jsonl   (no feature file)
 
 In:  a checkpoint folder (04, 06); the region-feature file of the images (``python -m clid.features``),
-     or without ``--features`` the image folder ``--images``, whose features are computed first with the
-     encoder the checkpoint was trained on (the whole image and a ``--grid`` grid of boxes; written to
-     ``OUT.features.h5`` beside the captions, as ``python -m clid.features --boxes grid N`` writes them);
-     optionally ``--ids``: the image ids to caption (one a line, a JSON list, or a captions file whose
-     ``--split`` images are taken, default test); without it, every image of the feature file.
-Out: ``--out captions.jsonl``, one line per image and level: ``image_id``, ``level``, ``caption``,
-     ``length`` (tokens as 07 counts them), ``in_range`` (inside the level asked for) and ``filled``
-     (the caption filled its level without "."), ordered by image id then level. It is the file
-     ``07_eval.py --generated`` scores. With ``--gallery``: an HTML page of each image (``--images``)
-     beside its caption at every level, one column per run (``--compare NAME=FILE`` adds earlier runs).
+     or without ``--features`` the images of ``--images`` (folders, files, globs), whose features are
+     computed first with the encoder the checkpoint was trained on (the whole image and a ``--grid`` grid
+     of boxes; written to ``OUT.features.h5`` beside the captions, as ``python -m clid.features --boxes grid
+     N`` writes them; a file there that this command did not write for these images and settings is
+     refused, never replaced). Every file under ``--images`` is captioned or named in the summary with why
+     not (hidden, not an image, a link that points nowhere, unreadable, too large, a name that cannot be
+     an id; an animated GIF or PNG: its first frame, said so). An image's id is its file name without
+     extension, but for ``--image-ids auto`` (the default, as ``clid.features --ids auto``): a zero-padded
+     number or a COCO file name gives the COCO id (``0042.png`` -> ``42``); ``--image-ids keep`` keeps the
+     name. Optionally ``--ids``: the image ids to caption (one a line, a JSON list, or a captions file
+     whose ``--split`` images are taken, default test); without it, every image of the feature file.
+Out: ``--out captions.jsonl``, one line per image and level: ``image_id`` (and ``file``, its file name,
+     where known), ``level``, ``caption``, ``length`` (tokens as 07 counts them), ``in_range`` (inside the
+     level asked for) and ``filled`` (the caption filled its level without "."), ordered by image id then
+     level. It is the file ``07_eval.py --generated`` scores. With ``--gallery``: an HTML page of each
+     image (``--images``) beside its caption at every level, one column per run (``--compare NAME=FILE``
+     adds earlier runs); its thumbnails hold pixels alone (no EXIF, comment or profile) and it names files
+     relative to the page, or by their names. No output may be an input or another output (links followed).
 
 Only the levels asked for are decoded (``--levels all``: every level of the checkpoint), in batches, on
 ``--device``. Sharded like 01/02/03/05: ``--shard-id/--num-shards`` (SLURM array defaults), resumable
@@ -28,9 +36,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clid.base.files import DataError, check_not_input, natural_key, read_jsonl, write_jsonl
+from clid.base.files import DataError, check_not_input, natural_key, read_jsonl, resolved, write_jsonl
 from clid.caption import BLOCK_NGRAM, CaptionWriter, add_decoding_args, caption_records, decode_steps, describe_levels
-from clid.caption.gallery import THUMBNAIL_SIDE, image_files, is_gallery, thumbnail, write_gallery
+from clid.caption.gallery import THUMBNAIL_SIDE, is_gallery, match_files, page_name, thumbnail, write_gallery
+from clid.data.images import IMAGE_SUFFIXES, ImageList, find_images, shown, skip_summary
 from clid.data.store import FeatureStore, add_bad_features_arg
 from clid.features.__main__ import MAX_GRID
 from clid.run import runs, runtime, shard
@@ -44,11 +53,16 @@ def parse_args(argv=None):
     inputs.add_argument("--checkpoint", required=True, help="checkpoint folder (04_train_base.py, 06_train_selection.py)")
     inputs.add_argument("--features", default=None,
                         help="region-feature HDF5 of the images (without it: computed from the images of --images)")
-    inputs.add_argument("--images", default=None, metavar="DIR",
-                        help="image folder: shown in the gallery (files named after the image ids, or as the captions "
-                             "file of --ids names them); without --features, the images to caption")
+    inputs.add_argument("--images", default=None, nargs="+", metavar="PATH",
+                        help="image folders (searched recursively), files or globs ('photos/*.png'): without --features, "
+                             "the images to caption; with it, shown in the gallery (files named after the image ids, or "
+                             "as the captions file of --ids names them)")
     inputs.add_argument("--grid", type=number(int, low=1, high=MAX_GRID, what=f"an integer in 1..{MAX_GRID}"), default=4,
                         metavar="N", help="--images without --features: the boxes of each image, an N x N grid")
+    inputs.add_argument("--image-ids", choices=["auto", "keep"], default="auto",
+                        help="--images without --features: how a file name becomes an image id: auto: a zero-padded "
+                             "number or a COCO file name gives the COCO id (0042.png -> 42); keep: the file name "
+                             "without its extension (clid.features --ids)")
     add_bad_features_arg(inputs)
     inputs.add_argument("--ids", default=None,
                         help="image ids to caption: one a line, a JSON list, or a captions file (Karpathy, COCO or "
@@ -85,7 +99,7 @@ def parse_args(argv=None):
     if Path(args.out).suffix != ".jsonl":
         p.error(f"--out {args.out}: the captions file must end in .jsonl")
     if not args.features and not args.images:
-        p.error("give --features (the images' region features) or --images (a folder of images)")
+        p.error("give --features (the images' region features) or --images (image folders, files or globs)")
     if not args.gallery and args.compare:
         p.error("--compare is for the gallery: give --gallery FILE too")
     if args.features and args.images and not args.gallery:
@@ -150,25 +164,101 @@ def read_compare(entry: str, levels) -> tuple[str, dict]:
     return name, {(str(r["image_id"]), int(r["level"])): r for r in read_jsonl(path)}
 
 
-def compute_features(args) -> str:
-    """``--images`` without ``--features``: the region features of the folder's images, computed by the
-    encoder the checkpoint was trained on into ``OUT.features.h5`` (``python -m clid.features``); its path."""
+CAPTION = "python -m clid.caption"  # the writer the run record of the features it computes names
+
+
+def features_path(out) -> Path:
+    """``OUT.features.h5``: where the caption command computes the features of ``--images`` (``captions.jsonl`` ->
+    ``captions.features.h5``)."""
+    return Path(out).with_suffix(".features.h5")
+
+
+def check_outputs(args, listing: ImageList | None, computed: Path | None) -> None:
+    """Refuse, before anything is written, an output (``--out``, ``--gallery``, the features file computed
+    beside ``--out``) that is an input (the checkpoint and its files, ``--features``, ``--ids``, ``--compare``,
+    an image or an ``--images`` folder) or another output, links followed; and a gallery that a later
+    ``--images`` search would read as an image."""
+    outputs = [("--out", Path(args.out))]
+    if args.gallery:
+        outputs.append(("--gallery", Path(args.gallery)))
+    if computed is not None:
+        outputs.append((f"(the features file this run computes beside --out {args.out})", computed))
+    checkpoint = Path(args.checkpoint)
+    inputs = {"--checkpoint": [checkpoint] + (sorted(checkpoint.iterdir()) if checkpoint.is_dir() else []),
+              "--features": args.features, "--ids": args.ids, "--compare": [e.partition("=")[2] for e in args.compare],
+              "--images": list(args.images or []) + [f.path for f in (listing.files if listing else [])]}
+    for flag, path in outputs:
+        check_not_input(path, inputs, flag if flag.startswith("--") else f"{flag}: {path}")
+    for k, (flag, path) in enumerate(outputs):
+        for other, there in outputs[k + 1:]:
+            if resolved(path) == resolved(there):
+                raise DataError(there, None, f"is both {flag} and {other}: one run never writes two outputs to one "
+                                             "file; give another path")
+    if args.gallery and args.images and Path(args.gallery).name.lower().endswith(IMAGE_SUFFIXES):
+        folders = [resolved(i) for i in args.images if Path(i).is_dir()]
+        if any(resolved(args.gallery).is_relative_to(f) for f in folders):
+            raise DataError(args.gallery, None, "--gallery: an image file name inside an --images folder: the next run "
+                                                "would read the page as an image; give a .html file")
+
+
+def earlier_output(out: Path) -> bool:
+    """Whether an earlier run left captions (or their chunks or shard parts) at ``out``."""
+    return out.exists() or any(out.parent.glob(f"{out.name}.chunk-*")) or any(out.parent.glob(f"{out.name}.part-*"))
+
+
+def image_changes(before: dict, now: dict) -> str:
+    """What changed between two runs' image files (their run records' ``--images``), in words."""
+    added = [n for n in now if n not in before]
+    removed = [n for n in before if n not in now]
+    edited = [n for n in now if n in before and now[n] != before[n]]
+    parts = [f"{len(names)} {what} ({', '.join(shown(n) for n in names[:3])}{', ...' if len(names) > 3 else ''})"
+             for what, names in (("added", added), ("removed", removed), ("edited", edited)) if names]
+    return "images " + ", ".join(parts) if parts else ""
+
+
+def compute_features(args, listing: ImageList, path: Path) -> tuple[str, dict | None]:
+    """``--images`` without ``--features``: the region features of the images, computed by the encoder the
+    checkpoint was trained on into ``path`` (``OUT.features.h5``, as ``python -m clid.features`` computes
+    them), or the file there when it holds them already. A file there that this command did not write is
+    refused, never replaced; one it wrote for other images or settings is computed again with --restart
+    alone; either refusal comes before anything is written. Returns its path and its run record."""
     from clid.caption import encoder_settings
     from clid.features import __main__ as features
     from clid.model.checkpoints import read_config
+    from clid.run.runs import record_differences
 
     if shard.Shard.from_args(args).num_shards > 1:
         raise DataError(None, None, "a sharded run reads one feature file: compute it first (python -m clid.features "
                                     "--images DIR --boxes grid N --out FILE), then give --features FILE")
     settings = encoder_settings(read_config(args.checkpoint), args.checkpoint)
-    path = str(Path(args.out).with_suffix(".features.h5"))
-    argv = ["--images", args.images, "--boxes", "grid", str(args.grid), "--out", path,
-            "--colour-bins", str(settings["colour_bins"])]
-    if features.up_to_date(features.parse_args(argv)):
-        print(f"{path}: the region features of {args.images} are up to date")
-    else:
-        features.main(argv)
-    return path
+    argv = ["--images", *map(str, args.images), "--boxes", "grid", str(args.grid), "--out", str(path),
+            "--colour-bins", str(settings["colour_bins"]), "--ids", args.image_ids]
+    fargs = features.parse_args(argv + (["--device", args.device] if args.device else []))
+    earlier = features.read_record(path)
+    if path.exists() or path.is_symlink():
+        if features.up_to_date(fargs, listing, writers=(CAPTION, features.COMMAND)):
+            print(f"{path}: the region features of these images are up to date")
+            for line in skip_summary([tuple(s) for s in earlier.get("skipped", [])], len(earlier.get("images", {}))
+                                     + len(earlier.get("skipped", []))):
+                print(line)
+            return str(path), earlier
+        if earlier is None or earlier.get("command") != CAPTION:
+            who = f"{earlier.get('command') or 'another command'} wrote it" if earlier else "it has no run record"
+            raise DataError(path, None, f"exists and this command did not write it ({who}): it computes the features "
+                                        f"of --images there, and never replaces a file it did not write; give another "
+                                        f"--out, or caption with --features {path}")
+        fresh = features.features_record(fargs, listing)
+        changes = [image_changes(earlier.get("inputs", {}).get("--images", {}), fresh["inputs"]["--images"])]
+        changes += [d for d in record_differences({**earlier, "inputs": {}}, {**fresh, "inputs": {}})]
+        why = "; ".join(c for c in changes if c) or "other images or settings"
+        if not args.restart:
+            raise DataError(path, None, f"holds the features of an earlier run's images or settings ({why}): --restart "
+                                        "computes them again, and the captions")
+        print(f"--restart: computing the features again ({why})")
+    elif earlier_output(Path(args.out)) and not args.restart:
+        raise DataError(args.out, None, f"an earlier run left captions here, and the features file it read ({path}) is "
+                                        "not there: --restart computes both again")
+    return str(path), features.compute(fargs, listing, writer=CAPTION)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,19 +266,24 @@ def compute_features(args) -> str:
 def main(argv=None) -> None:
     args = parse_args(argv)
     out = Path(args.out)
+    listing = find_images(args.images) if args.images else None
+    computed = None if args.features else features_path(out)
+    check_outputs(args, listing, computed)
     if args.gallery:
-        check_not_input(args.gallery, {"--out": args.out, "--features": args.features, "--ids": args.ids,
-                                       "--compare": [e.partition("=")[2] for e in args.compare]}, "--gallery")
         if Path(args.gallery).is_dir():
             raise DataError(None, None, f"--gallery {args.gallery} is a folder; give the HTML file to write")
         if Path(args.gallery).exists() and not is_gallery(args.gallery) and not args.restart:
             raise DataError(None, None, f"--gallery {args.gallery} exists and is not a gallery this command wrote: "
                                         "give another file, or --restart to replace it")
-    check_not_input(out, {"--compare": [e.partition("=")[2] for e in args.compare]})
 
     # 1. the images, the checkpoint and the levels to decode, all checked before any work
-    if not args.features:
-        args.features = compute_features(args)
+    if computed is not None:
+        args.features, features_record = compute_features(args, listing, computed)
+    else:
+        from clid.features.__main__ import read_record
+
+        features_record = read_record(args.features)
+    files = dict((features_record or {}).get("images") or {})  # image id -> its file name, where known
     store = FeatureStore(args.features, bad=args.bad_features)
     ids, names = read_ids(args, store)
     plan = runtime.device_plan(args.device, args.precision)
@@ -205,8 +300,15 @@ def main(argv=None) -> None:
     name = args.name or Path(args.checkpoint).resolve().name
     compare = [read_compare(entry, writer.levels) for entry in args.compare] if args.gallery else []
     thumbnails = None
-    if args.gallery and args.images:  # every image read now: an unreadable one stops the run before it starts
-        thumbnails = {i: thumbnail(path, i, args.thumbnail) for i, path in image_files(ids, args.images, names).items()}
+    if args.gallery and listing is not None:  # every image read now: an unreadable one stops the run before it starts
+        if computed is not None:
+            by_name = {f.name: f for f in listing.files}
+            found = {i: by_name[files[i]] for i in ids if files.get(i) in by_name}
+        else:
+            found = match_files(ids, listing, names, args.image_ids)
+        files.update({i: f.name for i, f in found.items()})
+        thumbnails = {i: thumbnail(f.path, i, args.thumbnail) for i, f in found.items()}
+    files = {i: files[i] for i in ids if i in files}
 
     # 2. decode this shard's images in resumable chunks; the last shard to finish merges
     record = runs.run_record(args, inputs=("checkpoint", "features", "ids"), settings=(
@@ -224,7 +326,7 @@ def main(argv=None) -> None:
     def caption_chunk(chunk: shard.Chunk) -> None:
         captions, filled = writer.decode(chunk.items, args.levels, progress=chunk.progress)
         write_jsonl(chunk.path, caption_records(captions, filled, writer.levels, tokenizer,
-                                                strict=args.length_count == "strict"))
+                                                strict=args.length_count == "strict", files=files))
 
     done = job.run(ids, caption_chunk, "caption", "img")
     if bad_line := store.skip_report():
@@ -244,13 +346,19 @@ def main(argv=None) -> None:
             print(f"  level {level} ({low}-{high} tokens): {sum(r['in_range'] for r in at)} of {len(at)} in range, "
                   f"mean length {sum(r['length'] for r in at) / len(at):.1f}")
     if args.gallery:
-        shown = sorted({str(r["image_id"]) for r in records}, key=natural_key)
+        seen = sorted({str(r["image_id"]) for r in records}, key=natural_key)
         own = {(str(r["image_id"]), r["level"]): r for r in records}
-        notes = [f"{len(shown)} images; levels {', '.join(map(str, args.levels))} of {describe_levels(writer.levels)}"]
-        notes += [f"{n}: {path}" for n, _, path in (e.partition("=") for e in args.compare)]
-        notes += [f"{name}: {args.checkpoint}"]
-        write_gallery(args.gallery, shown, compare + [(name, own)], writer.levels, args.levels, thumbnails, notes=notes)
+        notes = [f"{len(seen)} images; levels {', '.join(map(str, args.levels))} of {describe_levels(writer.levels)}"]
+        notes += [f"{n}: {page_name(path, args.gallery)}" for n, _, path in (e.partition("=") for e in args.compare)]
+        notes += [f"{name}: {page_name(args.checkpoint, args.gallery)}"]
+        write_gallery(args.gallery, seen, compare + [(name, own)], writer.levels, args.levels, thumbnails, notes=notes,
+                      files=files)
         print(f"gallery: {args.gallery}")
+    if computed is not None and features_record:
+        skipped = len(features_record.get("skipped", []))
+        read = len(features_record.get("images", {}))
+        print(f"--images: {read} of {read + skipped} files read" + (f", {skipped} skipped (named above, with why)"
+                                                                   if skipped else ""))
     store.close()
 
 

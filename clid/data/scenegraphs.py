@@ -17,6 +17,7 @@ from pathlib import Path
 
 from clid.base.files import DataError, id_problem, read_json
 from clid.base.text import preprocess
+from clid.data.images import IMAGE_SUFFIXES, auto_key
 from clid.data.records import (
     Relation,
     SceneGraph,
@@ -29,8 +30,6 @@ from clid.data.records import (
     _show,
     _string,
 )
-from clid.data.splits import COCO_FILE_NAME
-from clid.run.cli import is_whole_number
 
 
 def load_image_data(path) -> dict[str, dict]:
@@ -163,23 +162,15 @@ def load_scene_graphs(path, image_data=None, strict: bool = True):
     return graphs if strict else (graphs, problems)
 
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
-
-
 NO_LABEL = {"__background__", "__no_attribute__", "__no_relation__"}  # the labelmaps' index 0
 
 
 def image_key_to_id(key: str) -> str:
-    """A TSV image key as our image id: a COCO file name or a zero-padded number gives the COCO id
-    ("COCO_val2014_000000391895.jpg", "000000391895" -> "391895"); another key only loses an image
-    extension and its folder ("flickr/1000092795.jpg" -> "1000092795")."""
-    stem = key.strip().replace("\\", "/").rsplit("/", 1)[-1]
-    if stem.lower().endswith(IMAGE_SUFFIXES):
-        stem = stem.rsplit(".", 1)[0]
-    match = COCO_FILE_NAME.fullmatch(stem)
-    if match:
-        return str(int(match.group(2)))
-    return str(int(stem)) if is_whole_number(stem) and stem.isdigit() else stem
+    """A TSV image key as our image id, by the one rule of file names (:func:`clid.data.images.auto_key`): a
+    COCO file name or a zero-padded number gives the COCO id ("COCO_val2014_000000391895.jpg",
+    "000000391895" -> "391895"); another key only loses an image extension and its folder
+    ("flickr/1000092795.jpg" -> "1000092795")."""
+    return auto_key(key)
 
 
 def load_labelmap(path) -> dict[str, dict[int, str]]:

@@ -1,6 +1,7 @@
 """Bad input of python -m clid.caption: one row per malformed input (tests/badinput.py runs and checks them)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -63,10 +64,10 @@ CAPTION_ROWS = [
     ("decode-steps-count", lambda w, d: ["--decode-steps", "1", "2"], "one number per level (7)"),
     ("limit-zero", lambda w, d: ["--limit", "0"], "argument --limit: must be a positive integer"),
     ("out-not-jsonl", lambda w, d: ["--out", d / "captions.txt"], "must end in .jsonl"),
-    ("gallery-is-out", lambda w, d: ["--gallery", d / "captions.jsonl"], "is also the input --out"),
+    ("gallery-is-out", lambda w, d: ["--gallery", d / "captions.jsonl"], "is both --out and --gallery"),
     ("images-without-gallery", lambda w, d: ["--images", w.images], "give --gallery"),
     ("gallery-no-image-folder", lambda w, d: ["--ids", write(d, "ids.txt", "1\n"), "--gallery", d / "g.html", "--images", d / "nope"],
-     "no such folder"),
+     "--images: no such file or folder"),
     ("gallery-image-missing", lambda w, d: ["--ids", write(d, "ids.txt", "1\n2\n"), "--gallery", d / "g.html", "--images", w.images],
      "image 2: no image file"),
     ("gallery-image-unreadable", lambda w, d: ["--ids", write(d, "ids.txt", "1\n"), "--gallery", d / "g.html",
@@ -148,7 +149,7 @@ row("caption", "images-of-a-checkpoint-on-foreign-features", lambda w, d: no_fea
 row("caption", "images-sharded-without-features", lambda w, d: no_features(w, d, "--images", w.images, "--num-shards", "2"),
     "a sharded run reads one feature file")
 
-row("caption", "images-missing-folder", lambda w, d: no_features(w, d, "--images", d / "nope"), "cannot compute|no such image folder")
+row("caption", "images-missing-folder", lambda w, d: no_features(w, d, "--images", d / "nope"), "--images: no such file or folder")
 
 for value in ("0", "32", "x"):
     row("caption", f"grid-{value}", lambda w, d, value=value: no_features(w, d, "--images", w.images, "--grid", value),
@@ -158,6 +159,53 @@ row("caption", "block-ngram-0", lambda w, d: w.caption_args(d, "--block-ngram", 
 
 row("caption", "block-ngram-2", lambda w, d: w.caption_args(d, "--block-ngram", "2", "--levels", "2"), "captions of", "ok")
 
+# -- the gallery's --images: files, globs, and what the one reader of images cannot read ----------------------
+def gallery_of(w, d, images, ids="1\n") -> list:
+    return w.caption_args(d, "--ids", write(d, "ids.txt", ids), "--levels", "1", "--gallery", d / "g.html", "--images",
+                          *images)
+
+def odd_images(d: Path, **files) -> Path:
+    """A folder of images made by ``files``: name -> a function of the path that writes it."""
+    folder = d / "odd"
+    folder.mkdir()
+    for name, make in files.items():
+        make(folder / name.replace("_", "."))
+    return folder
+
+def gif(path: Path) -> None:
+    from PIL import Image
+
+    frames = [Image.new("RGB", (16, 12), colour) for colour in ("red", "blue")]
+    frames[0].save(path, save_all=True, append_images=frames[1:])
+
+def float_tiff(path: Path) -> None:
+    from PIL import Image
+
+    Image.fromarray(np.full((12, 16), 300.0, np.float32), "F").save(path)
+
+row("caption", "gallery-image-a-file", lambda w, d: gallery_of(w, d, [w.images / "1.png"]), "gallery:", "ok")
+
+row("caption", "gallery-images-file-and-glob", lambda w, d: gallery_of(w, d, [w.images / "1.png", f"{w.images}/*.png"]),
+    "gallery:", "ok")
+
+row("caption", "gallery-images-glob-matches-nothing", lambda w, d: gallery_of(w, d, [f"{w.images}/*.gif"]),
+    "no file or folder matches this pattern")
+
+row("caption", "gallery-image-animated-gif", lambda w, d: gallery_of(w, d, [odd_images(d, **{"1_gif": gif})]), "gallery:", "ok")
+
+row("caption", "gallery-image-broken-link", lambda w, d: gallery_of(w, d, [odd_images(d, **{"1_png": lambda p: p.symlink_to(
+    d / "gone.png")})]), "image 1: no image file: 1.jpg, 1.png, ... (an image's id is its file name without extension); "
+                         "1.png was skipped: a symbolic link that points nowhere")
+
+row("caption", "gallery-image-text-file", lambda w, d: gallery_of(w, d, [odd_images(d, **{"1_txt": lambda p: p.write_text("hi")})]),
+    "1.txt was skipped: not an image by its name")
+
+row("caption", "gallery-image-floats-beyond-one", lambda w, d: gallery_of(w, d, [odd_images(d, **{"1_tif": float_tiff})]),
+    "image 1: holds floating-point pixels from 300 to 300 (mode f)")
+
+row("caption", "gallery-image-unreadable-permissions", lambda w, d: gallery_of(w, d, [odd_images(d, **{"1_png": lambda p: (
+    copy_to(w.images / "1.png", p.parent, "1.png"), p.chmod(0))})]), "image 1: cannot be read as an image|gallery:",
+    "error" if os.geteuid() else "ok")
 
 @pytest.mark.parametrize("row", table.params())
 def test_bad_input(row: Row, world: World, tmp_path):

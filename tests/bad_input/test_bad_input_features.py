@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +92,7 @@ ENCODER_CASES = [  # (name, make(w, d) -> argv, fragment)
     ("boxes-not-grid", lambda w, d: ["--images", w.images, "--boxes", "tiles", "3", "--out", d / "f.h5"], "--boxes takes 'grid n'"),
     ("no-box-source", lambda w, d: ["--images", w.images, "--out", d / "f.h5"], "one of the arguments --scene-graphs --detections --boxes"),
     ("two-box-sources", lambda w, d: ["--images", w.images, "--boxes", "grid", "2", "--detections", d / "x.json", "--out", d / "f.h5"], "not allowed with"),
-    ("images-missing", lambda w, d: ["--images", d / "nope", "--boxes", "grid", "2", "--out", d / "f.h5"], "no such image folder"),
+    ("images-missing", lambda w, d: ["--images", d / "nope", "--boxes", "grid", "2", "--out", d / "f.h5"], "--images: no such file or folder"),
     ("detections-short-box", lambda w, d: ["--images", w.images, "--detections", write(d, "x.json", {"1.png": [[1, 2, 3]]}), "--out", d / "f.h5"],
      "image 1.png box 0: a box must be four numbers"),
     ("detections-conf-word", lambda w, d: ["--images", w.images, "--detections", write(d, "x.json", {"1": [{"rect": [1, 2, 3, 4], "conf": "high"}]}), "--out", d / "f.h5"],
@@ -118,7 +119,7 @@ for name, make, fragment in ENCODER_CASES:
 VG_SAMPLE = FIXTURES / "vg_scene_graphs_sample.json"
 
 row("features", "images-missing-graphs", lambda w, d: ["--images", d / "nope", "--scene-graphs", VG_SAMPLE, "--out", d / "f.h5"],
-    "no such image folder")
+    "--images: no such file or folder")
 
 row("features", "no-image-of-a-graph", lambda w, d: ["--images", (d / "empty").mkdir() or d / "empty", "--scene-graphs", VG_SAMPLE,
                                                       "--out", d / "f.h5"], "no image with boxes")
@@ -365,6 +366,70 @@ row("features", "convert-float16-overflow-as-bfloat16", lambda w, d: convert_arg
                                                                                   extra=["--dtype", "bfloat16"]),
     "wrote the region features of 2 images", "ok")
 
+# -- --images: files, globs, and every file the one reader of images cannot read, accounted for ------------
+def with_odd_file(w: World, d: Path, name: str, make) -> Path:
+    """The world's two images and one more file, ``name``, made by ``make(path)``."""
+    folder = d / "images"
+    shutil.copytree(w.images, folder)
+    make(folder / name)
+    return folder
+
+def animated_gif(path: Path) -> None:
+    from PIL import Image
+
+    frames = [Image.new("RGB", (16, 12), colour) for colour in ("red", "blue")]
+    frames[0].save(path, save_all=True, append_images=frames[1:])
+
+def image_of(mode: str, value):
+    def make(path: Path) -> None:
+        from PIL import Image
+
+        Image.fromarray(np.full((12, 16), value, np.float32 if mode == "F" else np.int32), mode).save(path)
+    return make
+
+def odd_grid(w, d, name, make, *extra) -> list:
+    return ["--images", with_odd_file(w, d, name, make), *GRID_2, "--out", d / "f.h5", *extra]
+
+row("features", "images-a-file", lambda w, d: ["--images", w.images / "1.png", *GRID_2, "--out", d / "f.h5"],
+    "wrote the region features of 1 images", "ok")
+
+row("features", "images-a-file-and-a-glob", lambda w, d: ["--images", w.images / "1.png", f"{w.images}/*.png", *GRID_2,
+                                                          "--out", d / "f.h5"], "wrote the region features of 2 images", "ok")
+
+row("features", "images-glob-matches-nothing", lambda w, d: ["--images", f"{w.images}/*.jpg", *GRID_2, "--out", d / "f.h5"],
+    "no file or folder matches this pattern")
+
+row("features", "images-broken-link", lambda w, d: odd_grid(w, d, "3.png", lambda p: p.symlink_to(d / "gone.png")),
+    "skipped 3.png: a symbolic link that points nowhere", "skip")
+
+row("features", "images-text-file", lambda w, d: odd_grid(w, d, "notes.txt", lambda p: p.write_text("hi")),
+    "skipped notes.txt: not an image by its name (.txt", "skip")
+
+row("features", "images-hidden-file", lambda w, d: odd_grid(w, d, ".3.png", lambda p: shutil.copy(w.images / "1.png", p)),
+    "skipped .3.png: hidden", "skip")
+
+row("features", "images-not-an-image", lambda w, d: odd_grid(w, d, "3.png", lambda p: p.write_bytes(b"\x89PNG not really")),
+    "skipped 3.png: cannot be read as an image", "skip")
+
+row("features", "images-animated-gif", lambda w, d: odd_grid(w, d, "3.gif", animated_gif),
+    "note: 3.gif: animated (2 frames): its first frame taken", "ok")
+
+row("features", "images-floats-beyond-one", lambda w, d: odd_grid(w, d, "3.tif", image_of("F", 300.0)),
+    "skipped 3.tif: holds floating-point pixels from 300 to 300 (mode f)", "skip")
+
+row("features", "images-floats-in-range", lambda w, d: odd_grid(w, d, "3.tif", image_of("F", 0.5)),
+    "wrote the region features of 3 images", "ok")
+
+row("features", "images-32-bit-beyond-16", lambda w, d: odd_grid(w, d, "3.tif", image_of("I", 70000)),
+    "skipped 3.tif: holds 32-bit integer pixels from 70000 to 70000 (mode i)", "skip")
+
+row("features", "images-none-readable", lambda w, d: ["--images", with_odd_file(w, d, "3.png", lambda p: p.write_bytes(b"")) / "3.png",
+                                                      *GRID_2, "--out", d / "f.h5"], "none of the 1 images with boxes could be read")
+
+row("features", "images-out-is-an-image", lambda w, d: ["--images", with_odd_file(w, d, "3.txt", lambda p: None), *GRID_2, "--out",
+                                                        d / "images" / "1.png"], "is also the input --images")
+
+row("features", "images-device-unknown", lambda w, d: [*GRID(w, d, d / "f.h5"), "--device", "tpu"], "--device")
 
 @pytest.mark.parametrize("row", table.params())
 def test_bad_input(row: Row, world: World, tmp_path):

@@ -206,6 +206,81 @@ def test_api_bad_levels_ids_and_features(world, tmp_path):
     assert "8 dimensions" in str(err.value) and "of 16" in str(err.value)
 
 
+class PixelEncoder:
+    """Stands in for the checkpoint's encoder (the toy checkpoint reads 16-d features): each region's
+    features are its image's mean colour and size; it keeps the pictures it was given."""
+
+    def __init__(self):
+        self.pictures = []
+
+    def __call__(self, pictures, boxes):
+        self.pictures += pictures
+        out = []
+        for picture, image_boxes in zip(pictures, boxes):
+            pixels = np.asarray(picture, np.float32) / 255.0
+            row = np.resize(np.r_[pixels.mean((0, 1)), picture.width / 100, picture.height / 100], 16)
+            out.append((np.tile(row, (1 + len(image_boxes), 1)).astype(np.float32),
+                        np.array([[0, 0, picture.width, picture.height], *image_boxes], np.float32)))
+        return out
+
+
+def test_api_reads_files_pil_images_and_arrays_as_the_command_reads_them(world, tmp_path):
+    from PIL import Image
+
+    from clid.caption import CaptionWriter, image_files
+
+    writer = CaptionWriter.from_checkpoint(world / "ck", "cpu")
+    writer.encoder = encoder = PixelEncoder()
+    photo = np.asarray(Image.open(world / "images" / "45.png"))
+    sideways = Image.fromarray(np.ascontiguousarray(np.rot90(photo)))  # stored turned left; EXIF 6 turns it back
+    exif = sideways.getexif()
+    exif[0x0112] = 6
+    sideways.save(tmp_path / "phone.jpg", exif=exif.tobytes(), quality=100)
+    Image.fromarray(photo).save(tmp_path / "photo.png")
+    from_file, from_pil, from_array, from_phone = writer.caption_images(
+        [tmp_path / "photo.png", Image.fromarray(photo), photo, str(tmp_path / "phone.jpg")], levels=[1, 2])
+    assert from_file == from_pil == from_array and set(from_file) == {1, 2}
+    assert [p.size for p in encoder.pictures] == [(160, 120)] * 4  # the phone photo read upright
+    np.testing.assert_array_equal(np.asarray(encoder.pictures[2]), photo)
+    assert np.abs(np.asarray(encoder.pictures[3], np.int16) - photo).mean() < 3  # (a JPEG's loss)
+    assert writer.caption_images(photo[:, :, 0], levels=1)[1].level == 1  # H x W: grey, one image
+    # image_files: every image type of a folder, in order (the README's call)
+    assert [p.name for p in image_files(tmp_path)] == ["phone.jpg", "photo.png"]
+    for bad, named in ((5, "images: is int"), ([photo, 5], "images[1]: is int, not an image"),
+                       ([photo.astype(np.float64)], "images[0]: is a NumPy array of shape (120, 160, 3) and type float64"),
+                       (tmp_path / "nope.png", "nope.png: no such image file")):
+        with pytest.raises(ValueError) as caught:  # (a DataError is a ValueError)
+            writer.caption_images(bad, levels=[1])
+        assert named in str(caught.value)
+    with pytest.raises(ValueError, match="grid must be a whole number, not float 2.5"):
+        writer.caption_images(photo, grid=2.5)
+
+
+def test_rows_and_gallery_cards_keep_the_file_name_beside_the_id(world, tmp_path):
+    """Zero-padded names are read as COCO ids (--image-ids auto, as the README states); --images takes a file
+    and a glob together; each caption line and gallery card names the file."""
+    import shutil
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for image_id in ("45", "46", "47"):
+        shutil.copy(world / "images" / f"{image_id}.png", photos / f"00{image_id}.png")
+    (tmp_path / "ids.txt").write_text("45\n46\n47\n")
+    out, page = tmp_path / "c.jsonl", tmp_path / "g.html"
+    caption_main(*common(world, out, "--ids", tmp_path / "ids.txt", "--levels", "1", "--gallery", page, "--images",
+                         photos / "0045.png", f"{photos}/*.png"))
+    assert [(r["image_id"], r["file"]) for r in lines(out)] == [("45", "0045.png"), ("46", "0046.png"), ("47", "0047.png")]
+    text = page.read_text()
+    for image_id in ("45", "46", "47"):
+        assert f'<div class="id">{image_id}</div><div class="file">00{image_id}.png</div>' in text
+    with pytest.raises(DataError, match="image 45: no image file"):  # --image-ids keep: 0045.png is image 0045
+        caption_main(*common(world, tmp_path / "k.jsonl", "--ids", tmp_path / "ids.txt", "--levels", "1", "--gallery",
+                             tmp_path / "k.html", "--images", photos, "--image-ids", "keep"))
+    plain = tmp_path / "plain.jsonl"  # without --images nothing names the files: no "file"
+    caption_main(*common(world, plain, "--ids", tmp_path / "ids.txt", "--levels", "1"))
+    assert all("file" not in r for r in lines(plain))
+
+
 # ---------------------------------------------------------------------------------------------
 # The gallery
 
@@ -335,7 +410,7 @@ def test_bad_input_leaves_no_output(world, tmp_path):
     cases = [
         (["--ids", tmp_path / "ids.txt"], "ids.txt: image nope: no region features in"),
         (["--levels", "8"], "--levels: level 8 is not one of the levels"),
-        (["--gallery", tmp_path / "g.html", "--images", tmp_path / "empty"], "--images: no such folder"),
+        (["--gallery", tmp_path / "g.html", "--images", tmp_path / "empty"], "--images: no such file or folder"),
     ]
     (tmp_path / "ids.txt").write_text("45\nnope\n")
     for extra, message in cases:

@@ -13,6 +13,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -94,14 +95,14 @@ def run_block(block: str, cwd: Path, env: dict, timeout: int = 1800) -> subproce
 
 
 def photos(folder: Path) -> list[str]:
-    """A folder of four real photographs (scikit-image's samples); returns their names."""
+    """A folder of four real photographs (scikit-image's samples), two PNGs and two JPEGs; returns their names."""
     import skimage.data
     from PIL import Image
 
     folder.mkdir()
     names = ["astronaut", "chelsea", "coffee", "rocket"]
-    for name in names:
-        Image.fromarray(getattr(skimage.data, name)()).convert("RGB").save(folder / f"{name}.jpg")
+    for k, name in enumerate(names):
+        Image.fromarray(getattr(skimage.data, name)()).convert("RGB").save(folder / f"{name}.{('png', 'jpg')[k % 2]}")
     return names
 
 
@@ -139,6 +140,7 @@ def test_a_new_users_path_as_the_readme_prints_it(tmp_path, hub):
     records = [json.loads(line) for line in (checkout / "captions.jsonl").read_text().splitlines()]
     assert sorted((r["image_id"], r["level"]) for r in records) == [(n, level) for n in names for level in (1, 3, 6)]
     assert all(isinstance(r["length"], int) and isinstance(r["in_range"], bool) for r in records)
+    assert {r["image_id"]: r["file"] for r in records} == {n: f"{n}.{('png', 'jpg')[k % 2]}" for k, n in enumerate(names)}
     gallery = (checkout / "gallery.html").read_text()
     assert "<h1>Captions at length levels 1, 3 and 6</h1>" in gallery
     assert gallery.count('src="data:image/jpeg;base64,') == 4 and gallery.count("<tr data-control=") == 3
@@ -162,6 +164,16 @@ def test_a_new_users_path_as_the_readme_prints_it(tmp_path, hub):
     in_python = json.loads(proc.stdout.strip().splitlines()[-1])
     in_file = {(r["image_id"], r["level"]): [r["caption"], r["length"], r["in_range"]] for r in records}
     assert in_python == [{str(n): in_file[(name, n)] for n in (1, 3, 6)} for name in sorted(names)]
+
+    # --images takes a file and a glob too; each line names its file
+    proc = subprocess.run([sys.executable, "-m", "clid.caption", "--checkpoint", "runs/quick/model", "--images",
+                           "photos/astronaut.png", "photos/c*", "--levels", "1", "--out", "some.jsonl"],
+                          cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    some = [json.loads(line) for line in (checkout / "some.jsonl").read_text().splitlines()]
+    assert [(r["image_id"], r["file"]) for r in some] == [("astronaut", "astronaut.png"), ("chelsea", "chelsea.jpg"),
+                                                          ("coffee", "coffee.png")]
+    assert "--images: 3 of 3 files read" in proc.stdout
 
     check_the_quick_checkpoints_captions(checkout, env)
     assert requests == []
@@ -277,6 +289,42 @@ def test_every_docs_command_runs_as_written(tmp_path, hub):
     for peer in ("remove", "curriculum"):
         assert (checkout / "runs" / peer / "model.safetensors").is_file(), peer
     assert requests == []
+
+
+def test_the_bert_folder_command_fetches_what_the_labert_preset_reads(tmp_path):
+    """docs/running.md's COCO blocks fill --bert with one `hf download` of the hub's bert-base-uncased: a folder
+    holding the files it names (made here from a small BERT) is one the labert preset trains from."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from clid.base.text import default_tokenizer_path, load_tokenizer
+    from clid.model.captioner import build_model, preset_config
+
+    blocks = [b for b in fenced_blocks(RUNNING, "sh") if "--bert $D/bert-base-uncased" in b]
+    assert len(blocks) == 2  # your own photos on COCO; the paper's recipe
+    named = []
+    for block in blocks:
+        command = re.search(r"^hf download (\S+) ([^\n]*?) \\\n\s*--local-dir (\S+)", block, re.M)
+        assert command, block
+        repo, folder = command.group(1), command.group(3)
+        assert repo == "google-bert/bert-base-uncased" and folder == "$D/bert-base-uncased"
+        assert block.index("hf download") < block.index("04_train_base.py")
+        named.append(command.group(2).split())
+    files = named[0]
+    assert named[1] == files
+    full, bert = tmp_path / "full", tmp_path / "bert"
+    model = BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64))
+    model.save_pretrained(full)  # config.json, model.safetensors
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):  # bert-base-uncased's, as the hub has them
+        shutil.copy(default_tokenizer_path() / name, full / name)
+    bert.mkdir()
+    for name in files:  # the named files alone, as the command leaves them
+        shutil.copy(full / name, bert / name)
+    config = preset_config("labert", region_dim=16, bert=str(bert))
+    assert (config.hidden_size, config.num_layers) == (32, 2)
+    captioner = build_model(config)
+    assert torch.equal(captioner.encoder.layer[1].attention.self.query.weight, model.encoder.layer[1].attention.self.query.weight)
+    assert load_tokenizer(str(bert)).vocab == load_tokenizer().vocab
 
 
 def test_offline_unless_the_user_allows_downloads(tmp_path, hub):
