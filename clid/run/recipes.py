@@ -276,13 +276,16 @@ def recipe_value(action, value):
 
 
 def one_value(action, value):
+    """One value of a recipe for the flag of ``action``, checked and parsed as argparse would parse its text."""
     if isinstance(value, (bool, list, dict)):
         raise ValueError(f"must be {'a number' if is_number_flag(action) else 'text'}, not {shown(value)}")
     if is_number_flag(action) and not isinstance(value, (int, float)):
         raise ValueError(f"must be a number, not the text {shown(value)}")
-    if action.type in (None, str) and not isinstance(value, str):
+    parse = action.type  # (argparse's type=: None or str for text)
+    text = parse is None or parse is str
+    if text and not isinstance(value, str):
         raise ValueError(f"must be text, not the number {shown(value)}")
-    parsed = action.type(str(value)) if action.type not in (None, str) else value
+    parsed = value if text else parse(str(value))
     if action.choices is not None and parsed not in action.choices:
         raise ValueError(f"must be one of {', '.join(map(str, action.choices))}")
     return parsed
