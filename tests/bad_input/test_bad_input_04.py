@@ -255,6 +255,19 @@ def trained_then(w: World, d: Path, *extra) -> list:
     _must(run_stage("04", w.train_args(d / "out")))
     return w.train_args(d / "out", *extra)
 
+def card_edited(w: World, d: Path, *extra) -> list:
+    """04's arguments of a run trained into d/out whose MODEL_CARD.md the user has since edited."""
+    argv = trained_then(w, d, *extra)
+    card = d / "out" / "MODEL_CARD.md"
+    card.write_text(card.read_text() + "\nMy notes: trained for the March report.\n")
+    return argv
+
+row("04", "restart-force-keeps-an-edited-model-card", lambda w, d: card_edited(w, d, "--restart", "--force"),
+    "MODEL_CARD.md was not written by a training stage, or was changed since: kept", "ok")
+
+row("04", "restart-names-an-edited-model-card", lambda w, d: card_edited(w, d, "--restart"),
+    "holds files this stage did not write (MODEL_CARD.md)")
+
 row("04", "max-steps-fullwidth", lambda w, d: w.train_args(d / "out", "--max-steps", "\uff12"), "argument --max-steps")
 
 row("04", "batch-size-superscript", lambda w, d: w.train_args(d / "out", "--batch-size", "4\u00b2"), "argument --batch-size")
