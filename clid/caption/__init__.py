@@ -19,11 +19,12 @@ into the lines of the generated-captions JSONL. Decoding itself (LaBERT's mask-p
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from clid.base.files import DataError, natural_key
 from clid.base.text import get_levels, level_set_name
-from clid.data.store import FeatureStore, Regions, check_features_match, region_problem
+from clid.data.store import MAX_REGIONS, FeatureStore, Regions, check_features_match, region_problem
 from clid.evaluation.metrics import length_control
 
 __all__ = ["Caption", "CaptionWriter", "MemoryRegions", "Regions", "add_decoding_args", "caption_records",
@@ -253,6 +254,9 @@ class CaptionWriter:
         from clid.data.encoder import RegionFeatures, grid_boxes
         from clid.data.images import convert_image
 
+        most = math.isqrt(MAX_REGIONS - 1)  # (N x N boxes and the whole image: as --grid, checked before any work)
+        if isinstance(grid, bool) or not isinstance(grid, int) or not 1 <= grid <= most:
+            raise ValueError(f"grid must be an integer in 1..{most}, got {grid!r}")
         one = isinstance(images, (str, Path, Image.Image))
         items = [images] if one else list(images)
         pictures = []
@@ -265,6 +269,8 @@ class CaptionWriter:
                     pictures.append(convert_image(image, "RGB"))
             except (OSError, ValueError) as err:
                 raise ValueError(f"{item}: not a readable image ({err})") from None
+            except Image.DecompressionBombError as err:
+                raise ValueError(f"{item}: too large ({str(err).split(' could be ')[0].rstrip(', ')})") from None
         if self.encoder is None:
             from clid.model.checkpoints import read_config
 

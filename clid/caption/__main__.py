@@ -150,6 +150,13 @@ def read_compare(entry: str, levels) -> tuple[str, dict]:
     return name, {(str(r["image_id"]), int(r["level"])): r for r in read_jsonl(path)}
 
 
+def page_path(path, page) -> str:
+    """``path`` as a page may show it: relative to the page's folder when inside it, else by its name alone (a
+    page is shared: no folder of the user's machine in it)."""
+    whole, folder = Path(path).resolve(), Path(page).resolve().parent
+    return str(whole.relative_to(folder)) if whole.is_relative_to(folder) and whole != folder else whole.name
+
+
 def compute_features(args) -> str:
     """``--images`` without ``--features``: the region features of the folder's images, computed by the
     encoder the checkpoint was trained on into ``OUT.features.h5`` (``python -m clid.features``); its path."""
@@ -166,6 +173,10 @@ def compute_features(args) -> str:
             "--colour-bins", str(settings["colour_bins"])]
     if features.up_to_date(features.parse_args(argv)):
         print(f"{path}: the region features of {args.images} are up to date")
+    elif Path(path).exists() and not args.restart:  # (never replaced unasked: a user's file, or images since changed)
+        raise SystemExit(f"error: {path} exists, and is not the region features of {args.images} with --grid "
+                         f"{args.grid} as they are now (other images or settings, or a file of another run): give "
+                         "it as --features to use it as it is, or --restart to compute it again over it")
     else:
         features.main(argv)
     return path
@@ -176,8 +187,9 @@ def compute_features(args) -> str:
 def main(argv=None) -> None:
     args = parse_args(argv)
     out = Path(args.out)
+    computed = None if args.features else str(out.with_suffix(".features.h5"))  # (an output too: compute_features)
     if args.gallery:
-        check_not_input(args.gallery, {"--out": args.out, "--features": args.features, "--ids": args.ids,
+        check_not_input(args.gallery, {"--out": args.out, "--features": args.features or computed, "--ids": args.ids,
                                        "--compare": [e.partition("=")[2] for e in args.compare]}, "--gallery")
         if Path(args.gallery).is_dir():
             raise SystemExit(f"error: --gallery {args.gallery} is a folder; give the HTML file to write")
@@ -247,8 +259,8 @@ def main(argv=None) -> None:
         shown = sorted({str(r["image_id"]) for r in records}, key=natural_key)
         own = {(str(r["image_id"]), r["level"]): r for r in records}
         notes = [f"{len(shown)} images; levels {', '.join(map(str, args.levels))} of {describe_levels(writer.levels)}"]
-        notes += [f"{n}: {path}" for n, _, path in (e.partition("=") for e in args.compare)]
-        notes += [f"{name}: {args.checkpoint}"]
+        notes += [f"{n}: {page_path(path, args.gallery)}" for n, _, path in (e.partition("=") for e in args.compare)]
+        notes += [f"{name}: {page_path(args.checkpoint, args.gallery)}"]
         write_gallery(args.gallery, shown, compare + [(name, own)], writer.levels, args.levels, thumbnails, notes=notes)
         print(f"gallery: {args.gallery}")
     store.close()

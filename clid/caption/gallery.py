@@ -66,8 +66,10 @@ def thumbnail(path: Path, image_id: str, side: int = THUMBNAIL_SIDE) -> str:
         with Image.open(path) as image:
             image = convert_image(image, "RGB")
             image.thumbnail((side, side))
+            pixels = Image.new("RGB", image.size)  # the pixels alone: no comment, EXIF or profile of the photo's
+            pixels.paste(image)
             buffer = io.BytesIO()
-            image.save(buffer, "JPEG", quality=85)
+            pixels.save(buffer, "JPEG", quality=85)
     except FileNotFoundError:
         raise DataError(path, f"image {image_id}", "no such image file") from None
     except Exception as err:  # PIL raises many kinds: UnidentifiedImageError, OSError, SyntaxError...

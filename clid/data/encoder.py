@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from clid.base.files import DataError, natural_key, read_json
+from clid.base.files import DataError, name_problem, natural_key, read_json
 from clid.data.scenegraphs import load_image_data, load_scene_graphs
 from clid.data.store import MAX_REGIONS
 from clid.run.cli import is_whole_number, positive_int
@@ -203,14 +203,24 @@ def grid_regions(images: Path, n: int, to_id=keep_key) -> tuple[list, list]:
     """``(image id, image file, boxes, None)`` of every image in the folder, its boxes an n x n grid; the
     id is ``to_id`` of the file name (:func:`keep_key`: the file-name stem). (Boxes are made from the
     image's size when it is read.)"""
-    items, seen = [], {}
-    for path in image_files(images):
+    items, seen, skipped = [], {}, []
+    for path in sorted(images.rglob("*")):
+        if path.suffix.lower() not in IMAGE_SUFFIXES:
+            continue
+        if path.is_symlink() and not path.exists():  # (counted and named, as every file left out)
+            skipped.append((path.name, f"{path}: a link that points nowhere"))
+            continue
+        if not path.is_file():
+            continue
         image_id = to_id(path.name)
+        if problem := name_problem(image_id):
+            skipped.append((path.name, f"{path}: its name cannot be an image id: the id {problem}"))
+            continue
         if image_id in seen:
             raise collision(seen[image_id], path, image_id, to_id)
         seen[image_id] = path
         items.append((image_id, path, ("grid", n), None))
-    return items, []
+    return items, skipped
 
 
 def collision(first, second, image_id: str, to_id) -> DataError:

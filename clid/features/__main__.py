@@ -183,6 +183,9 @@ def main(argv=None) -> None:
                     except (OSError, ValueError) as err:  # an unreadable or truncated image file
                         skipped.append((image_id, f"{path}: {err}"))
                         continue
+                    except Image.DecompressionBombError as err:  # (more pixels than PIL opens: a decompression bomb?)
+                        skipped.append((image_id, f"{path}: too large: {str(err).split(' could be ')[0].rstrip(', ')}"))
+                        continue
                     if isinstance(boxes, tuple):  # ("grid", n): cells of the image's own size
                         boxes = grid_boxes(images[-1].width, images[-1].height, boxes[1])
                     part.append((image_id, boxes, conf))
