@@ -172,6 +172,8 @@ def main(argv=None) -> None:
         print(id_line(items, args.ids))
     extractor = RegionFeatures(args.crop, args.whole, args.colour_bins, args.batch_size)
 
+    animated = []  # images of several frames: the first is encoded
+
     def regions():
         with Progress(len(items), "region features", "img") as bar:
             for start in range(0, len(items), args.chunk):
@@ -179,6 +181,8 @@ def main(argv=None) -> None:
                 for image_id, path, boxes, conf in items[start:start + args.chunk]:
                     try:
                         with Image.open(path) as image:
+                            if getattr(image, "n_frames", 1) > 1:  # (an animated GIF, PNG or WebP: said below)
+                                animated.append(image_id)
                             images.append(convert_image(image, "RGB"))
                     except (OSError, ValueError) as err:  # an unreadable or truncated image file
                         skipped.append((image_id, f"{path}: {err}"))
@@ -197,6 +201,8 @@ def main(argv=None) -> None:
 
     written = write_features(args.out, regions(), KIND)
     runs.write_own_record(args.out, record, COMMAND)
+    if animated:
+        print(f"{len(animated)} animated images: the first frame of each was encoded (first: {animated[0]})")
     for image_id, reason in skipped[:10]:
         print(f"skipped {image_id}: {reason}")
     if skipped:

@@ -400,6 +400,15 @@ def only_dot_png(d: Path) -> Path:
 row("features", "images-only-names-that-are-no-id", lambda w, d: ["--images", only_dot_png(d), *GRID_2, "--out", d / "f.h5"],
     "no image with boxes was found")
 
+def animated_gif(folder: Path) -> None:
+    from PIL import Image
+
+    frames = [Image.new("RGB", (40, 32), (40 * k, 0, 0)) for k in range(3)]
+    frames[0].save(folder / "anim.gif", save_all=True, append_images=frames[1:], duration=100)
+
+row("features", "images-an-animated-gif", lambda w, d: ["--images", with_extra(d, animated_gif), *GRID_2, "--out", d / "f.h5"],
+    "1 animated images: the first frame of each was encoded (first: anim", "ok")
+
 row("features", "images-a-decompression-bomb", lambda w, d: ["--images", with_extra(d, lambda f: huge_png(f, "huge.png")),
                                                              *GRID_2, "--out", d / "f.h5"], "huge.png: too large", "skip")
 
