@@ -192,7 +192,12 @@ def read_items(args) -> list[Item]:
     images = Path(args.images)
     if not images.is_dir():
         sys.exit(f"error: {images}: image folder not found")
-    return unique_items(list_items(images, args.list))
+    items = unique_items(list_items(images, args.list))
+    for item in items:  # an id names its group in --out and its preview file: "a/b" or ".." would leave them
+        if problem := files.name_problem(item.image_id):
+            raise files.DataError(args.list or item.path, f"image {item.image_id!r}",
+                                  f"the image id {problem}; an id names its group in {args.out}: give it another id")
+    return items
 
 
 class Previews:

@@ -65,7 +65,8 @@ from clid.training.flags import (
 from clid.training.stage import make_trainer, new_model, standardize_regions, start_run
 
 
-def parse_args(argv=None):
+def parser() -> argparse.ArgumentParser:
+    """This stage's flags (a recipe's flag tables are checked against them: clid/run/recipes.py check)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     groups = train_arg_groups(p)
     groups["data"].add_argument("--captions", required=True, help="trusted captions (Karpathy JSON or COCO captions JSON)")
@@ -82,6 +83,11 @@ def parse_args(argv=None):
                                       "the last step")
     groups["model"].add_argument("--init-from", metavar="CKPT", help="start from this checkpoint's weights only")
     add_train_args(groups)
+    return p
+
+
+def parse_args(argv=None):
+    p = parser()
     args = parse_train_args(p, argv, lambda args: "scoring" if args.continue_from else args.data)
     if args.data == "extended" and not args.selfgen:
         p.error("--data extended needs --selfgen FILE")

@@ -66,7 +66,8 @@ from clid.training.stage import make_trainer, new_model, standardize_regions, st
 CAPTION_ETA, PARAGRAPH_ETA = 1200, 200
 
 
-def parse_args(argv=None):
+def parser() -> argparse.ArgumentParser:
+    """This stage's flags (a recipe's flag tables are checked against them: clid/run/recipes.py check)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     groups = train_arg_groups(p)
     data, schedule = groups["data"], groups["schedule"]
@@ -96,6 +97,11 @@ def parse_args(argv=None):
     strategies.add_strategy_args(strategy)
     add_train_args(groups)
     p.set_defaults(lr_horizon=300_000)  # the authors' schedule: a 300,000-step cosine, of which 06 trains 100,000
+    return p
+
+
+def parse_args(argv=None):
+    p = parser()
     args = parse_train_args(p, argv, "selection")
     recipe_schedule(args)  # --recipe demo: its steps, and a cosine that ends with them
     recipe_vocab(args, args.captions, args.selfgen)

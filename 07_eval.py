@@ -171,11 +171,11 @@ def main(argv=None) -> None:
 
     matplotlib.use("Agg")
     out = Path(args.out)
+    runs = [] if args.combine else run_list(args)  # (the runs' names, checked first: they name files in --out)
     check_not_input(out, {"--combine": args.combine or []})
     check_output_folder(out, eval_files(out), args.force, writes={"generated", "metrics.json", "report.md", *FIGURES})
     if args.combine:
         return combine(args.combine, out)
-    runs = run_list(args)
     ids = run_ids(runs)
     if args.checkpoint and args.features is None:
         raise SystemExit("error: --checkpoint needs --features")

@@ -42,6 +42,8 @@ if [ -n "$QUICK" ] && { [ -n "$COMPARE" ] || [ "$SEEDS" != 1 ]; }; then echo "er
 # A setting of the recipe; a variable given wins. (The reader runs as a file: `python -m` would load torch.)
 recipe() { $PY clid/run/recipes.py get "$RECIPE" "$1"; }
 recipe_eta() { $PY clid/run/recipes.py eta "$RECIPE"; }
+[ -x "${PY%% *}" ] || { echo "error: ${PY%% *} not found: run \`make venv\` first, or set PY"; exit 2; }
+$PY clid/run/recipes.py check "$RECIPE"      # every setting, as 04 and 06 will check it, before anything runs
 if [ -n "$SMALL" ]; then                        # the tests' tiny world, either task
     STEPS=${STEPS_SMALL:-$(recipe small.steps)}; ETA=${ETA_SMALL:-$(recipe small.eta)}
     FT_STEPS=${FT_SMALL:-$(recipe small.scoring_steps)}
@@ -61,6 +63,13 @@ world=(--n-train "${N_TRAIN:-$(recipe world.n_train)}")  # train images of the d
 if [ -n "$SMALL" ]; then world=(--small); fi
 decode_extra=()
 if [ "$TASK" = paragraph ]; then world+=(--paragraphs); decode_extra=(--decode-steps "$(recipe demo.decode_steps)"); fi
+# Each number, given or the recipe's, checked before the shell computes with it (inside $(( )) the shell would
+# evaluate a variable's text, running what it holds) and before any stage runs
+for setting in SEEDS STEPS ETA FT_STEPS PER_IMAGE BATCH ${N_TRAIN:+N_TRAIN} ${CURATE_EVERY:+CURATE_EVERY} \
+               ${EXT_HORIZON:+EXT_HORIZON} ${CLID_DEMO_STEPS:+CLID_DEMO_STEPS}; do
+    [[ ${!setting} =~ ^[1-9][0-9]{0,8}$ ]] || { echo "error: $setting must be a positive whole number, not '${!setting}'"; exit 2; }
+done
+[[ $LR =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] || { echo "error: LR must be a positive number, not '$LR'"; exit 2; }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 CURATE_EVERY=${CURATE_EVERY:-$(( STEPS / 10 ))}  # COMPARE: ten loss curations in a run, as their ten epochs (docs/running.md)
 # M_theta~'s cosine, which the scoring model continues: the authors' proportions, the recipe's extended_horizon

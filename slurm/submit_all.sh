@@ -18,6 +18,11 @@ for arg in "$@"; do
     if [ "$arg" = --dry-run ]; then DRY_RUN=1; else SBATCH_FLAGS+=("$arg"); fi
 done
 source slurm/common.sh                          # (creates $RUNS/logs, where every job's log goes)
+if (( ! DRY_RUN )) && ! command -v sbatch > /dev/null; then
+    echo "error: sbatch not found: run this on a SLURM login node (or see the jobs with --dry-run)" >&2; exit 1
+fi
+# the recipe's settings, checked as 04 and 06 will check them, before a job is planned (a dry run fails alike)
+"${PY%% *}" "$CLID_ROOT/clid/run/recipes.py" check "$WORLD" || exit 1
 read -ra TRAINING <<< "$(training_job_flags | tr '\n' ' ')"
 ONE_GPU=(); if (( GPUS > 0 )); then ONE_GPU=(--gres=gpu:1); fi
 declare -A ID
@@ -34,7 +39,14 @@ submit() {
         ID[$name]=$name
         printf '%-18s after %-28s %s\n' "$name" "${after:--}" "${command[*]}"
     else
-        ID[$name]=$("${command[@]}")
+        local status=0
+        ID[$name]=$("${command[@]}") || status=$?
+        if (( status != 0 )) || [ -z "${ID[$name]}" ]; then  # keep the record of the jobs already submitted
+            mv "$RECORD.part" "$RECORD"
+            echo "error: sbatch failed on job $name (exit $status); the $(( $(wc -l < "$RECORD") - 1 )) jobs" \
+                 "submitted before it are in $RECORD: cancel them (scancel) before submitting again" >&2
+            exit 1
+        fi
         printf '%s\t%s\t%s\t%s\n' "$name" "${ID[$name]}" "$after" "${command[*]}" >> "$RECORD.part"
     fi
 }

@@ -54,6 +54,27 @@ def id_problem(value) -> str | None:
     return None
 
 
+NAME_BYTES = 200  # the longest name of its own: a file name holds 255 bytes, with room for a suffix
+
+
+def name_problem(name) -> str | None:
+    """Why ``name`` cannot become one file or HDF5 group name of its own (a run name, an image id that names its
+    group or its preview file), or None: an empty name, "." or "..", a path separator, a control character, a
+    name too long. Such a name is refused, never mapped: a name that leaves its folder writes outside it."""
+    text = str(name)
+    if not text:
+        return "is empty"
+    if text in (".", ".."):
+        return f"is {text!r}, which names a folder, not a file"
+    if "/" in text or "\\" in text:
+        return f"{text!r} holds a path separator (/ or \\), so it would name a file in another folder"
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text):
+        return f"{text!r} holds a control character"
+    if len(text.encode("utf-8", "surrogateescape")) > NAME_BYTES:
+        return f"is longer than {NAME_BYTES} bytes"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Atomic writes
 
@@ -314,6 +335,9 @@ def write_h5_groups(path, groups: Iterable[tuple[str, dict, dict]], compression:
     with atomic_path(path) as tmp:
         with h5py.File(tmp, "w") as f:
             for image_id, datasets, attrs in groups:
+                if problem := name_problem(image_id):  # (HDF5 would make "a/b" a group b inside a group a)
+                    raise DataError(path, f"image {image_id!r}", f"the image id {problem}: an id names its group "
+                                                               "in this file; give the image another id")
                 group = f.create_group(str(image_id))
                 for name, value in datasets.items():
                     value, own = value if isinstance(value, tuple) else (value, {})

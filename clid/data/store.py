@@ -31,6 +31,7 @@ from clid.base.files import (
     DataError,
     check_image_groups,
     check_unchanged,
+    name_problem,
     natural_key,
     open_h5,
     read_state,
@@ -455,7 +456,7 @@ class FeatureStore:
 
     def __contains__(self, image_id) -> bool:
         key = str(image_id)
-        if key not in self._file:
+        if not self.holds(key):
             return False
         return self.bad == "error" or self.problem(key) is None
 
@@ -463,8 +464,9 @@ class FeatureStore:
         return len(self._file)
 
     def holds(self, image_id) -> bool:
-        """Whether the file has a group for this image (not read or checked: see ``in``)."""
-        return str(image_id) in self._file
+        """Whether the file has a group for this image (not read or checked: see ``in``). An id that is no group
+        name of its own ("a/b", ".", "..": clid.base.files.name_problem) has none: HDF5 would read it as a path."""
+        return name_problem(image_id) is None and str(image_id) in self._file
 
     def ids(self) -> list[str]:
         return sorted(self._file.keys(), key=natural_key)
@@ -560,7 +562,7 @@ class FeatureStore:
 
     def get(self, image_id) -> Regions:
         key = str(image_id)
-        if key not in self._file:
+        if not self.holds(key):
             raise DataError(self.path, f"image {key}", "no region features for this image")
         regions = self._read(key)
         if key not in self._verdicts:

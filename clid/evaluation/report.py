@@ -14,7 +14,7 @@ import os
 import statistics
 from pathlib import Path
 
-from clid.base.files import DataError, atomic_path, natural_key, write_json
+from clid.base.files import DataError, atomic_path, name_problem, natural_key, write_json
 from clid.base.text import caption_lengths
 from clid.evaluation.metrics import QUALITY_METRICS
 
@@ -497,22 +497,35 @@ def report_coverage(name: str, path, captions: dict[int, dict[str, str]], image_
           "have none (they count as misses)")
 
 
+NAMES_FILES = "a run's name names its files in --out (generated/NAME.jsonl)"
+
+
 def run_list(args) -> list[tuple[str, str, str]]:
     """(name, "checkpoint" | "generated", path) per entry, checkpoints first. A name given as
-    NAME=PATH or by --name may repeat (runs of one method); two bare paths with one name may not."""
+    NAME=PATH or by --name may repeat (runs of one method); two bare paths with one name may not. A name that is no
+    file name of its own ("../x", "a/b", "", ".."; clid.base.files.name_problem) is refused: it names the run's files."""
     entries = [("checkpoint", e) for e in args.checkpoint] + [("generated", e) for e in args.generated]
     if not entries:
         raise DataError(None, None, "nothing to evaluate; give --checkpoint CKPT or --generated FILE")
     if args.name and len(args.name) != len(entries):
-        raise DataError(None, None, f"{len(args.name)} --name for {len(entries)} runs (checkpoints first, then "
-                                    "generated files)")
+        raise DataError(None, None, f"{len(args.name)} --name for {len(entries)} runs (checkpoints first, then generated files)")
+    for name in args.name:
+        if problem := name_problem(name):
+            raise DataError(None, None, f"--name {name!r}: a run's name {problem}; {NAMES_FILES}")
     runs, bare = [], []
     for k, (kind, entry) in enumerate(entries):
         name, sep, path = entry.partition("=")
-        if not sep or not name or os.path.exists(entry):  # a bare path (which may hold "=")
-            name, path = (Path(entry).name if kind == "checkpoint" else Path(entry).stem), entry
+        given = bool(sep and name) and not os.path.exists(entry)
+        if not given:  # a bare path (which may hold "=")
+            whole = Path(os.path.abspath(entry))  # ("." and ".." are named after the folders they stand for)
+            name, path = (whole.name if kind == "checkpoint" else whole.stem), entry
             if not args.name:
                 bare.append(name)
+        if not args.name and (problem := name_problem(name)):
+            how = "the run name" if given else "the name taken from the path"
+            shown = entry if entry.isprintable() else repr(entry)  # (one line, whatever the name holds)
+            raise DataError(None, None, f"--{kind} {shown}: {how} {problem}; {NAMES_FILES}" + ("" if given else
+                             ": name the run, NAME=PATH or --name"))
         runs.append((args.name[k] if args.name else name, kind, path))
     names = [n for n, _, _ in runs]
     duplicates = sorted({n for n in bare if names.count(n) > 1})

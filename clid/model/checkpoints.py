@@ -8,6 +8,7 @@ against.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -171,6 +172,8 @@ def checkpoint_files(folder) -> set[str]:
             own.update(str(name) for name in files)
         else:  # (a checkpoint written before manifests: the names a checkpoint has, nothing else)
             own.update(item.name for item in folder.iterdir() if item.is_file() and item.name in CHECKPOINT_NAMES)
+    if (folder / CARD).exists() and not card_is_ours(folder):  # (a card the user edited is theirs: --restart keeps it)
+        own.discard(CARD)
     return own
 
 
@@ -272,6 +275,28 @@ def remove_checkpoint(folder) -> None:
 
 
 CARD_TITLE = "# Model card:"
+CARD = "MODEL_CARD.md"
+
+
+CARD_MARK = "<!-- written by a training stage; the SHA-256 of the text above: "
+
+
+def card_text(body: str) -> str:
+    """A card's text as a training stage writes it: ``body`` and a last line with its digest (an edit shows)."""
+    return f"{body}\n{CARD_MARK}{hashlib.sha256(body.encode()).hexdigest()} -->\n"
+
+
+def card_is_ours(folder) -> bool:
+    """Whether ``folder``'s MODEL_CARD.md is as a training stage wrote it: its text matches the digest on its last
+    line (a card written before the digest: it starts with the stage's title)."""
+    card = Path(folder) / CARD
+    if not card.is_file():
+        return False
+    text = card.read_text(errors="replace")
+    if CARD_MARK not in text:
+        return text.startswith(CARD_TITLE)
+    body, _, last = text.rpartition(f"\n{CARD_MARK}")
+    return card_text(body) == f"{body}\n{CARD_MARK}{last}"
 
 
 def write_model_card(folder, stage: str) -> Path:
@@ -336,12 +361,13 @@ def write_model_card(folder, stage: str) -> Path:
               "`CaptionWriter` block a repeated 3-gram by default (`--block-ngram 0`: the authors' decoding).",
               "- Guarantee a length: the control precision above is a share, not a promise, and a caption can end "
               "mid-phrase when its level is longer than what the model has to say.", ""]
-    card = folder / "MODEL_CARD.md"
-    if card.exists() and not card.read_text(errors="replace").startswith(CARD_TITLE):  # a file of the user's
-        print(f"note: {card} was not written by a training stage; the model card is not written")
+    card = folder / CARD
+    if card.exists() and not card_is_ours(folder):  # a file of the user's, or a card they edited
+        print(f"note: {card} was not written by a training stage, or was changed since: kept; the model card is "
+              "not written")
         return card
     tmp = card.with_name(card.name + ".tmp")
-    tmp.write_text("\n".join(lines))
+    tmp.write_text(card_text("\n".join(lines)))
     os.replace(tmp, card)
     state_path = folder / "train_state.json"
     state = read_train_state(folder)

@@ -115,6 +115,7 @@ def number(kind=float, low=None, high=None, low_open=False, high_open=False, wha
         return value
 
     parse.__name__ = what  # (argparse names a type by it in some messages)
+    parse.number_kind = kind  # (a recipe's value for this flag must be a number: clid.training.flags.recipe_value)
     return parse
 
 
@@ -165,10 +166,36 @@ def stay_offline(argv) -> bool:
     Runs before the command imports a hub library, which reads the variables once, at import. The flag is
     seen as argparse reads it: also abbreviated ("--allow-d"), as argparse accepts it."""
     if allows_download(argv) or os.environ.get(ALLOW_DOWNLOAD_ENV) == "1":
-        return False
+        if os.environ.get("HF_HUB_OFFLINE") == "1" or (problem := hub_problem()) is None:
+            return False
+        print(f"warning: downloads are allowed, but {problem}: going on offline (a model on disk still loads; "
+              "one that is not is one error line)", file=sys.stderr)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     return True
+
+
+HUB_TIMEOUT = 10  # seconds the hub has to answer before a run with downloads allowed goes on offline
+
+
+def hub_problem() -> str | None:
+    """Why the hub (``HF_ENDPOINT``) cannot serve a download, or None: it does not answer within
+    :data:`HUB_TIMEOUT` seconds, or cannot be reached. Any HTTP answer, even an error status, is an answer: the hub
+    library then asks for the files themselves (and would wait, and retry, for minutes on a hub that never answers)."""
+    import urllib.error
+    import urllib.request
+
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=HUB_TIMEOUT):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "reason", err)
+        if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+            return f"the hub {endpoint} did not answer within {HUB_TIMEOUT} s"
+        return f"the hub {endpoint} cannot be reached ({reason})"
 
 
 def allows_download(argv) -> bool:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "config.json")
@@ -145,7 +147,10 @@ def converted(name: str, load_model) -> Path:
     folder = model_folder(name)
     target = folder / f"ctranslate2-{checkpoint_digest(folder)[:16]}"
     if (target / "model.bin").exists():
-        return target
+        problem = conversion_problem(target)
+        if problem is None:
+            return target
+        print(f"warning: {target}: {problem}; converting the checkpoint again", file=sys.stderr)
     partial = folder / f".{target.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     spec = model_spec(load_model())
@@ -153,8 +158,33 @@ def converted(name: str, load_model) -> Path:
     spec.optimize(quantization=None)
     partial.mkdir()
     spec.save(str(partial))
+    sizes = {p.name: p.stat().st_size for p in partial.iterdir() if p.is_file()}
+    (partial / WRITTEN).write_text(json.dumps(sizes, indent=1, sort_keys=True) + "\n")
+    if target.exists():  # (only a conversion of ours, found damaged above, is replaced)
+        shutil.rmtree(target)
     os.replace(partial, target)
     return target
+
+
+WRITTEN = "clid-written.json"  # in a converted folder: each file's size as the conversion wrote it
+
+
+def conversion_problem(target: Path) -> str | None:
+    """Why the converted folder ``target`` is not whole (a file cut short or changed since its conversion
+    wrote it), or None. A folder converted before the sizes were recorded is taken as it is."""
+    try:
+        sizes = json.loads((target / WRITTEN).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return f"its record {WRITTEN} does not read"
+    for file_name, size in sizes.items():
+        path = target / file_name
+        if not path.is_file():
+            return f"{file_name} of its conversion is missing"
+        if path.stat().st_size != size:
+            return f"{file_name} is {path.stat().st_size} bytes, not the {size} its conversion wrote (cut short or changed)"
+    return None
 
 
 class Translator:

@@ -15,7 +15,15 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from clid.base.files import DataError, check_image_groups, check_unchanged, h5_number, open_h5, read_state
+from clid.base.files import (
+    DataError,
+    check_image_groups,
+    check_unchanged,
+    h5_number,
+    name_problem,
+    open_h5,
+    read_state,
+)
 from clid.base.text import preprocess
 from clid.data.records import SceneGraph
 from clid.data.scenegraphs import check_box
@@ -137,7 +145,7 @@ class SaliencySource:
         id that happens to equal another image's VG id never picks up the wrong map."""
         mapped = image_id != graph_id
         for key in ([image_id, graph_id] if mapped else [image_id]):
-            if key not in self.file:
+            if name_problem(key) or key not in self.file:  # ("a/b", "..": a path in HDF5, no image's group)
                 continue
             group = self.file[key]
             if not isinstance(group, h5py.Group):

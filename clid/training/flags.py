@@ -14,6 +14,7 @@ from clid.run.cli import (
     add_levels_arg,
     non_negative_float,
     non_negative_int,
+    number,
     positive_float,
     positive_int,
     probability,
@@ -23,12 +24,15 @@ from clid.run.recipes import (
     PAPER,
     flag_defaults,
     recipe_arg,
+    recipe_flag_values,
     recipe_names,
-    recipe_path,
     resolved,
     resolved_steps,
 )
 from clid.training.distributed import DIST_TIMEOUT_MINUTES
+
+# --dist-timeout: a week at most (a longer wait is no timeout, and 1e308 minutes overflows the clock's type)
+dist_minutes = number(float, low=0, high=7 * 24 * 60, low_open=True, what="a number of minutes in (0, 10080]")
 
 
 @dataclass
@@ -67,11 +71,12 @@ def parse_train_args(p, argv, model):
     given on the command line still wins."""
     args = p.parse_args(argv)
     if args.recipe != PAPER:
-        defaults = flag_defaults(args.recipe, model(args) if callable(model) else model)
-        unknown = [name for name in defaults if not hasattr(args, name)]
-        if unknown:
-            p.error(f"--recipe {args.recipe}: {recipe_path(args.recipe)} sets {', '.join(unknown)}, not a flag of this stage")
-        p.set_defaults(**defaults)
+        which = model(args) if callable(model) else model
+        try:
+            values = recipe_flag_values(p, args.recipe, which)
+        except ValueError as err:
+            p.error(f"--recipe {args.recipe}: {err}")
+        p.set_defaults(**{**flag_defaults(args.recipe, which), **values})
         args = p.parse_args(argv)
     return args
 
@@ -180,9 +185,9 @@ def add_train_args(groups: dict) -> None:
     run.add_argument("--workers", type=workers_arg, default=d.workers,
                      help="processes that make the batches (collate, read and pad the regions) while the model trains; "
                           "auto: none on the CPU, up to 4 with a GPU. The batches are the same for any number")
-    run.add_argument("--dist-timeout", type=positive_float, default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
+    run.add_argument("--dist-timeout", type=dist_minutes, default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
                      help="under torchrun: how long a process waits for the others (a checkpoint written to a slow "
-                          "shared file system, a rank restarting) before the run fails")
+                          "shared file system, a rank restarting) before the run fails; at most a week (10080)")
     run.add_argument("--restart", action="store_true",
                      help="remove a checkpoint in --out and start over (a re-run resumes only the same flags and inputs)")
     run.add_argument("--force", action="store_true",

@@ -64,6 +64,7 @@ def check_resume(args, rank: int, world: int) -> None:
     import torch.distributed as dist
 
     from clid.model.checkpoints import (
+        CARD,
         CHECKPOINT_NAMES,
         STAGE_FILES,
         checkpoint_exists,
@@ -74,7 +75,9 @@ def check_resume(args, rank: int, world: int) -> None:
     out = Path(args.out)
     check_not_input(out, {flag_name(name): getattr(args, name)
                           for name in (*INPUT_FLAGS, "continue_from") if getattr(args, name, None)})
-    check_output_folder(out, checkpoint_files(out), args.force, writes=CHECKPOINT_NAMES + STAGE_FILES)
+    # (a model card of the user's is no clash: the card is written only over one a training stage wrote)
+    check_output_folder(out, checkpoint_files(out), args.force,
+                        writes=CHECKPOINT_NAMES + tuple(name for name in STAGE_FILES if name != CARD))
     if not checkpoint_exists(out):
         return
     if args.restart:

@@ -105,6 +105,29 @@ def images_changed_in_a_subfolder(w: World, d: Path) -> list:
 
 row("01", "rerun-after-an-image-in-a-subfolder-changed", images_changed_in_a_subfolder, "the file of --images changed")
 
+# -- image ids that are paths: an id names its HDF5 group ("a/b" would be a group b in a group a) and its preview file
+ID_PATHS = {"up-one": "../x", "up-two": "../../escaped", "slash": "a/b", "backslash": "a\\b", "dot-dot": "..",
+            "dot": ".", "control": "x\x01y", "newline": "x\ny"}
+
+for which, image_id in ID_PATHS.items():
+    row("01", f"image-data-id-{which}", lambda w, d, image_id=image_id: [
+        "--images", w.images, "--list", write(d, "l.json", [{"image_id": 1, "file_name": "1.png"},
+                                                          {"image_id": image_id, "file_name": "107899.png"}]),
+        "--out", d / "out.h5", "--preview", "2"], "the image id")
+
+row("01", "image-data-id-absolute", lambda w, d: [
+    "--images", w.images, "--list", write(d, "l.json", [{"image_id": str(d / "abs"), "file_name": "1.png"}]),
+    "--out", d / "out.h5"], "the image id")
+
+for which in ("up-one", "slash", "dot-dot"):
+    row("01", f"captions-cocoid-{which}", lambda w, d, which=which: [
+        "--images", w.images, "--list", karpathy(w, d, set_in(0, cocoid=ID_PATHS[which], filename="1.png")),
+        "--out", d / "out.h5"], "the image id")
+
+for name, which in (("..png", "dot"), ("...png", "dot-dot")):  # the stem of "..png" is ".", of "...png" ".."
+    row("01", f"image-file-named-{which}-png", lambda w, d, name=name: [
+        "--images", image_folder(d, w, {name: (w.images / "1.png").read_bytes()}), "--out", d / "out.h5"], "the image id")
+
 
 @pytest.mark.parametrize("row", table.params())
 def test_bad_input(row: Row, world: World, tmp_path):

@@ -202,6 +202,40 @@ row("04", "recipe-file-missing", lambda w, d: w.train_args(d / "out", "--recipe"
 row("04", "recipe-file-not-toml", lambda w, d: w.train_args(d / "out", "--recipe", write(d, "mine.toml", "lr = [")),
     "mine.toml is not TOML")
 
+# a recipe's values are checked as the flags they stand for: one line naming the file, the table and the key
+RECIPE_CASES = [
+    ("steps-1e30", "[resolved]\nsteps = 1e30", "[resolved] steps must be a positive integer"),
+    ("preset-huge", '[train]\npreset = "huge"', "[train] preset = \"huge\": must be one of tiny"),
+    ("train-a-number", "train = 3", "train = 3: must be a table"),
+    ("eta-span-text", '[resolved]\neta_span = "0.9"', "[resolved] eta_span must be a number in (0, 1]"),
+    ("eta-span-above-1", "[resolved]\neta_span = 1.5", "[resolved] eta_span must be a number in (0, 1]"),
+    ("batch-size-0", "[train]\nbatch_size = 0", "[train] batch_size = 0: must be a positive integer"),
+    ("max-steps-0", "[train]\nmax_steps = 0", "[train] max_steps = 0: must be a positive integer"),
+    ("dropout-5", "[train]\ndropout = 5.0", "[train] dropout = 5.0: must be a probability"),
+    ("lr-text", '[train]\nlr = "fast"', "[train] lr = \"fast\": must be a number, not the text"),
+    ("lr-nan", "[train]\nlr = nan", "[train] lr = nan"),
+    ("batch-size-float", "[train]\nbatch_size = 4.5", "[train] batch_size = 4.5"),
+    ("batch-size-true", "[train]\nbatch_size = true", "[train] batch_size = true: must be a number"),
+    ("preset-a-number", "[train]\npreset = 3", "[train] preset = 3: must be text"),
+    ("switch-as-text", '[train]\ntie_head = "yes"', "[train] tie_head = \"yes\": must be true or false"),
+    ("levels-a-list", '[train]\nlevels = ["caption"]', "must be one value, not a list"),
+    ("unknown-table", "[trainer]\nlr = 1e-3", "[trainer] is no table of a recipe"),
+    ("unknown-resolved-key", "[resolved]\nstep = 10", "[resolved] step: no such setting"),
+    ("shortlist-text", '[resolved]\nshortlist = "yes"', "[resolved] shortlist must be true or false"),
+    ("nested-table", "[train.lr]\nvalue = 1", "[train] lr: must be a value, not a table"),
+    ("trusted-table-bad-value", "[trusted]\nwarmup = -1", "[trusted] warmup = -1"),
+    ("extends-a-number", "extends = 3", "extends = 3: must be a recipe's name"),
+    ("extends-missing", 'extends = "nope"', "no recipe"),
+    ("sets-no-flag", "[train]\nrate = 1", "[train] rate is not a flag of this stage"),
+    ("not-utf8", b"[train]\nlr = 1e-3 # \xff\n", "is not utf-8"),
+]
+
+for name, text, fragment in RECIPE_CASES:
+    row("04", f"recipe-{name}", lambda w, d, text=text: w.train_args(d / "out", "--recipe", write(d, "mine.toml", text)), fragment)
+
+row("04", "recipe-a-folder", lambda w, d: w.train_args(d / "out", "--recipe", (d / "r.toml").mkdir() or d / "r.toml"),
+    "is a folder, not a recipe file")
+
 row("04", "amp-with-precision-fp32", lambda w, d: w.train_args(d / "out", "--amp", "--precision", "fp32"),
     "--amp is --precision bf16")
 
@@ -220,6 +254,19 @@ def trained_then(w: World, d: Path, *extra) -> list:
     """04's arguments of a run already trained into d/out, given again with ``extra``."""
     _must(run_stage("04", w.train_args(d / "out")))
     return w.train_args(d / "out", *extra)
+
+def card_edited(w: World, d: Path, *extra) -> list:
+    """04's arguments of a run trained into d/out whose MODEL_CARD.md the user has since edited."""
+    argv = trained_then(w, d, *extra)
+    card = d / "out" / "MODEL_CARD.md"
+    card.write_text(card.read_text() + "\nMy notes: trained for the March report.\n")
+    return argv
+
+row("04", "restart-force-keeps-an-edited-model-card", lambda w, d: card_edited(w, d, "--restart", "--force"),
+    "MODEL_CARD.md was not written by a training stage, or was changed since: kept", "ok")
+
+row("04", "restart-names-an-edited-model-card", lambda w, d: card_edited(w, d, "--restart"),
+    "holds files this stage did not write (MODEL_CARD.md)")
 
 row("04", "max-steps-fullwidth", lambda w, d: w.train_args(d / "out", "--max-steps", "\uff12"), "argument --max-steps")
 
@@ -268,6 +315,8 @@ row("04", "features-unknown-dtype-tag", lambda w, d: w.train_args(d / "out", "--
 
 row("04", "features-bfloat16-tag-on-float32", lambda w, d: w.train_args(d / "out", "--features", h5_changed(
     w.features, d, bf16_tag("bfloat16"))), "is float32 with the attribute dtype = 'bfloat16'")
+
+row("04", "dist-timeout-1e308", lambda w, d: w.train_args(d / "out", "--dist-timeout", "1e308"), "a number of minutes in (0, 10080]")
 
 
 @pytest.mark.parametrize("row", table.params())

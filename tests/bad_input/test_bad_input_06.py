@@ -164,7 +164,14 @@ row("06", "number--max-left-out=nan", lambda w, d: w.selection_args(d / "out", "
 row("06", "recipe-unknown", lambda w, d: w.selection_args(d / "out", "--recipe", "paperish"), "invalid choice: 'paperish'")
 
 row("06", "recipe-sets-no-flag", lambda w, d: w.selection_args(d / "out", "--recipe", write(d, "mine.toml", "[train]\nrate = 1")),
-    "mine.toml sets rate, not a flag of this stage")
+    "[train] rate is not a flag of this stage")
+
+row("06", "recipe-selection-eta-text", lambda w, d: w.selection_args(d / "out", "--recipe", write(
+    d, "mine.toml", '[selection]\neta = "many"')), "[selection] eta = \"many\": must be a number")
+
+row("06", "recipe-selection-sets-a-flag-of-04", lambda w, d: w.selection_args(d / "out", "--recipe", write(
+    d, "mine.toml", "[selection]\ncontinue_from = \"x\"")), "[selection] continue_from is not a flag of this stage")
+
 
 def scored_quality(w: World, d: Path, trusted: bool = False) -> Path:
     """A quality file as 05 writes it now: u and the digest of each scored caption's text (with ``trusted``,
@@ -215,6 +222,8 @@ row("06", "workers-above-the-cores", lambda w, d: w.selection_args(d / "out", "-
 row("06", "dropout-draws-unknown", lambda w, d: w.selection_args(d / "out", "--dropout-draws", "Example"), "argument --dropout-draws")
 
 row("06", "dist-timeout-nan", lambda w, d: w.selection_args(d / "out", "--dist-timeout", "nan"), "argument --dist-timeout")
+
+row("06", "dist-timeout-1e308", lambda w, d: w.selection_args(d / "out", "--dist-timeout", "1e308"), "a number of minutes in (0, 10080]")
 
 
 @pytest.mark.parametrize("row", table.params())

@@ -158,6 +158,34 @@ row("07", "features-test-image-a-dataset-found-at-open", lambda w, d: ["--refs",
                                                                       "--spice", "off", "--features", h5_changed(w.features, d, DATASET_12)],
     "image 12: is a dataset, not a group")
 
+# -- names that would leave --out: a run's name names its files (generated/NAME.jsonl, NAME.meta.json) ------
+def bad_names(d: Path) -> dict:
+    """Names that are no file name of their own, by a short id (the absolute one inside ``d``, where the row looks)."""
+    return {"up-two": "../../escaped", "up-three": "../../../escaped2", "slash": "a/b", "backslash": "a\\b",
+            "absolute": str(d / "abs"), "dot-dot": "..", "dot": ".", "newline": "x\ny", "control": "x\x01y",
+            "del": "x\x7fy", "trailing-slash": "escaped/", "too-long": "n" * 240}
+
+
+def named_runs(how: str, name: str, w: World, d: Path) -> list:
+    """07's arguments with one run named ``name``; --out is d/sub/eval, so that "../../x" would land inside d."""
+    if how == "checkpoint":
+        runs = ["--features", w.features, "--checkpoint", f"{name}={w.trusted}"]
+    elif how == "generated":
+        runs = ["--generated", f"{name}={w.generated}"]
+    else:
+        runs = ["--features", w.features, "--checkpoint", w.trusted, "--name", name]
+    return ["--refs", w.captions, *runs, "--out", d / "sub" / "eval", "--spice", "off", "--decode-steps", "1"]
+
+
+for how in ("checkpoint", "generated", "name"):
+    for which in bad_names(Path("d")):
+        row("07", f"run-name-{which}-by-{how}", lambda w, d, how=how, which=which: named_runs(
+            how, bad_names(d)[which], w, d), "a run's name names its files in --out")
+
+row("07", "run-name-empty-by-name", lambda w, d: named_runs("name", "", w, d), "a run's name is empty")
+
+row("07", "run-name-with-dots-inside", lambda w, d: named_runs("generated", "v1.2", w, d), "generated/v1.2.jsonl|v1.2", "ok")
+
 
 def test_07_cache_is_keyed_by_the_features_file(world: World, tmp_path, capsys):
     """Captions generated from one feature file are not reused after --features changes."""

@@ -431,6 +431,54 @@ row("features", "images-out-is-an-image", lambda w, d: ["--images", with_odd_fil
 
 row("features", "images-device-unknown", lambda w, d: [*GRID(w, d, d / "f.h5"), "--device", "tpu"], "--device")
 
+# -- every file under --images captioned or counted and named: links to nothing, names that are no id, bombs ------
+def huge_png(folder: Path, name: str, side: int = 30_000) -> None:
+    """A PNG whose header says side x side pixels (more than PIL opens), in a few bytes: only its header is read."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+    (folder / name).write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+                                + chunk(b"IEND", b""))
+
+def with_extra(d: Path, add) -> Path:
+    folder = photos(d, "1.png", "2.png")
+    add(folder)
+    return folder
+
+row("features", "images-a-link-that-points-nowhere", lambda w, d: ["--images", with_extra(
+    d, lambda f: (f / "gone.png").symlink_to(f / "nope.png")), *GRID_2, "--out", d / "f.h5"],
+    "skipped gone.png: a symbolic link that points nowhere", "skip")
+
+for name in ("..png", "...png"):
+    row("features", f"images-named-{name}", lambda w, d, name=name: ["--images", with_extra(
+        d, lambda f: (f / name).write_bytes((f / "1.png").read_bytes())), *GRID_2, "--out", d / "f.h5"],
+        "a name that cannot be an id", "skip")
+
+def only_dot_png(d: Path) -> Path:
+    folder = photos(d, "1.png")
+    (folder / "1.png").rename(folder / "..png")
+    return folder
+
+row("features", "images-only-names-that-are-no-id", lambda w, d: ["--images", only_dot_png(d), *GRID_2, "--out", d / "f.h5"],
+    "no image with boxes was found")
+
+def animated_gif_in(folder: Path) -> None:
+    from PIL import Image
+
+    frames = [Image.new("RGB", (40, 32), (40 * k, 0, 0)) for k in range(3)]
+    frames[0].save(folder / "anim.gif", save_all=True, append_images=frames[1:], duration=100)
+
+row("features", "images-an-animated-gif", lambda w, d: ["--images", with_extra(d, animated_gif_in), *GRID_2, "--out", d / "f.h5"],
+    "note: anim.gif: animated (3 frames): its first frame taken", "ok")
+
+row("features", "images-a-decompression-bomb", lambda w, d: ["--images", with_extra(d, lambda f: huge_png(f, "huge.png")),
+                                                             *GRID_2, "--out", d / "f.h5"], "huge.png: too large", "skip")
+
+
 @pytest.mark.parametrize("row", table.params())
 def test_bad_input(row: Row, world: World, tmp_path):
     check_row(row, world, tmp_path)

@@ -75,3 +75,46 @@ def test_quality_round_trip(tmp_path):
 
 def test_natural_order():
     assert sorted(["img10", "img2", "1", "b"], key=files.natural_key) == ["1", "b", "img2", "img10"]
+
+
+@pytest.mark.parametrize("name, problem", [("../x", "path separator"), ("a/b", "path separator"), ("a\\b", "path separator"),
+                                           (".", "names a folder"), ("..", "names a folder"), ("", "is empty"),
+                                           ("x\ny", "control character"), ("x\x85y", "control character"),
+                                           ("n" * 201, "longer than 200 bytes")])
+def test_a_name_that_leaves_its_folder_is_named_as_such(name, problem):
+    assert problem in files.name_problem(name)
+
+
+@pytest.mark.parametrize("name", ["1", "v1.2", "..x", "a b", "room101\u00b2", "caf\u00e9", "n" * 200])
+def test_a_name_of_its_own_is_kept(name):
+    assert files.name_problem(name) is None
+
+
+@pytest.mark.parametrize("image_id", ["../x", "a/b", ".", "..", ""])
+def test_h5_groups_are_never_nested_by_an_id(tmp_path, image_id):
+    """The writer of per-image HDF5 groups refuses an id that HDF5 would read as a path; the feature store looks
+    such an id up as absent, never as the root group or a nested one."""
+    import h5py
+
+    with pytest.raises(files.DataError, match="image id"):
+        files.write_h5_groups(tmp_path / "bad.h5", [("1", {"map": np.zeros((2, 2))}, {}),
+                                                    (image_id, {"map": np.zeros((2, 2))}, {})])
+    assert not (tmp_path / "bad.h5").exists()
+    good = tmp_path / "good.h5"
+    with h5py.File(good, "w") as f:  # a file written elsewhere, with a nested group
+        for key in ("1", "a/b", "x"):
+            group = f.create_group(key)
+            group.create_dataset("features", data=np.ones((2, 4), np.float32))
+            group.create_dataset("boxes", data=np.array([[0, 0, 1, 1]] * 2, np.float32))
+            group.attrs.update(width=2.0, height=2.0)
+    store = FeatureStore(good, bad="skip")
+    assert image_id not in store and not store.holds(image_id)
+    assert "1" in store
+    with pytest.raises(files.DataError, match="no region features"):
+        store.get(image_id)
+
+
+def test_natural_order_of_digits_that_are_no_numbers():
+    """A superscript digit is a digit to str.isdigit but no number to int(): it sorts as text."""
+    names = ["room101\u00b2", "room2", "room10", "\u0661\u0662"]
+    assert sorted(names, key=files.natural_key) == ["\u0661\u0662", "room2", "room10", "room101\u00b2"]

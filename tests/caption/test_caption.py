@@ -322,6 +322,15 @@ class Page(HTMLParser):
             self._cell.append(data)
 
 
+@pytest.mark.parametrize("grid", [0, 100, -1, 2.5, True, "4"])
+def test_api_grid_is_checked_as_the_flag_before_any_work(world, grid):
+    from clid.caption import CaptionWriter
+
+    writer = CaptionWriter.from_checkpoint(world / "ck", "cpu", features=world / "features.h5")
+    with pytest.raises(ValueError, match=r"grid must be an integer in 1\.\.31"):
+        writer.caption_images(world / "nope.png", grid=grid)  # (the grid is refused before the file is read)
+
+
 def make_gallery(world, folder: Path, *extra) -> Path:
     """Two runs side by side: a baseline at levels 1-3, then the checkpoint with --compare."""
     base = ["--ids", world / "captions.json", "--levels", "1", "2", "3", "--decode-steps", "3"]
@@ -371,6 +380,29 @@ def test_gallery_thumbnails_are_resized_and_captions_escaped(world, tmp_path):
     odd = tmp_path / "odd.html"
     write_gallery(odd, ["<b>"], [("run", {("<b>", 1): {"caption": "a <script>x</script> & y"}})], ((1, 9),), [1])
     assert "<script>x" not in odd.read_text() and "&lt;script&gt;" in odd.read_text()
+
+
+def test_the_page_holds_no_folder_of_this_machine_and_no_photos_metadata(world, tmp_path):
+    """The paths in the page's header are relative to it, or names alone; a thumbnail is the photo's pixels alone,
+    without its JPEG comment, EXIF or ICC profile."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    from clid.caption.gallery import thumbnail
+
+    page = make_gallery(world, tmp_path).read_bytes()
+    assert str(tmp_path).encode() not in page and str(world).encode() not in page
+    assert b"<p>baseline: base.jsonl</p>" in page and b"<p>CLID: ck</p>" in page
+    photo = tmp_path / "photo.jpg"
+    exif = Image.Exif()
+    exif[0x010E] = "private description"  # ImageDescription
+    Image.new("RGB", (300, 200), (10, 200, 30)).save(photo, comment=b"private comment", exif=exif.tobytes(),
+                                                     icc_profile=b"\0" * 128)
+    assert {"comment", "exif", "icc_profile"} <= set(Image.open(photo).info)
+    data = base64.b64decode(thumbnail(photo, "1").split(",", 1)[1])
+    assert b"private" not in data and not {"comment", "exif", "icc_profile"} & set(Image.open(io.BytesIO(data)).info)
 
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -424,3 +456,29 @@ def test_help_says_the_device_default(capsys):
         caption_main("--help")
     shown = " ".join(capsys.readouterr().out.split())
     assert "(default: cuda if available, else cpu)" in shown and "--gallery HTML" in shown
+
+
+def test_images_never_replace_a_feature_file_unasked(tmp_path, monkeypatch):
+    """--images without --features computes OUT.features.h5; one already there that is not what this run would
+    compute (a file the user made with other settings, or images changed since) is refused before anything is
+    written, unless --restart."""
+    import argparse
+
+    from PIL import Image
+
+    import clid.caption
+    import clid.model.checkpoints
+    from clid.caption.__main__ import compute_features
+
+    monkeypatch.setattr(clid.caption, "encoder_settings", lambda config, path: {"colour_bins": 4})
+    monkeypatch.setattr(clid.model.checkpoints, "read_config", lambda path: {})
+    images = tmp_path / "photos"
+    images.mkdir()
+    Image.new("RGB", (32, 24), (200, 30, 30)).save(images / "1.png")
+    mine = tmp_path / "c.features.h5"
+    mine.write_bytes(b"the user's grid-2 features")
+    args = argparse.Namespace(images=str(images), out=str(tmp_path / "c.jsonl"), grid=4, restart=False,
+                              checkpoint="ck", num_shards=1, shard_id=0)
+    with pytest.raises(SystemExit, match="c.features.h5 exists, and is not the region features of"):
+        compute_features(args)
+    assert mine.read_bytes() == b"the user's grid-2 features"

@@ -403,6 +403,20 @@ def test_run_names(tmp_path):
         run_list(args)
 
 
+@pytest.mark.parametrize("entry", ["/", ".", "..", "./", "sub/.."])
+def test_a_bare_path_is_named_after_its_folder_or_refused(tmp_path, monkeypatch, entry):
+    """A bare --checkpoint of ".", ".." is named after the folder it stands for, "/" refused: never "", "." or "..",
+    which would name files outside --out."""
+    (tmp_path / "ck" / "sub").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "ck")
+    args = type("Args", (), {"checkpoint": [entry], "generated": [], "name": []})()
+    if entry == "/":  # (the root has no name)
+        with pytest.raises(SystemExit, match="is empty; .* name the run"):
+            run_list(args)
+        return
+    assert run_list(args)[0][0] == (tmp_path.name if entry == ".." else "ck")
+
+
 # ---------------------------------------------------------------------------------------------
 # The authors' length count, and methods of several runs
 

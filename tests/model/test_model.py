@@ -713,3 +713,18 @@ def test_training_flags_default_to_the_train_settings():
     add_train_args(train_arg_groups(parser))
     assert settings_from_args(parser.parse_args(["--features", "f.h5", "--out", "run"])) == TrainSettings()
     assert TrainSettings().eval_every == 1000
+
+
+def test_a_model_card_the_user_edited_is_theirs(tmp_path):
+    """A card changed since a training stage wrote it (the digest on its last line) is no file of the stage:
+    --restart's removal keeps it."""
+    from clid.model.checkpoints import CARD_TITLE, card_text, checkpoint_files, remove_checkpoint
+
+    card = tmp_path / "MODEL_CARD.md"
+    card.write_text(card_text(f"{CARD_TITLE} out\n\nTrained 2 steps."))
+    (tmp_path / "train_state.json").write_text(json.dumps({"step": 2, "files": ["train_state.json", "MODEL_CARD.md"]}))
+    assert "MODEL_CARD.md" in checkpoint_files(tmp_path)
+    card.write_text(card.read_text().replace("Trained 2 steps.", "Trained 2 steps. My notes."))
+    assert "MODEL_CARD.md" not in checkpoint_files(tmp_path)
+    remove_checkpoint(tmp_path)
+    assert "My notes." in card.read_text() and not (tmp_path / "train_state.json").exists()

@@ -292,9 +292,9 @@ def test_ctranslate2_engine_equals_transformers(one_thread, tiny_pegasus):
     assert len(converted) == 1 and (converted[0] / "model.bin").exists()
 
 
-def test_ctranslate2_conversion_is_reused_and_resumes(tmp_path, tiny_pegasus):
-    """A second load reuses the converted folder; a conversion killed halfway (its .partial folder) is redone;
-    other weights get a folder of their own."""
+def test_ctranslate2_conversion_is_reused_and_resumes(tmp_path, tiny_pegasus, capsys):
+    """A second load reuses the converted folder; a conversion killed halfway (its .partial folder) or a converted
+    model.bin cut short is redone; other weights get a folder of their own."""
     pytest.importorskip("ctranslate2")
     from transformers import PegasusForConditionalGeneration
 
@@ -317,6 +317,11 @@ def test_ctranslate2_conversion_is_reused_and_resumes(tmp_path, tiny_pegasus):
     (folder / f".{first.name}.partial" / "model.bin").write_bytes(b"half")
     assert ct2_pegasus.converted(str(folder), load) == first and len(loads) == 2
     assert not (folder / f".{first.name}.partial").exists() and (first / "model.bin").stat().st_size > 1000
+    whole = (first / "model.bin").read_bytes()
+    (first / "model.bin").write_bytes(whole[: len(whole) // 2])  # cut short (a copy interrupted): converted again
+    assert ct2_pegasus.converted(str(folder), load) == first and len(loads) == 3
+    assert (first / "model.bin").stat().st_size == len(whole)
+    assert "model.bin is " in capsys.readouterr().err
     model = load()
     with __import__("torch").no_grad():
         model.lm_head.weight.mul_(2)

@@ -267,3 +267,18 @@ def test_a_killed_runs_hidden_temporary_files_are_removed(one_thread, tmp_path, 
     assert sorted(files.h5_group_ids(out)) == sorted(PHOTOS)
     failed = (tmp_path / "sal.h5.failed.tsv").read_text().splitlines()
     assert failed[0] == "image_id\tpath\treason" and len(failed) == 2 and failed[1].startswith("broken\t")
+
+
+def test_saliency_source_reads_no_nested_group(tmp_path):
+    """An id that HDF5 would read as a path ("a/b", "..") finds no map, not a nested group or the root."""
+    from clid.selfgen.graphs import SaliencySource
+
+    path = tmp_path / "s.h5"
+    with h5py.File(path, "w") as f:
+        for key in ("1", "a/b"):
+            f.create_group(key).create_dataset("map", data=np.ones((2, 2), np.float16))
+            f[key].attrs.update(width=2.0, height=2.0)
+    source = SaliencySource(path)
+    assert source.get("1", "1") is not None
+    for image_id in ("a/b", ".", ".."):
+        assert source.get(image_id, image_id) is None

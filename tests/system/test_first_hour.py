@@ -342,6 +342,31 @@ def test_offline_unless_the_user_allows_downloads(tmp_path, hub):
     assert "Traceback" not in allowed.stderr and "error: cannot load the tokenizer" in allowed.stderr
 
 
+def test_a_hub_that_never_answers_is_given_seconds_not_minutes(tmp_path):
+    """--allow-download (abbreviated) against a hub that takes the connection and never answers: a warning line
+    within seconds, then the run goes on offline, and a model not on disk is one error line."""
+    import socket
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # (connections complete in the backlog; nothing is ever read or answered)
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    captions = ROOT / "tests" / "fixtures" / "dataset_coco_sample.json"
+    command = [sys.executable, "-m", "clid.stats", str(captions), "--tokenizer", "no-such-org/no-such-tokenizer",
+               "--allow-d"]
+    start = time.monotonic()
+    try:
+        done = subprocess.run(command, env=hub_env(url, home=tmp_path / "hf"), capture_output=True, text=True, timeout=300)
+    finally:
+        silent.close()
+    assert time.monotonic() - start < 120
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith(f"warning: downloads are allowed, but the hub {url} did not answer within 10 s")
+    assert len(lines) == 2 and lines[1].startswith("error: cannot load the tokenizer"), done.stderr
+
+
 def test_without_the_venv_one_line_names_the_fix():
     """An interpreter without the requirements (here: torch hidden from it) gets one line, not a traceback."""
     hide_torch = "import runpy, sys; sys.modules['torch'] = None; runpy.run_module('clid.features', run_name='__main__')"
@@ -374,12 +399,13 @@ def test_under_torchrun_rank_0_alone_prints_a_data_error(rank, monkeypatch, caps
     assert printed == ("" if rank == "1" else "error: captions.json: images[3]: no 'sentences'\n")
 
 
-def test_stay_offline_is_the_default(monkeypatch):
+def test_stay_offline_is_the_default(monkeypatch, hub):
     from clid.base.hub import is_offline
     from clid.run.cli import ALLOW_DOWNLOAD_ENV, stay_offline
 
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", ALLOW_DOWNLOAD_ENV):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", hub[0])  # (a hub that answers)
     assert not stay_offline(["--allow-download"]) and not is_offline()
     monkeypatch.setenv(ALLOW_DOWNLOAD_ENV, "1")
     assert not stay_offline([]) and not is_offline()
@@ -467,6 +493,42 @@ def test_the_recipe_reader_prints_one_setting_for_a_shell(tmp_path):
     loop = tmp_path / "loop.toml"
     loop.write_text(f'extends = "{loop}"\n')
     assert "extends itself" in reader("get", str(loop), "train.lr").stderr
+
+
+def test_the_recipe_checker_checks_every_setting_as_the_stages_will(tmp_path):
+    """python clid/run/recipes.py check NAME (demo.sh, submit_all.sh): the shipped recipes pass; a bad value is one
+    line naming the file, the table and the key, as 04 would refuse it."""
+    def check(recipe):
+        return subprocess.run([sys.executable, "clid/run/recipes.py", "check", str(recipe)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
+
+    for name in ("demo", "coco", "paragraph"):
+        assert check(name).returncode == 0, check(name).stderr
+    mine = tmp_path / "mine.toml"
+    mine.write_text('extends = "demo"\n[selection]\neta = "many"\n')
+    done = check(mine)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f'error: {mine}: [selection] eta = "many": must be a number, not the text')
+
+
+@pytest.mark.parametrize("setting, value, says", [
+    ("STEPS", "HOME[$(touch {marker})]", "STEPS must be a positive whole number"),
+    ("STEPS", "many", "STEPS must be a positive whole number"),
+    ("BATCH", "0", "BATCH must be a positive whole number"),
+    ("N_TRAIN", "1e3", "N_TRAIN must be a positive whole number"),
+    ("CURATE_EVERY", "$(touch {marker})", "CURATE_EVERY must be a positive whole number"),
+    ("LR", "fast", "LR must be a positive number"),
+])
+def test_demo_sh_checks_its_numbers_before_anything_runs(tmp_path, setting, value, says):
+    """A variable given to demo.sh is checked before the shell computes with it (no text of it evaluated) and before
+    any stage runs: one line, no folder made."""
+    marker = tmp_path / "ran"
+    env = dict(os.environ, **{setting: value.format(marker=marker)}, PY=sys.executable)
+    done = subprocess.run(["bash", "demo.sh", str(tmp_path / "data"), str(tmp_path / "runs")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and not marker.exists(), done.stdout + done.stderr
+    assert done.stdout.strip().startswith("error: ") and says in done.stdout and done.stdout.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_each_setting_is_written_in_its_recipe_only():

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, import_script
@@ -220,6 +221,40 @@ def test_a_bad_setting_is_one_line_and_submits_nothing(tmp_path, setting, value,
     done, calls = submit(tmp_path, **{setting: value}, **demo)
     assert done.returncode == 1 and calls == []
     assert done.stderr.strip().count("\n") == 0 and done.stderr.startswith("error: ") and says in done.stderr
+
+
+def test_without_sbatch_one_line_and_nothing_submitted(tmp_path):
+    env = fake_commands(tmp_path)
+    env.update(RUNS=str(tmp_path / "runs"))
+    assert not any((Path(folder) / "sbatch").exists() for folder in env["PATH"].split(":"))
+    done = subprocess.run(["bash", "slurm/submit_all.sh"], env=env, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.startswith("error: sbatch not found") and done.stderr.count("\n") == 1
+    assert not list((tmp_path / "runs" / "logs").glob("submitted*"))
+
+
+def test_sbatch_failing_midway_keeps_the_record_of_the_jobs_submitted(tmp_path):
+    """The third sbatch call fails: one line of the script's own, and submitted.tsv names the two jobs before it."""
+    count = tmp_path / "count"
+    env = fake_commands(tmp_path, sbatch=f'echo x >> {count}; (( $(wc -l < {count}) < 3 )) || '
+                                         '{ echo "sbatch: error: QOSMaxSubmitJobPerUserLimit" >&2; exit 1; }; echo $RANDOM')
+    env.update(RUNS=str(tmp_path / "runs"))
+    done = subprocess.run(["bash", "slurm/submit_all.sh"], env=env, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1].startswith("error: sbatch failed on job features-merge (exit 1); the 2 jobs")
+    record = (tmp_path / "runs" / "logs" / "submitted.tsv").read_text().splitlines()
+    assert [line.split("\t")[0] for line in record] == ["name", "convert", "features"]
+    assert not (tmp_path / "runs" / "logs" / "submitted.tsv.part").exists()
+
+
+def test_a_dry_run_fails_on_the_recipe_as_the_real_run_would(tmp_path):
+    """submit_all.sh checks the world's recipe (clid/run/recipes.py check) before it plans a job, dry run or not."""
+    wrapper = tmp_path / "py"
+    wrapper.write_text(f'#!/usr/bin/env bash\nif [ "$2" = check ]; then echo "error: recipes/$3.toml: [train] '
+                       f'batch_size = \\"64\\": must be a number" >&2; exit 1; fi\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    done, calls = submit(tmp_path, "--dry-run", PY=str(wrapper))
+    assert done.returncode == 1 and calls == [] and " sbatch " not in done.stdout
+    assert done.stderr.strip() == 'error: recipes/coco.toml: [train] batch_size = "64": must be a number'
 
 
 def test_a_training_job_with_fewer_gpus_than_asked_says_how_to_submit_it(tmp_path):
