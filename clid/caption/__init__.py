@@ -29,7 +29,6 @@ that cannot be opened an ``OSError``. ``python -m clid.caption`` prints the same
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from clid.base.files import DataError, natural_key
