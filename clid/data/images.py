@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from clid.base import files
 from clid.base.files import DataError, id_problem, natural_key, read_json
 from clid.data.captions import load_captions
 
@@ -437,4 +438,6 @@ def name_problem(image_id: str) -> str | None:
         if unicodedata.category(c) in ("Cc", "Cs"):
             what = "bytes that are not UTF-8" if unicodedata.category(c) == "Cs" else f"a control character ({shown(c)})"
             return f"a name that cannot be an id: it holds {what}; rename the file"
+    if problem := files.name_problem(image_id):  # (the checks every name of a file or HDF5 group passes)
+        return f"a name that cannot be an id: the id {problem}"
     return None

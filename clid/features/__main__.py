@@ -215,7 +215,6 @@ def compute(args, listing: ImageList, writer: str = COMMAND) -> dict:
     extractor = RegionFeatures(args.crop, args.whole, args.colour_bins, args.batch_size, device)
     written, notes = {}, []
 
-
     def regions():
         with Progress(len(items), "region features", "img") as bar:
             for start in range(0, len(items), args.chunk):
