@@ -280,7 +280,7 @@ def test_filled_captions_are_reported(world, monkeypatch):
     dot = model.tokenizer.convert_tokens_to_ids(".")
     dog, cat = model.tokenizer.convert_tokens_to_ids(["dog", "cat"])
 
-    def fake_mask_predict(model, feats, pos, mask, level, steps, eos_decay, labert_average, block_ngram=0):
+    def fake_mask_predict(model, feats, pos, mask, level, steps, eos_decay, labert_average, block_ngram=0, length=None):
         high = model.levels[level - 1][1]
         rows = [[dog] * high, [cat] * 3 + [dot] * (high - 3)]
         return torch.tensor(rows[: feats.shape[0]])
