@@ -74,8 +74,10 @@ def import_script(filename: str, module_name: str):
     return module
 
 
-def kill_after_checkpoint(command: list, state_file: Path, min_step: int, timeout: float = 300) -> None:
-    """Start a training command, SIGKILL it once ``state_file`` records ``min_step`` steps or more."""
+def kill_after_checkpoint(command: list, state_file: Path, min_step: int, timeout: float = 300,
+                          sig: int | None = None) -> None:
+    """Start a training command, SIGKILL it (or send ``sig``: SIGTERM stops it cleanly at its next step) once
+    ``state_file`` records ``min_step`` steps or more."""
     import json
     import signal
     import time
@@ -88,8 +90,8 @@ def kill_after_checkpoint(command: list, state_file: Path, min_step: int, timeou
         if state_file.exists() and json.loads(state_file.read_text())["step"] >= min_step:
             break
         time.sleep(0.05)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    child.send_signal(signal.SIGKILL if sig is None else sig)
+    child.wait(timeout)
 
 
 # The bad-input table's shared valid inputs (a toy world with tiny trained checkpoints), made once per test

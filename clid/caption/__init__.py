@@ -8,13 +8,17 @@
     writer.caption(Regions(features, boxes, width, height), levels=[2])   # regions held in memory
     writer.caption_images(["photo.jpg", pil_image], levels=[1, 3, 6])     # [{1: ..., 3: ..., 6: ...}, {...}]
     writer.caption_images(image_files("photos", "more/*.png"))           # every image of a folder, files, globs
+    writer.caption("42", length=12)            # one caption of exactly 12 tokens (11 words and the final ".")
 
 Each caption is a :class:`Caption`: its text (a ``str``), with its ``length`` (counted as 07 counts it)
-and ``in_range`` (inside its level). :meth:`CaptionWriter.caption_images` computes the region features
-of image files, PIL images or NumPy arrays on the fly, with the encoder the checkpoint was trained on
-(``clid.features``), each read as the caption command reads it (:func:`clid.data.images.read_image`:
-upright, in 8-bit RGB as a person sees it). :func:`image_files` lists the image files of folders, files
-and globs as the command does (:data:`IMAGE_SUFFIXES`).
+and ``in_range`` (inside its level); with ``length=N``, ``asked`` is N. ``length=`` (``caption``,
+``caption_images``, ``decode``) asks for exactly N tokens instead of levels (:mod:`clid.model.decode`), any N
+from 1 to the checkpoint's longest level's end. A checkpoint saved before its training finished is said so
+in one warning line when it is loaded; ``writer.checkpoint_state`` and ``writer.unfinished`` tell it too.
+:meth:`CaptionWriter.caption_images` computes the region features of image files, PIL images or NumPy arrays
+on the fly, with the encoder the checkpoint was trained on (``clid.features``), each read as the caption
+command reads it (:func:`clid.data.images.read_image`: upright, in 8-bit RGB as a person sees it).
+:func:`image_files` lists the image files of folders, files and globs as the command does (:data:`IMAGE_SUFFIXES`).
 
 :meth:`CaptionWriter.decode` is the batched form the caption command (``python -m clid.caption``,
 :mod:`clid.caption.__main__`) and ``07_eval.py`` use; :func:`caption_records` turns its output
@@ -135,16 +139,20 @@ def image_files(*paths_or_globs) -> ImageFiles:
 
 class Caption(str):
     """A caption: its text, with ``level`` (from 1), ``length`` (tokens as 07 counts them), ``in_range``
-    (inside its level) and ``filled`` (it filled its level without ".")."""
+    (inside its level), ``filled`` (it filled its level without ".") and ``asked`` (the exact length asked
+    for, or None)."""
 
     level: int
     length: int
     in_range: bool
     filled: bool
+    asked: int | None
 
-    def __new__(cls, text: str, level: int, length: int, in_range: bool, filled: bool = False):
+    def __new__(cls, text: str, level: int, length: int, in_range: bool, filled: bool = False,
+                asked: int | None = None):
         caption = super().__new__(cls, text)
         caption.level, caption.length, caption.in_range, caption.filled = level, length, in_range, filled
+        caption.asked = asked
         return caption
 
 
@@ -196,9 +204,11 @@ class CaptionWriter:
     def __init__(self, model, features=None, device: str | None = None, batch_size="auto",
                  steps: tuple[int, ...] | None = None, eos_decay: float = 1.0, labert_average: bool = True,
                  checkpoint=None, precision: str = "auto", block_ngram: int = BLOCK_NGRAM):
+        from clid.model.checkpoints import checkpoint_state
         from clid.run import runtime
 
         self.model, self.checkpoint = model, checkpoint
+        self.checkpoint_state = checkpoint_state(checkpoint) if checkpoint is not None else None
         self.device = device or default_device()
         self.precision = runtime.resolve(precision, self.device)
         self.batch_size, self.steps, self.eos_decay, self.labert_average = batch_size, steps, eos_decay, labert_average
@@ -208,16 +218,41 @@ class CaptionWriter:
             self.use_features(features)
 
     @classmethod
-    def from_checkpoint(cls, folder, device: str | None = None, features=None, **options) -> "CaptionWriter":
+    def from_checkpoint(cls, folder, device: str | None = None, features=None, warn: bool = True,
+                        **options) -> "CaptionWriter":
         """Load a checkpoint folder (04, 06) onto ``device`` (default: cuda if available, else cpu). A missing or
-        damaged checkpoint is a DataError naming the file."""
+        damaged checkpoint is a DataError naming the file. A checkpoint saved before its training finished is
+        one warning line on stderr (``warn=False``: none; either way :attr:`unfinished` says it)."""
+        import sys
+
         from clid.model import checkpoints
         from clid.run.runtime import device_problem
 
         device = device or default_device()
         if problem := device_problem(str(device)):
             raise ValueError(f"device: {problem}")
-        return cls(checkpoints.load_checkpoint(folder, device=device), features, device, checkpoint=folder, **options)
+        writer = cls(checkpoints.load_checkpoint(folder, device=device), features, device, checkpoint=folder, **options)
+        if warn and writer.unfinished:
+            print(f"warning: {writer.checkpoint_state.warning()}", file=sys.stderr, flush=True)
+        return writer
+
+    @property
+    def unfinished(self) -> bool:
+        """Whether the checkpoint was saved before its training finished (:func:`clid.model.checkpoints.checkpoint_state`)."""
+        return bool(self.checkpoint_state and self.checkpoint_state.unfinished)
+
+    @property
+    def longest(self) -> int:
+        """The longest caption the checkpoint writes, in tokens: its last level's end."""
+        return self.levels[-1][1]
+
+    def select_length(self, length) -> int:
+        """``length`` checked: a whole number from 1 to :attr:`longest`, else one ValueError naming the range."""
+        if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= self.longest:
+            where = f"the checkpoint {self.checkpoint}" if self.checkpoint else "the model"
+            raise ValueError(f"length {length!r} is outside 1..{self.longest}, the lengths in tokens {where} writes "
+                             f"({level_set_name(self.levels)}: {describe_levels(self.levels)})")
+        return length
 
     @property
     def levels(self) -> tuple[tuple[int, int], ...]:
@@ -243,20 +278,25 @@ class CaptionWriter:
                                  f"({level_set_name(self.levels)}: {describe_levels(self.levels)})")
         return sorted(set(chosen))
 
-    def decode(self, image_ids, levels=None, progress=False, features=None):
+    def decode(self, image_ids, levels=None, progress=False, features=None, length: int | None = None):
         """``({level: {image_id: caption}}, {level: image ids whose caption filled the level without "."})``
-        for the images of the feature file (or of ``features``, any object with ``get(image_id)``)."""
+        for the images of the feature file (or of ``features``, any object with ``get(image_id)``). ``length``
+        N (not with ``levels``): one caption of exactly N tokens per image, under the level it is decoded at."""
         from clid.model import decode
 
         source = self.features if features is None else features
         if source is None:
             raise ValueError("no region features: give features= to from_checkpoint, or call use_features(path)")
+        if length is not None:
+            if levels is not None:
+                raise ValueError("give levels or length, not both")
+            levels = [decode.exact_level(self.levels, self.select_length(length))]
         image_ids, levels = [str(i) for i in image_ids], self.select_levels(levels)
-        return decode.generate_captions(self.model, source, image_ids, levels,
+        return decode.generate_captions(self.model, source, image_ids, None if length else levels,
                                         batch_size=self.decode_batch_size(source, image_ids, levels), device=self.device,
                                         steps=self.steps, eos_decay=self.eos_decay, labert_average=self.labert_average,
                                         progress=progress, return_filled=True, precision=self.precision,
-                                        block_ngram=self.block_ngram)
+                                        block_ngram=self.block_ngram, length=length)
 
     def decode_batch_size(self, source, image_ids, levels) -> int:
         """``batch_size``, or what "auto" picks: one image's activations at the longest level asked for
@@ -270,29 +310,36 @@ class CaptionWriter:
         per_image = runtime.encoder_bytes(config, positions, self.precision) + 3 * 4 * high * config.output_size
         return runtime.batch_size("auto", self.device, per_image, BATCH_SIZE)
 
-    def caption(self, images, levels=None):
+    def caption(self, images, levels=None, length: int | None = None):
         """Captions (:class:`Caption`), by level, of one image (an image id or its :class:`Regions`):
-        ``{level: caption}``; of a list of image ids: ``{image_id: {level: caption}}``."""
+        ``{level: caption}``; of a list of image ids: ``{image_id: {level: caption}}``. With ``length`` N (not
+        with ``levels``): the caption of exactly N tokens in place of each ``{level: caption}``."""
         if isinstance(images, Regions):
-            by_image = self.captions_of(["image"], levels, MemoryRegions({"image": images}, self.model.config.region_dim))
+            by_image = self.captions_of(["image"], levels, MemoryRegions({"image": images}, self.model.config.region_dim),
+                                        length=length)
             return by_image["image"]
         one = isinstance(images, (str, int))
         ids = [str(images)] if one else [str(i) for i in images]
-        by_image = self.captions_of(ids, levels)
+        by_image = self.captions_of(ids, levels, length=length)
         return by_image[ids[0]] if one else by_image
 
-    def caption_images(self, images, levels=None, grid: int = 4):
+    def caption_images(self, images, levels=None, grid: int = 4, length: int | None = None):
         """Captions (:class:`Caption`), by level, of images: image files, PIL images or NumPy arrays (H x W x 3
         or H x W uint8), each read as the caption command reads it (:func:`clid.data.images.read_image`:
         upright, in 8-bit RGB), their region features computed on the fly by the encoder the checkpoint was
         trained on (the whole image and a ``grid`` x ``grid`` grid of boxes, as ``python -m clid.features
-        --boxes grid 4``): ``{level: caption}`` for one image, else a list of them in order. The arguments
-        are checked first, as the command checks its flags; an image that cannot be read (anything else, an
-        unreadable or too large file) is one DataError (a ValueError) naming it; an animated file's first
-        frame is read, with a warning."""
+        --boxes grid 4``): ``{level: caption}`` for one image, else a list of them in order (with ``length``
+        N: a caption of exactly N tokens in place of each ``{level: caption}``). The arguments are checked
+        first, as the command checks its flags; an image that cannot be read (anything else, an unreadable or
+        too large file) is one DataError (a ValueError) naming it; an animated file's first frame is read,
+        with a warning."""
         import warnings
 
         import numpy as np
+        if length is not None:
+            self.select_length(length)  # (checked before any image is read)
+            if levels is not None:
+                raise ValueError("give levels or length, not both")
         from PIL import Image
 
         from clid.data.encoder import RegionFeatures, grid_boxes
@@ -301,7 +348,7 @@ class CaptionWriter:
 
         if problem := grid_problem(grid, "grid"):
             raise ValueError(problem)
-        levels = self.select_levels(levels)
+        levels = None if length is not None else self.select_levels(levels)
         one = isinstance(images, (str, Path, Image.Image, np.ndarray))
         if not one and not isinstance(images, (list, tuple)) and not hasattr(images, "__iter__"):
             raise DataError("images", None, f"is {type(images).__name__}: give an image (a file's path, a PIL image, "
@@ -325,16 +372,21 @@ class CaptionWriter:
             encoded = self.encoder(part, [grid_boxes(p.width, p.height, grid) for p in part])
             for k, (picture, (features, boxes)) in enumerate(zip(part, encoded), start):
                 regions[str(k)] = Regions(features, boxes, picture.width, picture.height)
-        by_image = self.captions_of(list(regions), levels, MemoryRegions(regions, self.model.config.region_dim))
+        by_image = self.captions_of(list(regions), levels, MemoryRegions(regions, self.model.config.region_dim),
+                                    length=length)
         captions = [by_image[str(k)] for k in range(len(items))]
         return captions[0] if one else captions
 
-    def captions_of(self, image_ids, levels, features=None) -> dict:
-        """``{image_id: {level: Caption}}`` of images of the feature file (or of ``features``)."""
-        captions, filled = self.decode(image_ids, levels, features=features)
+    def captions_of(self, image_ids, levels, features=None, length: int | None = None) -> dict:
+        """``{image_id: {level: Caption}}`` of images of the feature file (or of ``features``); with ``length``,
+        ``{image_id: Caption}``."""
+        captions, filled = self.decode(image_ids, levels, features=features, length=length)
         by_image = {str(i): {} for i in image_ids}
-        for r in caption_records(captions, filled, self.levels, self.model.tokenizer):
-            by_image[r["image_id"]][r["level"]] = Caption(r["caption"], r["level"], r["length"], r["in_range"], r["filled"])
+        for r in caption_records(captions, filled, self.levels, self.model.tokenizer, length=length):
+            by_image[r["image_id"]][r["level"]] = Caption(r["caption"], r["level"], r["length"], r["in_range"], r["filled"],
+                                                          r.get("length_asked"))
+        if length is not None:
+            return {image_id: next(iter(by_level.values())) for image_id, by_level in by_image.items()}
         return by_image
 
 
@@ -343,25 +395,36 @@ def describe_levels(levels) -> str:
     return ", ".join(f"{low}-{high}" for low, high in get_levels(levels)) + " tokens"
 
 
-def caption_records(captions, filled, levels, tokenizer=None, strict: bool = False, files=None) -> list[dict]:
+def caption_records(captions, filled, levels, tokenizer=None, strict: bool = False, files=None,
+                    length: int | None = None) -> list[dict]:
     """The generated-captions JSONL lines of decoded captions: ``image_id`` (and ``file``, its file name, where
     ``files`` (image id -> name) knows it), ``level``, ``caption``,
     ``length`` (counted as 07 counts it: WordPiece tokens and the final "."; a caption that filled its
     level without "." has no final "." unless ``strict``), ``in_range`` and ``filled``; ordered by image
-    id, then level. ``levels``: the checkpoint's level set."""
+    id, then level. ``levels``: the checkpoint's level set. ``length``: the exact length asked for (captions
+    decoded with ``length=``), kept as ``length_asked`` beside the ``length`` got (the empty caption, "." alone,
+    counts 1)."""
+    from clid.base.text import caption_lengths, keeps_sentences
+
     image_ids = sorted({i for by_image in captions.values() for i in by_image}, key=natural_key)
     control = length_control(captions, image_ids, levels, tokenizer, filled=filled, strict=strict)
+    exact = {}
+    if length is not None:  # (no caption filled its level: every one ends in ".")
+        pairs = [(level, i) for level in captions for i in captions[level]]
+        exact = dict(zip(pairs, caption_lengths([captions[lv][i] for lv, i in pairs], tokenizer, keeps_sentences(levels))))
     rows = []
     for image_id in image_ids:
         for level in sorted(captions):
             if image_id not in captions[level]:
                 continue
-            length = control[level].lengths.get(image_id, 0)  # 0: no word in the caption
+            text = captions[level][image_id]
+            got = control[level].lengths.get(image_id, 0) if length is None else exact[level, image_id]  # 0: no word
             low, high = get_levels(levels)[level - 1]
-            row = {"image_id": image_id, "file": (files or {}).get(image_id), "level": level,
-                   "caption": captions[level][image_id], "length": length, "in_range": low <= length <= high,
-                   "filled": image_id in filled.get(level, ())}
+            row = {"image_id": image_id, "file": (files or {}).get(image_id), "level": level, "caption": text,
+                   "length": got, "in_range": low <= got <= high, "filled": image_id in filled.get(level, ())}
             if row["file"] is None:
                 del row["file"]
+            if length is not None:
+                row["length_asked"] = length
             rows.append(row)
     return rows

@@ -25,6 +25,11 @@ Out: ``--out captions.jsonl``, one line per image and level: ``image_id`` (and `
      adds earlier runs); its thumbnails hold pixels alone (no EXIF, comment or profile) and it names files
      relative to the page, or by their names. No output may be an input or another output (links followed).
 
+``--length N`` asks for captions of exactly N tokens instead of levels (N - 1 words and the final ".", the
+project's count; any N from 1 to the checkpoint's longest level's end): each line then also holds
+``length_asked``, beside the ``length`` got. A checkpoint saved before its training finished is captioned with
+one warning line, and the run record (``OUT.run.json``) and the gallery's header say so too.
+
 Only the levels asked for are decoded (``--levels all``: every level of the checkpoint), in batches, on
 ``--device``. Sharded like 01/02/03/05: ``--shard-id/--num-shards`` (SLURM array defaults), resumable
 chunks, ``python -m clid.shard merge OUT --num-shards N``; a resume with other inputs or settings is
@@ -73,6 +78,9 @@ def parse_args(argv=None):
     decoding.add_argument("--levels", nargs="+", default=None, metavar="LEVEL",
                           help="level numbers (from 1) to decode, or 'all' for every level of the checkpoint "
                                "(default: all)")
+    decoding.add_argument("--length", type=number(int, low=1, what="a whole number of tokens from 1"), default=None,
+                          metavar="N", help="captions of exactly N tokens (N - 1 words and the final '.'), from 1 to "
+                                            "the checkpoint's longest level's end, instead of --levels")
     runtime.add_device_arg(decoding)
     add_decoding_args(decoding, block_ngram=BLOCK_NGRAM)
     output = p.add_argument_group("output", "the captions file and the gallery")
@@ -89,7 +97,12 @@ def parse_args(argv=None):
     shard.add_chunk_size_arg(run, 256, "images")
     shard.add_shard_args(run)
     args = p.parse_args(argv)
-    if args.levels in (None, ["all"]):
+    if args.length is not None and args.levels is not None:
+        p.error("--length and --levels exclude each other: give --length N for captions of exactly N tokens, or "
+                "--levels for length levels")
+    if args.length is not None:
+        pass  # (the level it is decoded at comes from the checkpoint)
+    elif args.levels in (None, ["all"]):
         args.levels = "all"
     else:
         try:
@@ -293,6 +306,13 @@ def main(argv=None) -> None:
                                            precision=args.precision, block_ngram=args.block_ngram)
     writer.steps = decode_steps(args.decode_steps, len(writer.levels))
     writer.use_features(store)
+    if args.length is not None:
+        from clid.model.decode import exact_level
+
+        try:
+            args.levels = [exact_level(writer.levels, writer.select_length(args.length))]
+        except ValueError as err:
+            raise SystemExit(f"error: --length: {err}") from None
     try:
         args.levels = writer.select_levels(args.levels)
     except ValueError as err:
@@ -313,20 +333,24 @@ def main(argv=None) -> None:
     # 2. decode this shard's images in resumable chunks; the last shard to finish merges
     record = runs.run_record(args, inputs=("checkpoint", "features", "ids"), settings=(
         "levels", "split", "limit", "decode_steps", "eos_decay", "labert_average", "length_count", "bad_features",
-        "precision", "block_ngram"))
+        "precision", "block_ngram", "length"))
+    if writer.checkpoint_state is not None:  # how far its training got (not compared on a resume: its files are)
+        record["checkpoint"] = writer.checkpoint_state.to_json()
     job = shard.Job(out, shard.Shard.from_args(args), args.chunk_size, record, args.restart)
+    asked = (f"exactly {args.length} tokens (level {args.levels[0]} of {describe_levels(writer.levels)})"
+             if args.length is not None else f"levels {', '.join(map(str, args.levels))} of {describe_levels(writer.levels)}")
     if not job.done:
-        print(f"captioning {len(job.spec.select(ids))} of {len(ids)} images at levels "
-              f"{', '.join(map(str, args.levels))} of {describe_levels(writer.levels)} on {device} "
+        print(f"captioning {len(job.spec.select(ids))} of {len(ids)} images at {asked} on {device} "
               f"(shard {job.spec.shard_id} of {job.spec.num_shards})")
     from clid.base.text import load_tokenizer
 
     tokenizer = load_tokenizer()  # lengths counted as 07 counts them
 
     def caption_chunk(chunk: shard.Chunk) -> None:
-        captions, filled = writer.decode(chunk.items, args.levels, progress=chunk.progress)
+        captions, filled = writer.decode(chunk.items, None if args.length else args.levels, progress=chunk.progress,
+                                         length=args.length)
         write_jsonl(chunk.path, caption_records(captions, filled, writer.levels, tokenizer,
-                                                strict=args.length_count == "strict", files=files))
+                                                strict=args.length_count == "strict", files=files, length=args.length))
 
     done = job.run(ids, caption_chunk, "caption", "img")
     if bad_line := store.skip_report():
@@ -342,17 +366,26 @@ def main(argv=None) -> None:
     for level in args.levels:
         at = [r for r in records if r.get("level") == level and "in_range" in r and "length" in r]
         low, high = writer.levels[level - 1]
-        if at:
+        if at and args.length is not None:
+            print(f"  length {args.length} (level {level}, {low}-{high} tokens): {sum(r['length'] == args.length for r in at)} "
+                  f"of {len(at)} captions have exactly {args.length} tokens")
+        elif at:
             print(f"  level {level} ({low}-{high} tokens): {sum(r['in_range'] for r in at)} of {len(at)} in range, "
                   f"mean length {sum(r['length'] for r in at) / len(at):.1f}")
     if args.gallery:
         seen = sorted({str(r["image_id"]) for r in records}, key=natural_key)
         own = {(str(r["image_id"]), r["level"]): r for r in records}
-        notes = [f"{len(seen)} images; levels {', '.join(map(str, args.levels))} of {describe_levels(writer.levels)}"]
+        title = None
+        if args.length is not None:  # the badge: green when the caption has the length asked for
+            own = {key: {**r, "in_range": r.get("length") == args.length} for key, r in own.items()}
+            title = f"Captions of exactly {args.length} tokens"
+        notes = [f"warning: {writer.checkpoint_state.warning()}"] if writer.unfinished else []
+        notes += [f"{len(seen)} images; {asked}"]
         notes += [f"{n}: {page_name(path, args.gallery)}" for n, _, path in (e.partition("=") for e in args.compare)]
-        notes += [f"{name}: {page_name(args.checkpoint, args.gallery)}"]
-        write_gallery(args.gallery, seen, compare + [(name, own)], writer.levels, args.levels, thumbnails, notes=notes,
-                      files=files)
+        notes += [f"{name}: {page_name(args.checkpoint, args.gallery)}"
+                  + (f" ({writer.checkpoint_state.describe()})" if writer.unfinished else "")]
+        write_gallery(args.gallery, seen, compare + [(name, own)], writer.levels, args.levels, thumbnails, title=title,
+                      notes=notes, files=files)
         print(f"gallery: {args.gallery}")
     if computed is not None and features_record:
         skipped = len(features_record.get("skipped", []))

@@ -5,6 +5,10 @@ atomic saves that never touch files the stage did not write.
 of the region features the model was trained on (``feature_kind``, ``feature_dim``: see
 :func:`feature_record`), which ``clid.data.store.check_features_match`` checks a features file
 against.
+
+``MODEL_CARD.md`` is written at every save (:func:`save_checkpoint`), marked unfinished ("step 711 of 2,000:
+unfinished") until the run's last step; a card the stage did not write (a user's own, or one edited since) is
+never replaced. :func:`checkpoint_state` says how far a checkpoint's training got, for the caption command.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import hashlib
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -148,8 +153,10 @@ def read_train_state(folder) -> dict:
     return state
 
 
-# files a training stage writes into --out beside its checkpoint, and the checkpoint's own files
-STAGE_FILES = ("selection_log.jsonl", "difficulty.h5", "MODEL_CARD.md")
+# files a training stage writes into --out beside its checkpoint, and the checkpoint's own files (the model card,
+# CARD_NAME, is the stage's only while it is the card it wrote: :func:`own_card`)
+STAGE_FILES = ("selection_log.jsonl", "difficulty.h5")
+CARD_NAME = "MODEL_CARD.md"
 
 
 CHECKPOINT_NAMES = ("model.safetensors", "config.json", "optimizer.pt", "train_state.json", "train_log.jsonl",
@@ -159,9 +166,9 @@ CHECKPOINT_NAMES = ("model.safetensors", "config.json", "optimizer.pt", "train_s
 def checkpoint_files(folder) -> set[str]:
     """The names of the files a training stage wrote into ``folder``: the checkpoint's manifest (for a
     checkpoint written before manifests, the files beside its train_state.json that have a checkpoint
-    file's name), and STAGE_FILES."""
+    file's name), STAGE_FILES, and the model card when the stage wrote it as it is (:func:`own_card`)."""
     folder = Path(folder)
-    own = set(STAGE_FILES)
+    own = set(STAGE_FILES) | ({CARD_NAME} if own_card(folder / CARD_NAME) else set())
     state_path = folder / "train_state.json"
     if state_path.is_file():
         try:
@@ -169,12 +176,25 @@ def checkpoint_files(folder) -> set[str]:
         except (ValueError, AttributeError):
             files = None
         if isinstance(files, list):
-            own.update(str(name) for name in files)
+            own.update(str(name) for name in files if name != CARD_NAME)
         else:  # (a checkpoint written before manifests: the names a checkpoint has, nothing else)
             own.update(item.name for item in folder.iterdir() if item.is_file() and item.name in CHECKPOINT_NAMES)
-    if (folder / CARD).exists() and not card_is_ours(folder):  # (a card the user edited is theirs: --restart keeps it)
-        own.discard(CARD)
     return own
+
+
+def own_card(path) -> bool:
+    """Whether the file at ``path`` is a model card a training stage wrote, unedited since: its last line holds
+    the digest of the lines above it (a card of an earlier version, without that line, counts when it begins
+    with the cards' title and names the stage that wrote it)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    body, _, last = text.rstrip("\n").rpartition("\n")
+    if last.startswith(CARD_DIGEST):
+        return last == card_digest_line(body + "\n")
+    return text.startswith(CARD_TITLE) and "\nWritten by 0" in text and CARD_DIGEST.strip() not in text
+
 
 
 def save_checkpoint(folder, model: Captioner, optimizer, state: dict, config_extra: dict, log_lines: list[str]):
@@ -196,6 +216,10 @@ def save_checkpoint(folder, model: Captioner, optimizer, state: dict, config_ext
         previous_log = folder / "train_log.jsonl"
         lines = (previous_log.read_text().splitlines() if previous_log.exists() else []) + log_lines
         (staging / "train_log.jsonl").write_text("".join(line + "\n" for line in lines))
+        if CARD_NAME in own or not (folder / CARD_NAME).exists():
+            (staging / CARD_NAME).write_text(model_card_text(staging, folder.name, state), encoding="utf-8")
+        else:
+            note_users_card(folder / CARD_NAME)
         keep = [item for item in folder.iterdir() if item.is_file() and item.name in own
                 and item.name != "train_state.json" and not (staging / item.name).exists()] if folder.is_dir() else []
         files = sorted({item.name for item in staging.iterdir()} | {item.name for item in keep} | {"train_state.json"})
@@ -271,45 +295,58 @@ def remove_checkpoint(folder) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The model card written beside a finished checkpoint
+# The model card written beside the checkpoint at every save, and how far a checkpoint's training got
 
 
 CARD_TITLE = "# Model card:"
-CARD = "MODEL_CARD.md"
+CARD_DIGEST = "<!-- written by a CLID training stage; sha256 "  # the card's last line: the digest of the lines above
+_NOTED_CARDS: set[str] = set()  # the users' cards already named in this process
 
 
-CARD_MARK = "<!-- written by a training stage; the SHA-256 of the text above: "
+def card_digest_line(body: str) -> str:
+    return f"{CARD_DIGEST}{hashlib.sha256(body.encode('utf-8')).hexdigest()} -->"
 
 
-def card_text(body: str) -> str:
-    """A card's text as a training stage writes it: ``body`` and a last line with its digest (an edit shows)."""
-    return f"{body}\n{CARD_MARK}{hashlib.sha256(body.encode()).hexdigest()} -->\n"
+def note_users_card(card: Path) -> None:
+    """Say once per process that ``card`` is kept as it is (a file the stage did not write, or edited since)."""
+    if str(card.resolve()) not in _NOTED_CARDS:
+        _NOTED_CARDS.add(str(card.resolve()))
+        print(f"note: {card} was not written by a training stage (or was edited since): it is kept, and the model "
+              "card is not written", flush=True)
 
 
-def card_is_ours(folder) -> bool:
-    """Whether ``folder``'s MODEL_CARD.md is as a training stage wrote it: its text matches the digest on its last
-    line (a card written before the digest: it starts with the stage's title)."""
-    card = Path(folder) / CARD
-    if not card.is_file():
-        return False
-    text = card.read_text(errors="replace")
-    if CARD_MARK not in text:
-        return text.startswith(CARD_TITLE)
-    body, _, last = text.rpartition(f"\n{CARD_MARK}")
-    return card_text(body) == f"{body}\n{CARD_MARK}{last}"
+def planned_steps(config: dict, state: dict | None = None) -> int | None:
+    """The last step of the run that trains a checkpoint: its training state's ``planned_steps``, else its
+    config.json's ``train.max_steps`` (04, 06); None when neither records it."""
+    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    for value in ((state or {}).get("planned_steps"), train.get("max_steps")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
-def write_model_card(folder, stage: str) -> Path:
-    """Write ``MODEL_CARD.md`` into a finished checkpoint folder of ``stage`` (04 or 06): the data, the
-    recipe, the steps trained, the control precision measured during training (if any), and what the
-    model cannot do. Everything is read from the folder's own files."""
+def steps_done(step: int, planned: int | None) -> str:
+    """"step 711 of 2,000: unfinished", "step 2,000 of 2,000: finished" (or "step 711" alone)."""
+    if planned is None:
+        return f"step {step:,}"
+    return f"step {step:,} of {planned:,}: " + ("finished" if step >= planned else "unfinished")
+
+
+def model_card_text(folder, name: str, state: dict) -> str:
+    """The text of ``MODEL_CARD.md`` for the checkpoint in ``folder`` (named ``name``: a save writes it into its
+    staging folder) with the training ``state`` (its ``step``): the data, the recipe, the steps trained (unfinished below the run's last step),
+    the control precision measured during training (if any), and what the model cannot do. Every figure is read
+    from the folder's own files; the last line is the digest that marks the card as the stage's own."""
     from clid.base.text import get_levels
 
     folder = Path(folder)
     config = read_config(folder)
     train = config.get("train", {}) if isinstance(config.get("train"), dict) else {}
     model = config["model"]
-    step = read_train_state(folder)["step"]
+    stage = str(config.get("stage") or "a training stage")
+    stage = stage if stage.endswith(".py") or " " in stage else f"{stage}.py"
+    step, planned = state["step"], planned_steps(config, state)
+    finished = planned is None or step >= planned
     levels = get_levels([tuple(level) for level in model.get("levels")]) if model.get("levels") else get_levels("caption")
     evals = []
     log = folder / "train_log.jsonl"
@@ -321,13 +358,18 @@ def write_model_card(folder, stage: str) -> Path:
         if isinstance(record, dict) and isinstance(record.get("eval"), dict):
             evals.append(record)
 
-    def flag(name, default="-"):
-        value = train.get(name)
+    def flag(key, default="-"):
+        value = train.get(key)
         return default if value in (None, "", []) else value
 
+    written = (f"Written by {stage} at {steps_done(step, planned)}: training stopped or is still running, and this "
+               "checkpoint is not the model the run trains (the same training command resumes it; "
+               "`python -m clid.caption` warns about it)." if not finished else
+               f"Written by {stage} when it finished training this checkpoint ({steps_done(step, planned)}).")
     data = {"trusted": "the trusted captions alone", "extended": "the trusted and the self-generated captions"}
-    lines = [f"{CARD_TITLE} {folder.name}", "",
-             f"Written by {stage} when it finished training this checkpoint; every figure comes from the files beside it.",
+    lines = [f"{CARD_TITLE} {name}", "",
+             f"**{steps_done(step, planned)}**" if planned is not None else f"**step {step:,}**", "",
+             written + " Every figure comes from the files beside it.",
              "", "## Model", "",
              f"- A length-controllable captioner (LaBERT-style non-autoregressive BERT), preset `{flag('preset', model.get('preset', '-'))}`, "
              f"{len(levels)} length levels: " + ", ".join(f"L{n} {low}-{high}" for n, (low, high) in enumerate(levels, 1))
@@ -340,7 +382,7 @@ def write_model_card(folder, stage: str) -> Path:
              f"- Features: `{flag('features')}`", "", "## Recipe", "",
              f"- `--recipe {flag('recipe', 'paper')}`: lr {flag('lr')}, warm-up {flag('warmup')}, batch {flag('batch_size')}, "
              f"dropout {flag('dropout')}, seed {flag('seed')}",
-             f"- Steps trained: {step} of --max-steps {flag('max_steps')}"
+             f"- Steps trained: {step} of --max-steps {flag('max_steps')}" + ("" if finished else " (unfinished)")
              + (f" (continued from `{flag('continue_from')}`)" if flag("continue_from") != "-" else ""), "",
              "## Measured control precision", ""]
     if evals:
@@ -350,7 +392,7 @@ def write_model_card(folder, stage: str) -> Path:
                      + ", ".join(f"L{k} {100 * v:.0f}%" for k, v in shares.items()))
     else:
         lines.append("- Not measured while training (--eval-every 0). Measure it with `python 07_eval.py --checkpoint "
-                     f"{folder} --features FEATURES --refs CAPTIONS --out eval`; the demo's quick checkpoint: "
+                     f"{name} --features FEATURES --refs CAPTIONS --out eval`; the demo's quick checkpoint: "
                      "docs/decoding.md.")
     lines += ["", "## What it cannot do", "",
               "- Describe what its training images did not show: a model trained on the demo world knows its "
@@ -359,15 +401,24 @@ def write_model_card(folder, stage: str) -> Path:
               f"- Write beyond its last level ({levels[-1][1]} tokens), or read features of another kind or dimension.",
               "- Avoid repeated phrases by itself: mask-predict decoding repeats words; `python -m clid.caption` and "
               "`CaptionWriter` block a repeated 3-gram by default (`--block-ngram 0`: the authors' decoding).",
-              "- Guarantee a length: the control precision above is a share, not a promise, and a caption can end "
-              "mid-phrase when its level is longer than what the model has to say.", ""]
-    card = folder / CARD
-    if card.exists() and not card_is_ours(folder):  # a file of the user's, or a card they edited
-        print(f"note: {card} was not written by a training stage, or was changed since: kept; the model card is "
-              "not written")
+              "- Guarantee a length at a level: the control precision above is a share, not a promise, and a caption "
+              "can end mid-phrase when its level is longer than what the model has to say (`--length N` asks for "
+              "exactly N tokens).", ""]
+    body = "\n".join(lines)
+    return body + card_digest_line(body) + "\n"
+
+
+def write_model_card(folder, stage: str | None = None) -> Path:
+    """(Re)write ``MODEL_CARD.md`` of the checkpoint in ``folder`` from its own files (:func:`model_card_text`;
+    every save writes it too), unless the folder holds a card the stage did not write, which is kept (one note).
+    ``stage``: unused, the card names the stage its config.json records."""
+    folder = Path(folder)
+    card = folder / CARD_NAME
+    if card.exists() and not own_card(card):  # a file of the user's, or a card edited since
+        note_users_card(card)
         return card
     tmp = card.with_name(card.name + ".tmp")
-    tmp.write_text(card_text("\n".join(lines)))
+    tmp.write_text(model_card_text(folder, folder.name, read_train_state(folder)), encoding="utf-8")
     os.replace(tmp, card)
     state_path = folder / "train_state.json"
     state = read_train_state(folder)
@@ -377,3 +428,60 @@ def write_model_card(folder, stage: str) -> Path:
         tmp.write_text(json.dumps(state, indent=1))
         os.replace(tmp, state_path)
     return card
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """How far the training of a checkpoint folder got: ``step`` (None: a model saved without a training state),
+    ``planned`` (the run's last step; None: not recorded) and ``card`` (a model card the stage wrote is there).
+    It is ``unfinished`` below its run's last step, or, when that is not recorded, without a model card (an
+    earlier version wrote the card when training finished)."""
+
+    folder: str
+    step: int | None
+    planned: int | None
+    card: bool
+
+    @property
+    def unfinished(self) -> bool:
+        if self.step is None:
+            return False
+        return self.step < self.planned if self.planned is not None else not self.card
+
+    def describe(self) -> str:
+        """"step 711 of 2,000: unfinished", or "step 711: unfinished (no model card)"."""
+        if self.step is None:
+            return "no training state"
+        if self.planned is None:
+            return f"step {self.step:,}: " + ("unfinished (no model card)" if self.unfinished else "finished")
+        return steps_done(self.step, self.planned)
+
+    def warning(self) -> str:
+        """The one line the caption command prints for an unfinished checkpoint."""
+        steps = f"step {self.step:,} of {self.planned:,}" if self.planned is not None else \
+            f"step {self.step:,} and no model card"
+        parts = Path(self.folder).resolve().parts
+        resume = "`make checkpoint` resumes it" if parts[-3:] == ("runs", "quick", "model") else \
+            "the same training command resumes it"
+        return f"{self.folder} is unfinished: {steps}; {resume}"
+
+    def to_json(self) -> dict:
+        """For a captions file's run record: ``{"step", "planned_steps", "unfinished"}``."""
+        return {"step": self.step, "planned_steps": self.planned, "unfinished": self.unfinished}
+
+
+def checkpoint_state(folder) -> CheckpointState:
+    """How far the training of the checkpoint in ``folder`` got (its train_state.json and config.json; an
+    unreadable training state is read as none: it does not change what the model computes)."""
+    folder = Path(folder)
+    state = config = None
+    try:
+        state = json.loads((folder / "train_state.json").read_text(encoding="utf-8"))
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    step = state.get("step") if isinstance(state, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool):
+        return CheckpointState(str(folder), None, None, False)
+    planned = planned_steps(config if isinstance(config, dict) else {}, state)
+    return CheckpointState(str(folder), step, planned, own_card(folder / CARD_NAME))

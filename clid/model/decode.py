@@ -31,9 +31,18 @@ holding a [MASK] or "." (the end and the padding) do not count. With blocking, a
 phrase with a neighbour is passed over too (no article before a function word, no function word at the end,
 no adjective before an article, no word piece after a function word: clid.base.english.breaks_phrase),
 and "a"/"an" are mended after decoding, the length unchanged.
+An exact length (``length`` = N tokens, the project's count: N - 1 words and the final "."): the caption is decoded
+at the level that holds N (the first level above N when none does), at that level's length as always, but only its
+first N - 1 positions are predicted; position N - 1 and the rest hold "." from the start (the padding the model
+was trained with), and the N - 1 positions take only whole words that count as one token each (no ".", no word
+piece, no punctuation, no special token) and never double a neighbour (which the clean-up would collapse): the
+caption's text then counts N tokens (:func:`exact_classes`). In a paragraph it is one sentence.
 docs/decoding.md has its measurements on the demo world.
 """
 from __future__ import annotations
+
+import re
+import weakref
 
 import torch
 
@@ -56,16 +65,51 @@ def default_steps(levels) -> tuple[int, ...]:
                  for i in range(len(levels)))
 
 
+def exact_level(levels, length: int) -> int:
+    """The level (from 1) an exact ``length`` is decoded at: the one that holds it, else the first above it."""
+    levels = get_levels(levels)
+    return next((n for n, (_, high) in enumerate(levels, 1) if length <= high), len(levels))
+
+
+_WHOLE_WORD = re.compile(r"[a-z0-9]+")
+_EXACT_CLASSES: "weakref.WeakKeyDictionary[Captioner, torch.Tensor]" = weakref.WeakKeyDictionary()
+
+
+def exact_classes(model: Captioner) -> torch.Tensor:
+    """Bool [classes of the head]: the tokens an exact-length caption is written with, those whose text counts
+    one token: whole words of ASCII letters and digits (no ".", no word piece "##s" that would join its
+    neighbour into another word, no punctuation the preprocessing drops, no special token)."""
+    allowed = _EXACT_CLASSES.get(model)
+    if allowed is None:
+        vocab = model.tokenizer.convert_ids_to_tokens(list(range(len(model.tokenizer))))
+        ok = torch.tensor([bool(_WHOLE_WORD.fullmatch(word or "")) for word in vocab])
+        ids = model.output_ids.cpu() if model.output_ids is not None else torch.arange(len(ok))
+        allowed = ok[ids.clamp(max=len(ok) - 1)] & (ids < len(ok))
+        _EXACT_CLASSES[model] = allowed
+    return allowed
+
+
 @torch.no_grad()
 def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int, steps: int,
-                 eos_decay: float = 1.0, labert_average: bool = True, block_ngram: int = 0) -> torch.Tensor:
-    """Token ids [B, high] decoded at ``level`` (1-based); ``block_ngram`` n > 0: no n-gram twice."""
+                 eos_decay: float = 1.0, labert_average: bool = True, block_ngram: int = 0,
+                 length: int | None = None) -> torch.Tensor:
+    """Token ids [B, high] decoded at ``level`` (1-based); ``block_ngram`` n > 0: no n-gram twice; ``length``
+    N: a caption of exactly N tokens, "." from position N - 1 on (module docstring)."""
     low, high = model.levels[level - 1]
     B, device = regions.shape[0], regions.device
     mask_id = model.tokenizer.mask_token_id
-    end = int(model.to_output(torch.tensor(eos_id(model.tokenizer))))  # the head's class of "."
+    end_token = int(eos_id(model.tokenizer))
+    end = int(model.to_output(torch.tensor(end_token)))  # the head's class of "."
     levels = torch.full((B,), level, dtype=torch.long, device=device)
     phrase = PhraseIds(model.tokenizer) if block_ngram else None
+    exact = length is not None
+    if exact and not 1 <= length <= high:
+        raise ValueError(f"length {length} does not fit level {level} ({low}-{high} tokens)")
+    words = length - 1 if exact else high  # the positions decoded; with an exact length the rest hold "."
+    fixed = torch.zeros(B, high, dtype=torch.bool, device=device)
+    fixed[:, words:] = True
+    allowed = exact_classes(model).to(device) if exact else None
+    fill_n = block_ngram or (high + 1 if exact else 0)  # (exact: no doubled word; n-grams longer than the row)
     # penalty on "." at positions low-1 .. high-1: decay ** (high - position)
     eos_scale = torch.ones(high, device=device)
     if eos_decay != 1.0:
@@ -74,34 +118,40 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
 
     def predict(ids, where):
         """(confidence, token id) of the best class at the ``where`` positions of ``ids``, and with
-        ``block_ngram`` the candidates filled in left to right at the [MASK] positions among them."""
+        ``block_ngram`` (or an exact length) the candidates filled in left to right at the [MASK] positions among
+        them."""
         states = model.encode(regions, region_pos, region_mask, ids, levels)
         probs = model.logits_from_hidden(model.hidden(states, where)).softmax(-1)
-        probs[:, end] *= eos_scale.expand(B, high)[where]
+        if exact:  # only whole words, renormalised; any other class ranks below them all
+            probs = probs * allowed
+            probs = (probs / probs.sum(-1, keepdim=True).clamp_min(1e-30)).masked_fill(~allowed, -1.0)
+        else:
+            probs[:, end] *= eos_scale.expand(B, high)[where]
         confidence, classes = probs.max(-1)
         predicted = model.from_output(classes)
-        if block_ngram:
-            k = min(BLOCK_CANDIDATES, probs.shape[-1])
+        if fill_n:
+            k = min(BLOCK_CANDIDATES, probs.shape[-1], max(1, int(allowed.sum())) if exact else probs.shape[-1])
             top_conf, top_classes = probs.topk(k, dim=-1)
             full_conf = torch.zeros(B, high, k, device=device, dtype=top_conf.dtype)
             full_ids = torch.zeros(B, high, k, device=device, dtype=torch.long)
             full_conf[where], full_ids[where] = top_conf, model.from_output(top_classes)
-            end_token = int(eos_id(model.tokenizer))
-            ends = None if keeps_sentences(model.levels) else end_token  # (in a paragraph "." also ends a sentence)
-            chosen_conf, chosen_ids = fill_without_repeats(ids, ids == mask_id, full_ids, full_conf, block_ngram,
-                                                           {mask_id, end_token}, ends, low - 1, phrase)
+            ends = None if keeps_sentences(model.levels) and not exact else end_token  # (in a paragraph "." also ends a sentence)
+            chosen_conf, chosen_ids = fill_without_repeats(ids, ids == mask_id, full_ids, full_conf, fill_n,
+                                                           {mask_id, end_token}, ends, words if exact else low - 1, phrase)
             fill = (ids == mask_id)[where]
             confidence, predicted = confidence.clone(), predicted.clone()
             confidence[fill], predicted[fill] = chosen_conf[where][fill], chosen_ids[where][fill]
         return confidence, predicted
 
-    tokens = torch.full((B, high), mask_id, dtype=torch.long, device=device)
+    tokens = torch.full((B, high), mask_id, dtype=torch.long, device=device).masked_fill(fixed, end_token)
+    if words == 0:  # length 1: the "." alone
+        return tokens
     everywhere = torch.ones(B, high, dtype=torch.bool, device=device)
     confidence, predicted = predict(tokens, everywhere)
-    tokens = predicted.view(B, high)
-    confidence = confidence.view(B, high)
+    tokens = torch.where(fixed, tokens, predicted.view(B, high))
+    confidence = confidence.view(B, high).masked_fill(fixed, float("inf"))  # (never re-masked)
     for step in range(1, steps):
-        n_mask = max(1, int(high * (1.0 - step / steps)))
+        n_mask = max(1, int(words * (1.0 - step / steps)))
         remask = torch.zeros(B, high, dtype=torch.bool, device=device)
         remask.scatter_(1, confidence.topk(n_mask, dim=1, largest=False).indices, True)
         tokens = tokens.masked_fill(remask, mask_id)
@@ -114,6 +164,7 @@ def mask_predict(model: Captioner, regions, region_pos, region_mask, level: int,
             new_conf, new_tokens = predict(tokens, remask)
             tokens[remask] = new_tokens
             confidence[remask] = new_conf
+        confidence = confidence.masked_fill(fixed, float("inf"))
     return tokens
 
 
@@ -191,8 +242,11 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
                       batch_size: int = 64, device="cpu", steps: tuple[int, ...] | None = None,
                       eos_decay: float = 1.0, labert_average: bool = True, dedupe: bool = True,
                       progress: bool = False, return_filled: bool = False, precision: str = "fp32",
-                      block_ngram: int = 0):
+                      block_ngram: int = 0, length: int | None = None):
     """Captions at each requested level for each image: ``{level: {image_id: caption}}``.
+
+    ``length`` N: instead of the levels, one caption of exactly N tokens per image, under the level it is
+    decoded at (:func:`exact_level`; ``levels`` must then be None or that level).
 
     ``features``: a :class:`FeatureStore`, or any object with its ``path`` and ``get(image_id)``.
     ``progress``: True for a bar, or a function called with the number of images of each decoded
@@ -205,6 +259,11 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
     from clid.run import runtime
 
     model.eval()
+    if length is not None:
+        level = exact_level(model.levels, length)
+        if levels not in (None, [level]):
+            raise ValueError(f"an exact length ({length}) is decoded at level {level} alone, not at levels {levels}")
+        levels = [level]
     steps = steps or default_steps(model.levels)
     end = eos_id(model.tokenizer)
     out: dict[int, dict[str, str]] = {level: {} for level in levels}
@@ -223,7 +282,7 @@ def generate_captions(model: Captioner, features: FeatureStore, image_ids: list[
         for level in levels:
             with runtime.autocast(precision, device):
                 ids = mask_predict(model, feats, pos, mask, level, steps[level - 1], eos_decay, labert_average,
-                                   block_ngram=block_ngram)
+                                   block_ngram=block_ngram, length=length)
             for image_id, row in zip(batch, ids.tolist()):
                 text = decode(row, model.tokenizer, keep_sentences=paragraphs)
                 text = remove_doubled_words(text) if dedupe else text

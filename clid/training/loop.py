@@ -166,14 +166,15 @@ class Trainer:
             self.pending_log.append(json.dumps(record))
 
     def save(self, extra_state: dict | None = None) -> None:
-        """Checkpoint the current step; refuses (stops the run) if any weight is NaN or infinite."""
+        """Checkpoint the current step (with the run's last step, ``planned_steps``: below it the checkpoint and its
+        model card say it is unfinished); refuses (stops the run) if any weight is NaN or infinite."""
         self.check_finite()
         self.regions.features.check_unchanged()  # (nothing learned from a feature file that changed is saved)
         for name, tensor in self.model.state_dict().items():  # the same weights on every DDP rank
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise DataError(None, None, f"the weights hold NaN or inf after step {self.step} ({name}); not saved, "
                                             f"{self.kept()}. A diverging run: try a lower --lr or a longer --warmup")
-        self.state = {"step": self.step, **(extra_state or {})}
+        self.state = {"step": self.step, "planned_steps": self.settings.max_steps, **(extra_state or {})}
         if self.rank == 0:
             save_checkpoint(self.out_dir, self.model, self.optimizer, self.state, self.config_extra, self.pending_log)
             self.pending_log = []

@@ -64,7 +64,7 @@ def check_resume(args, rank: int, world: int) -> None:
     import torch.distributed as dist
 
     from clid.model.checkpoints import (
-        CARD,
+        CARD_NAME,
         CHECKPOINT_NAMES,
         STAGE_FILES,
         checkpoint_exists,
@@ -75,9 +75,8 @@ def check_resume(args, rank: int, world: int) -> None:
     out = Path(args.out)
     check_not_input(out, {flag_name(name): getattr(args, name)
                           for name in (*INPUT_FLAGS, "continue_from") if getattr(args, name, None)})
-    # (a model card of the user's is no clash: the card is written only over one a training stage wrote)
-    check_output_folder(out, checkpoint_files(out), args.force,
-                        writes=CHECKPOINT_NAMES + tuple(name for name in STAGE_FILES if name != CARD))
+    # (a model card the stage did not write, or one edited since, is kept beside the checkpoint and named at its save)
+    check_output_folder(out, checkpoint_files(out) | {CARD_NAME}, args.force, writes=CHECKPOINT_NAMES + STAGE_FILES)
     if not checkpoint_exists(out):
         return
     if args.restart:

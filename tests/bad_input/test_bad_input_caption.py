@@ -217,6 +217,33 @@ row("caption", "gallery-image-unreadable-permissions", lambda w, d: gallery_of(w
     copy_to(w.images / "1.png", p.parent, "1.png"), p.chmod(0))})]), "image 1: cannot be read as an image|gallery:",
     "error" if os.geteuid() else "ok")
 
+# -- captions of an exact length (--length N), and a checkpoint whose training did not finish ------------------
+for value, fragment in (("0", "argument --length"), ("five", "argument --length"), ("5\u00b2", "argument --length"),
+                        ("70", "--length: length 70 is outside 1..69")):
+    row("caption", f"length-{value}", lambda w, d, value=value: w.caption_args(d, "--length", value), fragment)
+
+row("caption", "length-and-levels", lambda w, d: w.caption_args(d, "--length", "5", "--levels", "1"),
+    "--length and --levels exclude each other")
+
+for value in ("1", "69"):
+    row("caption", f"length-{value}-ok", lambda w, d, value=value: w.caption_args(d, "--length", value),
+        f"have exactly {value} tokens", "ok")
+
+def unfinished_checkpoint(w: World, d: Path) -> Path:
+    """A copy of the trusted checkpoint (2 steps) whose training state says step 1."""
+    import json
+    import shutil
+
+    folder = Path(shutil.copytree(w.trusted, d / "stopped"))
+    state = json.loads((folder / "train_state.json").read_text())
+    (folder / "train_state.json").write_text(json.dumps({**state, "step": 1}))
+    return folder
+
+row("caption", "checkpoint-unfinished", lambda w, d: w.caption_args(d, "--levels", "1", "--checkpoint",
+                                                                      unfinished_checkpoint(w, d)),
+    "is unfinished: step 1 of 2; the same training command resumes it", "ok")
+
+
 @pytest.mark.parametrize("row", table.params())
 def test_bad_input(row: Row, world: World, tmp_path):
     check_row(row, world, tmp_path)

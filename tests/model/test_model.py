@@ -281,7 +281,7 @@ def test_filled_captions_are_reported(world, monkeypatch):
     dot = model.tokenizer.convert_tokens_to_ids(".")
     dog, cat = model.tokenizer.convert_tokens_to_ids(["dog", "cat"])
 
-    def fake_mask_predict(model, feats, pos, mask, level, steps, eos_decay, labert_average, block_ngram=0):
+    def fake_mask_predict(model, feats, pos, mask, level, steps, eos_decay, labert_average, block_ngram=0, length=None):
         high = model.levels[level - 1][1]
         rows = [[dog] * high, [cat] * 3 + [dot] * (high - 3)]
         return torch.tensor(rows[: feats.shape[0]])
@@ -718,10 +718,11 @@ def test_training_flags_default_to_the_train_settings():
 def test_a_model_card_the_user_edited_is_theirs(tmp_path):
     """A card changed since a training stage wrote it (the digest on its last line) is no file of the stage:
     --restart's removal keeps it."""
-    from clid.model.checkpoints import CARD_TITLE, card_text, checkpoint_files, remove_checkpoint
+    from clid.model.checkpoints import CARD_TITLE, card_digest_line, checkpoint_files, remove_checkpoint
 
     card = tmp_path / "MODEL_CARD.md"
-    card.write_text(card_text(f"{CARD_TITLE} out\n\nTrained 2 steps."))
+    body = f"{CARD_TITLE} out\n\nTrained 2 steps.\n"
+    card.write_text(body + card_digest_line(body) + "\n")
     (tmp_path / "train_state.json").write_text(json.dumps({"step": 2, "files": ["train_state.json", "MODEL_CARD.md"]}))
     assert "MODEL_CARD.md" in checkpoint_files(tmp_path)
     card.write_text(card.read_text().replace("Trained 2 steps.", "Trained 2 steps. My notes."))
