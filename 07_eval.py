@@ -116,6 +116,9 @@ def parse_args(argv=None):
                         help="instead of evaluating: report several 07 output folders together (e.g. one per seed, each "
                              "on its own test images); a method's runs in all of them give its mean ± std, and its 95% "
                              "interval over seeds and images, its difference against CLID and the paper's claims")
+    report.add_argument("--tables", metavar="FOLDER",
+                        help="with --combine: also write the README's demo tables as files into FOLDER (e.g. "
+                             "docs/measurements/<date>-demo; `python -m clid.tables FOLDER` prints them)")
     report.add_argument("--out", required=True, help="output folder")
     report.add_argument("--force", action="store_true",
                         help="write into an --out that holds files 07 did not write (they are never deleted or replaced; "
@@ -181,8 +184,10 @@ def main(argv=None) -> None:
     check_not_input(out, {"--combine": args.combine or []})
     check_output_folder(out, eval_files(out), args.force,
                         writes={"generated", "metrics.json", "report.md", PER_IMAGE, *FIGURES})
+    if args.tables and not args.combine:
+        raise SystemExit("error: --tables writes 07 --combine's tables: give it with --combine")
     if args.combine:
-        return combine(args.combine, out)
+        return combine(args.combine, out, args.tables)
     runs = run_list(args)
     ids = run_ids(runs)
     if args.checkpoint and args.features is None:

@@ -589,11 +589,12 @@ def read_per_image(folder, metrics: dict):
     return values
 
 
-def combine(eval_dirs, out) -> None:
+def combine(eval_dirs, out, tables=None) -> None:
     """Several 07 evaluations of the same methods (e.g. one per seed, each on its own demo world)
     reported together: every run of a method in any folder is one of its runs (mean ± std); with every folder's
     per-image values, each method's 95% intervals, its differences against CLID and the paper's claims
-    (:mod:`clid.evaluation.intervals`)."""
+    (:mod:`clid.evaluation.intervals`). ``tables``: a folder that receives the README's tables
+    (:mod:`clid.evaluation.tables`)."""
     from pathlib import Path
 
     from clid.base.files import DataError, read_json
@@ -635,6 +636,11 @@ def combine(eval_dirs, out) -> None:
                    **({"no_intervals": f"no {PER_IMAGE} in {', '.join(lacking)} (07 of an earlier version: run 07 on "
                                        "it again, which reuses its generated captions)"} if lacking else {}))
     write_json(out / "metrics.json", metrics, indent=1)
+    if tables:
+        from clid.evaluation.tables import write_tables
+
+        written = write_tables(read_json(out / "metrics.json"), tables)
+        print(f"wrote {', '.join(map(str, written))} (`python -m clid.tables {tables}` prints them)")
     write_report(out / "report.md", meta, summary, {}, {}, {}, levels, [], {}, figures=FIGURES[:2],
                  intervals=intervals if intervals else metrics.get("no_intervals"))
     plot_control_precision(out / FIGURES[0], summary, levels)

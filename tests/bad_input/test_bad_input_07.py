@@ -196,6 +196,7 @@ COMBINE_CASES = [
 ]
 for name, change, fragment in COMBINE_CASES:
     row("07", f"combine-per-image-{name}", lambda w, d, change=change: combine_args(w, d, change), fragment)
+row("07", "tables-without-combine", lambda w, d: w.eval_args(d / "out", "--tables", d / "tables"), "give it with --combine")
 row("07", "combine-without-per-image", lambda w, d: combine_args(w, d, "DELETE"), "no intervals", "ok")
 
 def test_07_cache_is_keyed_by_the_features_file(world: World, tmp_path, capsys):

@@ -6,6 +6,7 @@ import pytest
 from clid.base.files import read_json, write_json
 from clid.evaluation.intervals import SeedValues, method_intervals
 from clid.evaluation.report import combine, write_per_image
+from clid.evaluation.tables import markdown
 
 LEVELS = [(1, 9), (10, 19), (20, 29), (30, 39), (40, 49), (50, 59), (60, 69)]
 
@@ -149,6 +150,17 @@ def test_combine_reports_intervals_and_claims(tmp_path):
     assert "### Each method minus CLID, paired by seed and image" in report
     row = next(line for line in report.splitlines() if line.startswith("| CLID | 100.0 [100.0, 100.0] |"))
     assert row.count("[") == 7 + 1 + 2 + 4
+
+    # the README's tables as files (--tables), printed back as Markdown with one row a model
+    combine(folders, tmp_path / "combined", tables=tmp_path / "tables")
+    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == ["claims.csv", "intervals.csv", "results.csv"]
+    printed = markdown(tmp_path / "tables")
+    average = metrics["methods"]["CLID"]["average"]
+    assert ("| CLID | 100.0 ± 0.0 | 100.0 ± 0.0 | " in printed
+            and f"| {100 * average['control_precision']:.1f} ± {100 * average['control_precision_std']:.1f} |" in printed)
+    assert f"| CLID | {100 * intervals['methods']['CLID']['cp_average']['value']:.1f} [" in printed
+    assert "| (a) control at the long levels" in printed and "| trusted-only | held |" in printed
+    assert [line.split(" | ")[0] for line in printed.splitlines() if line.startswith("| CLID")] == ["| CLID"] * 2
 
     (folders[2] / "per_image.jsonl").unlink()
     combine(folders, tmp_path / "combined")
