@@ -198,13 +198,14 @@ grep -E "^curation time|^checkpoint|already trained" "$RUNS/lane2.log" || true
 banner "07 evaluation: $baseline_name, extended-only, CLID, loss-remove, loss-replacecap, curriculum"
 $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended-06" --checkpoint "$RUNS/clid" \
     --checkpoint "$RUNS/loss-remove" --checkpoint "$RUNS/loss-replacecap" --checkpoint "$RUNS/curriculum" \
-    --name "$baseline_name" --name extended-only --name CLID --name loss-remove --name loss-replacecap --name curriculum
+    --name "$baseline_name" --name "extended-only (06 --strategy none)" --name CLID --name loss-remove \
+    --name loss-replacecap --name curriculum
 
 banner "ground truth: every scorer and every run against the captions known to be wrong"
 $PY -m clid.demo.truth --selfgen "$RUNS/paraphrased.jsonl" --quality "$RUNS/quality.h5" --seed "$SEED" \
     --difficulty "$RUNS/curriculum/difficulty.h5" --run "CLID=$RUNS/clid" --run "loss-remove=$RUNS/loss-remove" \
     --run "loss-replacecap=$RUNS/loss-replacecap" --run "curriculum=$RUNS/curriculum" \
-    --run "extended-only=$RUNS/extended-06" --out "$RUNS/truth"
+    --run "extended-only (06 --strategy none)=$RUNS/extended-06" --out "$RUNS/truth"
 }
 
 evals=(); truths=()
