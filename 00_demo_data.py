@@ -9,7 +9,9 @@ In: nothing but a seed. Out, in --out (the formats of docs/formats.md, read by t
   scene_graphs.json        Visual Genome scene graphs as a scene-graph generator would give them: the true
                            graph with --graph-noise errors (attributes and predicates corrupted or dropped,
                            objects mislabelled, hallucinated objects with valid boxes, jittered boxes) at a
-                           rate that varies per image (--graph-noise times an exponential draw of mean 1)
+                           rate that varies per image (--graph-noise times an exponential draw of mean 1);
+                           --hallucinations atypical draws the hallucinated objects from the categories the
+                           scene kind never holds, in any colour (a second noise model)
   scene_graphs_clean.json  the true graphs (diagnostics only; no stage should read them)
   image_data.json          VG image records: width, height, coco_id (VG id = 1,000,000 + caption id)
   features.h5              one group per caption id: row 0 the whole image, then one row per true object
@@ -51,7 +53,15 @@ from clid.base.files import read_json, write_json
 from clid.base.text import LEVEL_SETS, caption_lengths, karpathy_tokens
 from clid.data.encoder import add_encoder_size_args
 from clid.data.store import Regions, write_features
-from clid.demo import BACKGROUND_NAMES, VG_ID_OFFSET, make_images, noise_report, read_preview_records, write_preview
+from clid.demo import (
+    BACKGROUND_NAMES,
+    HALLUCINATIONS,
+    VG_ID_OFFSET,
+    make_images,
+    noise_report,
+    read_preview_records,
+    write_preview,
+)
 from clid.run.cli import HelpFormatter, non_negative_int, number, positive_int, run_main, unit_interval
 from clid.run.runs import record_differences, run_record
 
@@ -94,6 +104,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     world.add_argument("--size", type=number(int, low=64, what="an integer >= 64"), default=160, help="image width and height in pixels")
     world.add_argument("--graph-noise", type=unit_interval, default=0.15,
                        help="share of attributes/predicates a scene-graph generator gets wrong (0 = the true graphs)")
+    world.add_argument("--hallucinations", choices=HALLUCINATIONS, default="typical",
+                       help="the objects the noisy graphs hold that the image does not: typical (a category of the "
+                            "scene's own prior, in one of its colours, as a generator's), or atypical (a category the "
+                            "scene kind never holds, in any colour: a second noise model, to tell whether a finding "
+                            "depends on how the world draws its noise)")
     world.add_argument("--captions-per-image", type=positive_int, default=5, help="trusted captions per image (COCO has 5)")
     world.add_argument("--refs-per-level", type=non_negative_int, default=3, help="long references per test image and level")
     world.add_argument("--long-levels", type=caption_levels, default="3,4,5,6",
@@ -202,6 +217,7 @@ def main(argv=None) -> None:
     splits = ["train"] * args.n_train + ["val"] * args.n_val + ["test"] * args.n_test
     jobs = [(i + 1, split) for i, split in enumerate(splits)]  # caption (COCO) ids 1..N
     config = {"out": str(out), "seed": args.seed, "size": args.size, "graph_noise": args.graph_noise,
+              "hallucinations": args.hallucinations,
               "captions_per_image": args.captions_per_image, "refs_per_level": args.refs_per_level,
               "long_levels": args.long_levels, "crop": args.crop, "whole": args.whole,
               "colour_bins": args.colour_bins, "skip_features": args.skip_features, "batch_size": args.batch_size,

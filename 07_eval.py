@@ -10,8 +10,13 @@ In:  --refs captions.json (any caption format clid.data.captions reads; its test
      long descriptions whose sentences carry a "level"), --selfgen selfgen.jsonl (length histograms).
 Out: --out DIR holding metrics.json (every number, per run and per method), report.md (tables,
      plots, example captions), control_precision.png, quality_vs_control.png, length_histograms.png,
-     and for checkpoint runs generated/<run>.jsonl (each caption with its length as counted; reused
-     by a re-run while the checkpoint and the decoding are unchanged).
+     per_image.jsonl (per run, level and test image: in range or not, its CIDEr), and for checkpoint runs
+     generated/<run>.jsonl (each caption with its length as counted; reused by a re-run while the
+     checkpoint and the decoding are unchanged).
+     --combine DIR ...: the folders (e.g. one per seed) reported together: each method's mean ± std over
+     its runs and, from the folders' per_image.jsonl, its mean with a 95% interval (a bootstrap over the
+     seeds and their test images, 2,000 resamples, seed 0), its difference against CLID paired by seed
+     and image, and the paper's three claims marked held, not held or undecided (clid/evaluation/intervals.py).
      Without --refs (captions of one's own images): length control alone, over every image with a
      caption (a checkpoint captions every image of --features): control precision, length error and
      mean length per level in report.md and metrics.json, control_precision.png, length_histograms.png.
@@ -55,6 +60,7 @@ from clid.evaluation.metrics import (
 )
 from clid.evaluation.report import (
     FIGURES,
+    PER_IMAGE,
     combine,
     eval_files,
     length_histograms,
@@ -108,7 +114,11 @@ def parse_args(argv=None):
     add_tokenizer_arg(scoring, "tokenizer for caption lengths")
     report.add_argument("--combine", nargs="+", metavar="EVAL_DIR",
                         help="instead of evaluating: report several 07 output folders together (e.g. one per seed, each "
-                             "on its own test images); a method's runs in all of them give its mean ± std")
+                             "on its own test images); a method's runs in all of them give its mean ± std, and its 95% "
+                             "interval over seeds and images, its difference against CLID and the paper's claims")
+    report.add_argument("--tables", metavar="FOLDER",
+                        help="with --combine: also write the README's demo tables as files into FOLDER (e.g. "
+                             "docs/measurements/<date>-demo; `python -m clid.tables FOLDER` prints them)")
     report.add_argument("--out", required=True, help="output folder")
     report.add_argument("--force", action="store_true",
                         help="write into an --out that holds files 07 did not write (they are never deleted or replaced; "
@@ -173,9 +183,12 @@ def main(argv=None) -> None:
     out = Path(args.out)
     runs = [] if args.combine else run_list(args)  # (the runs' names, checked first: they name files in --out)
     check_not_input(out, {"--combine": args.combine or []})
-    check_output_folder(out, eval_files(out), args.force, writes={"generated", "metrics.json", "report.md", *FIGURES})
+    check_output_folder(out, eval_files(out), args.force,
+                        writes={"generated", "metrics.json", "report.md", PER_IMAGE, *FIGURES})
+    if args.tables and not args.combine:
+        raise SystemExit("error: --tables writes 07 --combine's tables: give it with --combine")
     if args.combine:
-        return combine(args.combine, out)
+        return combine(args.combine, out, args.tables)
     ids = run_ids(runs)
     if args.checkpoint and args.features is None:
         raise SystemExit("error: --checkpoint needs --features")

@@ -4,7 +4,8 @@
 #   make demo-paragraph   the paper's second task on the demo world: paragraph-only baseline vs CLID
 #               (data/demo-paragraph, runs/demo-paragraph)
 #   make demo-compare   CLID against loss-based curation and a curriculum on the demo world, with its ground
-#               truth (runs/demo-compare; SEEDS=3 as for make demo)
+#               truth (runs/demo-compare; SEEDS=3 as for make demo; TABLES=docs/measurements/<date>-demo also
+#               writes the README's tables there, with SEEDS > 1: the evidence run of docs/demo-notes.md)
 #   make checkpoint   a quick checkpoint: the demo world, its self-generated captions (03 --model sentences),
 #               then one model trained 2,000 steps with 04 --recipe demo on one thread (runs/quick/model;
 #               [quick] in recipes/demo.toml). Measured in a fresh clone on a 2-core machine, one other
@@ -27,6 +28,7 @@ DEMO   ?= data/demo
 RUNS   ?= runs/demo
 CHECKPOINT ?= runs/quick
 SEEDS  ?= 1
+TABLES ?=
 # pytest-xdist workers of make test
 TEST_JOBS ?= 2
 
@@ -72,7 +74,7 @@ demo-paragraph: $(STAMP)
 	TASK=paragraph SEEDS=$(SEEDS) bash demo.sh $(DEMO)-paragraph $(RUNS)-paragraph
 
 demo-compare: $(STAMP)
-	COMPARE=1 SEEDS=$(SEEDS) bash demo.sh $(DEMO) $(RUNS)-compare
+	COMPARE=1 SEEDS=$(SEEDS) TABLES=$(TABLES) bash demo.sh $(DEMO) $(RUNS)-compare
 
 clean:
 	rm -rf $(VENV) build .pytest_cache clid/_C*.so *.egg-info

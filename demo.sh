@@ -31,6 +31,8 @@ TASK=${TASK:-caption}            # caption, or paragraph: 13 levels up to 129 to
 COMPARE=${COMPARE:-}             # COMPARE=1: 06 also trains loss-remove, loss-replacecap, a curriculum and the whole
                                  # extended set, all as CLID trains; 07 reports them; python -m clid.demo.truth the truth
 QUICK=${QUICK:-}                 # QUICK=1: stop after one model, M_theta~ with 04 --recipe demo ([quick] steps)
+TABLES=${TABLES:-}               # with SEEDS > 1: also write the README's demo tables as files into this folder
+                                 # (07 --combine --tables; e.g. docs/measurements/<date>-demo; python -m clid.tables)
 case "$TASK" in
   caption) RECIPE=demo; baseline_name=trusted-only ;;
   paragraph) RECIPE=paragraph; baseline_name=paragraph-only ;;
@@ -205,13 +207,14 @@ grep -E "^curation time|^checkpoint|already trained" "$RUNS/lane2.log" || true
 banner "07 evaluation: $baseline_name, extended-only, CLID, loss-remove, loss-replacecap, curriculum"
 $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended-06" --checkpoint "$RUNS/clid" \
     --checkpoint "$RUNS/loss-remove" --checkpoint "$RUNS/loss-replacecap" --checkpoint "$RUNS/curriculum" \
-    --name "$baseline_name" --name extended-only --name CLID --name loss-remove --name loss-replacecap --name curriculum
+    --name "$baseline_name" --name "extended-only (06 --strategy none)" --name CLID --name loss-remove \
+    --name loss-replacecap --name curriculum
 
 banner "ground truth: every scorer and every run against the captions known to be wrong"
 $PY -m clid.demo.truth --selfgen "$RUNS/paraphrased.jsonl" --quality "$RUNS/quality.h5" --seed "$SEED" \
     --difficulty "$RUNS/curriculum/difficulty.h5" --run "CLID=$RUNS/clid" --run "loss-remove=$RUNS/loss-remove" \
     --run "loss-replacecap=$RUNS/loss-replacecap" --run "curriculum=$RUNS/curriculum" \
-    --run "extended-only=$RUNS/extended-06" --out "$RUNS/truth"
+    --run "extended-only (06 --strategy none)=$RUNS/extended-06" --out "$RUNS/truth"
 }
 
 evals=(); truths=()
@@ -226,8 +229,8 @@ if [ -n "$QUICK" ]; then
     exit 0
 fi
 if (( SEEDS > 1 )); then
-    banner "07 the $SEEDS seeds together: each method's mean ± standard deviation"
-    $PY 07_eval.py --combine "${evals[@]}" --out "$RUNS_DIR/eval-seeds"
+    banner "07 the $SEEDS seeds together: each method's mean ± standard deviation, 95% intervals and the claims"
+    $PY 07_eval.py --combine "${evals[@]}" --out "$RUNS_DIR/eval-seeds" ${TABLES:+--tables "$TABLES"}
     report="$RUNS_DIR/eval-seeds/report.md"
     if [ -n "$COMPARE" ]; then $PY -m clid.demo.truth --combine "${truths[@]}" --out "$RUNS_DIR/truth-seeds"
                                report="$report and $RUNS_DIR/truth-seeds/truth.md"; fi

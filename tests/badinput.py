@@ -33,7 +33,7 @@ SCRIPTS = {"00": "00_demo_data.py", "01": "01_saliency.py", "02": "02_scenegraph
            "03": "03_paraphrase.py", "04": "04_train_base.py", "05": "05_score_quality.py",
            "06": "06_train_selection.py", "07": "07_eval.py", "stats": "clid.stats", "data": "clid.captions",
            "shard": "clid.shard", "features": "clid.features", "emlnet": "clid.emlnet",
-           "caption": "clid.caption", "truth": "clid.demo.truth"}
+           "caption": "clid.caption", "truth": "clid.demo.truth", "tables": "clid.tables"}
 
 
 NEEDS = {"stages": "needs h-stages", "ops": "needs h-ops"}

@@ -312,7 +312,7 @@ def main(argv=None) -> None:
         try:
             args.levels = [exact_level(writer.levels, writer.select_length(args.length))]
         except ValueError as err:
-            raise SystemExit(f"error: --length: {err}") from None
+            raise DataError(None, None, f"--length: {err}") from None
     try:
         args.levels = writer.select_levels(args.levels)
     except ValueError as err:

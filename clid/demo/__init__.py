@@ -9,10 +9,11 @@
 """
 from clid.demo.captions import NOUNS, YOUNG
 from clid.demo.drawing import paint_thing
-from clid.demo.graphs import VG_ID_OFFSET, noise_report
+from clid.demo.graphs import HALLUCINATIONS, VG_ID_OFFSET, noise_report
 from clid.demo.preview import read_preview_records, write_preview
 from clid.demo.worker import make_images
 from clid.demo.world import ALL_COLOURS, BACKGROUND_NAMES, CATEGORIES, COLOURS, Thing
 
-__all__ = ["ALL_COLOURS", "BACKGROUND_NAMES", "CATEGORIES", "COLOURS", "NOUNS", "VG_ID_OFFSET", "YOUNG", "Thing",
+__all__ = ["ALL_COLOURS", "BACKGROUND_NAMES", "CATEGORIES", "COLOURS", "HALLUCINATIONS", "NOUNS", "VG_ID_OFFSET", "YOUNG",
+           "Thing",
            "make_images", "noise_report", "paint_thing", "read_preview_records", "write_preview"]

@@ -38,7 +38,10 @@ def vg_object(object_id: int, t: Thing, names=None, attributes=None, box=None) -
             "names": names or [t.category], "attributes": attributes if attributes is not None else attributes_of(t)}
 
 
-def scene_graphs(scene: Scene, seed: int, noise: float) -> tuple[dict, dict]:
+HALLUCINATIONS = ("typical", "atypical")  # 00 --hallucinations: how corrupt_graph draws an object that is not there
+
+
+def scene_graphs(scene: Scene, seed: int, noise: float, hallucinations: str = "typical") -> tuple[dict, dict]:
     """(true graph, noisy graph) of one image in Visual Genome format."""
     vg_id = VG_ID_OFFSET + scene.image_id
     rng = item_rng(seed, scene.image_id, "graph")
@@ -49,7 +52,8 @@ def scene_graphs(scene: Scene, seed: int, noise: float) -> tuple[dict, dict]:
     relations = [{"relationship_id": vg_id * 1000 + k, "subject_id": ids[a], "predicate": p, "object_id": ids[b]}
                  for k, (a, p, b) in enumerate(edges)]
     clean = {"image_id": vg_id, "objects": objects, "relationships": relations}
-    noisy = corrupt_graph(clean, scene, item_rng(seed, scene.image_id, "noise"), noise, ids[len(scene.things):])
+    noisy = corrupt_graph(clean, scene, item_rng(seed, scene.image_id, "noise"), noise, ids[len(scene.things):],
+                          hallucinations)
     return clean, noisy
 
 
@@ -60,15 +64,22 @@ def wrong_attribute(value: str, rng) -> str:
     return pick(rng, [c for c in ALL_COLOURS if c != value])
 
 
-def corrupt_graph(graph: dict, scene: Scene, rng, noise: float, free_ids: list[int]) -> dict:
+def corrupt_graph(graph: dict, scene: Scene, rng, noise: float, free_ids: list[int],
+                  hallucinations: str = "typical") -> dict:
     """A scene-graph generator's typical errors, each at a rate scaled by ``noise``:
     attributes dropped (40%) or replaced (60%); a spurious attribute added; objects mislabelled as a
     confusable category; boxes jittered; predicates dropped (40%) or replaced (60%); hallucinated
-    objects (plausible category, valid box, attributes, one or two relations).
+    objects (valid box, attributes, one or two relations).
+
+    ``hallucinations``: typical (a generator's: a category of the scene's own prior, in a colour its category
+    has), or atypical (a category the scene kind never holds, drawn uniformly, in any colour: a second noise
+    model, which a scene prior cannot make plausible). Everything else is drawn alike.
 
     The rate varies from image to image, as a generator's errors do with scene difficulty: it is
     ``noise`` times an exponential draw (mean 1), so many graphs are nearly right and a few are poor.
     """
+    if hallucinations not in HALLUCINATIONS:
+        raise ValueError(f"hallucinations must be one of {HALLUCINATIONS}, not {hallucinations!r}")
     if noise <= 0:
         return json.loads(json.dumps(graph))
     noise = min(0.9, noise * rng.exponential(1.0))
@@ -110,13 +121,17 @@ def corrupt_graph(graph: dict, scene: Scene, rng, noise: float, free_ids: list[i
     next_relation = max([r["relationship_id"] for r in graph["relationships"]], default=graph["image_id"] * 1000) + 1
     real = [o for o in objects if o["names"][0] not in ("sky", "grass", "sand", "road", "snow", "floor", "wall",
                                                           "water", "shirt", "dress")]
+    if hallucinations == "atypical":  # the categories this scene kind never holds, each as likely
+        names = tuple(c for c in CATEGORIES if c not in names) or tuple(CATEGORIES)
+        weights = (1.0,) * len(names)
     for k in range(min(n_fake, len(free_ids))):
         name = pick(rng, names, weights)
         cat = CATEGORIES[name]
         h = float(np.clip(cat.height * H * rng.uniform(0.5, 1.3), 6, 0.8 * H))
         w = float(min(h * cat.aspect, 0.9 * W))
         x1, y1 = rng.uniform(0, W - w), rng.uniform(0, H - h)
-        attributes = [pick(rng, cat.colours)] + ([pick(rng, cat.textures)] if cat.textures and rng.random() < 0.3 else [])
+        colours = cat.colours if hallucinations == "typical" else ALL_COLOURS
+        attributes = [pick(rng, colours)] + ([pick(rng, cat.textures)] if cat.textures and rng.random() < 0.3 else [])
         fake = {"object_id": free_ids[k], "x": int(x1), "y": int(y1), "w": max(2, int(w)), "h": max(2, int(h)),
                 "names": [name], "attributes": attributes}
         objects.append(fake)

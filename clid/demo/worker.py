@@ -43,7 +43,7 @@ def make_image(image_id: int, split: str) -> dict:
     filename = f"demo_{image_id:06d}.png"
     with atomic_path(Path(c["out"]) / "images" / filename) as tmp:
         scene.image.save(tmp, format="PNG", compress_level=1)
-    clean, noisy = scene_graphs(scene, c["seed"], c["graph_noise"])
+    clean, noisy = scene_graphs(scene, c["seed"], c["graph_noise"], c.get("hallucinations", "typical"))
     return {"image_id": image_id, "split": split, "filename": filename, "clean": clean, "noisy": noisy,
             "captions": trusted_captions(scene, c["seed"], c["captions_per_image"], c["tokenizer"]),
             "refs": (long_references(scene, c["seed"], c["long_levels"], c["refs_per_level"], c["tokenizer"])

@@ -255,8 +255,9 @@ class CocoScorer:
             self._tokens.update((t, done[k][0]) for k, t in enumerate(new))
         return [self._tokens[t] for t in texts]
 
-    def score(self, refs: dict[str, list[str]], hyps: dict[str, str]) -> dict[str, float | None]:
-        """Corpus scores of the captions ``hyps`` (image id -> text) against ``refs`` (raw texts)."""
+    def score(self, refs: dict[str, list[str]], hyps: dict[str, str], per_image: dict | None = None) -> dict[str, float | None]:
+        """Corpus scores of the captions ``hyps`` (image id -> text) against ``refs`` (raw texts). ``per_image``: a
+        dict that receives each image's CIDEr (their mean is the corpus CIDEr)."""
         from pycocoevalcap.bleu.bleu import Bleu
         from pycocoevalcap.cider.cider import Cider
         from pycocoevalcap.meteor.meteor import Meteor
@@ -279,7 +280,10 @@ class CocoScorer:
             self._meteor = Meteor()
         out["METEOR"] = float(self._meteor.compute_score(gts, res)[0])
         out["ROUGE_L"] = float(Rouge().compute_score(gts, res)[0])
-        out["CIDEr"] = float(Cider().compute_score(gts, res)[0])
+        cider, each = Cider().compute_score(gts, res)  # (each: in the order of gts's images)
+        out["CIDEr"] = float(cider)
+        if per_image is not None:
+            per_image.update(zip(gts, map(float, each)))
         out["SPICE"] = self._score_spice(gts, res)
         return out
 
@@ -339,7 +343,8 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
     ``score_captions``: "in-range" (the paper) scores only the captions inside their level;
     "all" scores every caption. ``filled``, ``strict``, ``words``: how lengths are counted (:func:`length_control`).
     Returns ``{"levels": {L: {...}}, "long_refs": {L: {...}}, "lengths": {L: {image_id: length as
-    counted}}, "n_outside": captions of images that are not evaluated}``.
+    counted}}, "per_image": {"levels" | "long_refs": {L: {image_id: CIDEr}}} (the scored captions), "n_outside":
+    captions of images that are not evaluated}``.
     """
     from clid.base.progress import Progress
 
@@ -371,6 +376,7 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
                     + [generated[level][i] for level in control for i in chosen(level)])
 
     result = {"levels": {}, "long_refs": {}, "lengths": {level: dict(c.lengths) for level, c in control.items()},
+              "per_image": {"levels": {}, "long_refs": {}},
               "n_outside": sum(1 for caps in generated.values() for i in caps if i not in refs)}
     jobs = [("levels", level) for level in control] + [("long_refs", level) for level in sorted(long_refs)]
     bar = Progress(len(jobs), desc or "scoring", "level", disable=not progress, leave=False)
@@ -378,13 +384,14 @@ def evaluate(generated, refs: dict[str, list[str]], levels="caption", *,
         ids = chosen(level)
         if table == "levels":
             row = dict(length_rows(generated, {level: control[level]})[level], n_scored=len(ids))
-            row.update(scorer.score({i: refs[i] for i in ids}, {i: generated[level][i] for i in ids}))
+            by_image = refs
         else:
             by_image = long_refs[level]
             ids = [i for i in ids if by_image.get(i)]
             row = {"low": control[level].low, "high": control[level].high,
                    "n_images": sum(1 for i in by_image if by_image[i]), "n_scored": len(ids)}
-            row.update(scorer.score({i: by_image[i] for i in ids}, {i: generated[level][i] for i in ids}))
+        each = result["per_image"][table].setdefault(level, {})
+        row.update(scorer.score({i: by_image[i] for i in ids}, {i: generated[level][i] for i in ids}, per_image=each))
         result[table][level] = row
         bar.update(1)
     bar.close()

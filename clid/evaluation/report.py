@@ -27,6 +27,7 @@ CIDER_NOTE = ("CIDEr at the long levels is depressed by its length penalty (CIDE
               "This is why the paper reads SPICE across the levels (its Figure 5).")
 
 FIGURES = ("control_precision.png", "quality_vs_control.png", "length_histograms.png")
+PER_IMAGE = "per_image.jsonl"  # each run's per-image values, for --combine's intervals (clid.evaluation.intervals)
 MARKERS = "osD^vP"
 
 
@@ -136,13 +137,91 @@ def side_by_side(methods, levels) -> str:
     return text + "\n"
 
 
+def iv_cell(iv, scale=100.0, digits=1) -> str:
+    """``value [low, high]`` of an interval (:func:`clid.evaluation.intervals.interval`), or its value alone."""
+    if not iv or iv.get("value") is None:
+        return "–"
+    text = f"{iv['value'] * scale:.{digits}f}"
+    return text if iv["low"] is None else f"{text} [{iv['low'] * scale:.{digits}f}, {iv['high'] * scale:.{digits}f}]"
+
+
+def interval_columns(intervals, levels) -> list[tuple[str, str, int | None]]:
+    """The columns of the interval tables: (title, kind, level): control precision at every level and on
+    average, CIDEr at the short levels, CIDEr against the long references at their levels."""
+    from clid.evaluation.intervals import SHORT_QUALITY
+
+    rows = [*intervals["methods"].values(), *intervals["differences"].values()]
+    longs = sorted({int(n) for r in rows for n in r["long"]})
+    return ([(f"CP L{n}", "cp", n) for n in range(1, len(levels) + 1)] + [("CP average", "cp_average", None)]
+            + [(f"CIDEr L{n}", "cider", n) for n in SHORT_QUALITY if n <= len(levels)]
+            + [(f"CIDEr long L{n}", "long", n) for n in longs])
+
+
+def interval_table(rows: dict, columns) -> str:
+    text = "| method | " + " | ".join(c for c, _, _ in columns) + " |\n|---|" + "---:|" * len(columns) + "\n"
+    for name, row in rows.items():
+        cells = [iv_cell(row[kind] if n is None else row[kind].get(n, row[kind].get(str(n)))) for _, kind, n in columns]
+        text += f"| {name} | " + " | ".join(cells) + " |\n"
+    return text
+
+
+def claim_lines(claims) -> list[str]:
+    """A line per claim: its verdict, what it says, and the interval that decides it."""
+    lines = []
+    for c in claims:
+        if c["kind"] == "ratio":
+            shown = "; ".join(f"L{n}: {iv_cell(iv, 100, 0)}%" for n, iv in c["levels"].items())
+            decided = f"{c['statistic']}: {shown} (bound {c['bound']:.0%})"
+        else:
+            decided = f"{c['statistic']}: {iv_cell(c['interval'])} (x100; bound 0)"
+        lines.append(f"- **({c['claim']}) {c['verdict']}**: {c['text']}. {decided}.")
+    return lines
+
+
+def interval_section(intervals, levels) -> list[str]:
+    """report.md's intervals, differences against CLID and the paper's claims (07 --combine)."""
+    from clid.evaluation.intervals import REFERENCE
+
+    b = intervals["bootstrap"]
+    columns = interval_columns(intervals, levels)
+    lines = ["## 95% intervals and the paper's claims\n",
+             f"Each number is the mean over the {len(b['seeds'])} seeds (evaluation folders), x100, with its 95% "
+             f"interval: a bootstrap of {b['resamples']} resamples (numpy seed {b['seed']}) that draws the seeds with "
+             "replacement, then each drawn seed's test images with replacement "
+             f"({', '.join(map(str, b['images']))} images); percentile interval. Every method is measured on the same "
+             "draw, so a difference is paired by seed and image. CIDEr: the mean of the in-range captions' per-image "
+             "CIDEr (their document frequencies those of the subset 07 scored).\n",
+             "### The claims\n",
+             "Held: the interval lies beyond the claim's bound; not held: it lies on the other side; undecided: it "
+             "holds the bound.\n", *claim_lines(intervals["claims"]), "",
+             "### Each method\n", interval_table(intervals["methods"], columns)]
+    if intervals["differences"]:
+        lines += [f"### Each method minus {REFERENCE}, paired by seed and image\n",
+                  interval_table(intervals["differences"], columns)]
+    return lines
+
+
+def keyed_intervals(intervals: dict) -> dict:
+    """The intervals with their level keys as text (JSON)."""
+    def keyed(rows):
+        return {kind: ({str(n): iv for n, iv in v.items()} if kind in ("cp", "cider", "long") else v)
+                for kind, v in rows.items()}
+
+    claims = [dict(c, levels={str(n): iv for n, iv in c["levels"].items()}) if "levels" in c else c
+              for c in intervals["claims"]]
+    return dict(intervals, methods={m: keyed(r) for m, r in intervals["methods"].items()},
+                differences={m: keyed(r) for m, r in intervals["differences"].items()}, claims=claims)
+
+
 QUALITY_TITLES = {"Bleu_1": "BLEU-1", "Bleu_2": "BLEU-2", "Bleu_3": "BLEU-3", "Bleu_4": "BLEU-4",
                   "METEOR": "METEOR", "ROUGE_L": "ROUGE-L", "CIDEr": "CIDEr", "SPICE": "SPICE"}
 
 
-def write_report(path, meta, results, generated, refs, long_refs, levels, example_ids, lengths_of, figures=FIGURES):
+def write_report(path, meta, results, generated, refs, long_refs, levels, example_ids, lengths_of, figures=FIGURES,
+                 intervals=None):
     """report.md. ``results``: per method (:func:`method_results`); ``generated`` and ``lengths_of``:
-    the captions and counted lengths of each method's first run (the examples)."""
+    the captions and counted lengths of each method's first run (the examples); ``intervals`` (07 --combine):
+    :func:`clid.evaluation.intervals.method_intervals`' result, or a line saying why there are none."""
     numbers = sorted({n for result in results.values() for n in result["levels"]})  # (without refs: those asked for)
     scored = "in-range captions" if meta["score_captions"] == "in-range" else "all captions"
     images = (f"{meta['n_test_images']} test images (`{meta['refs']}`, {meta['evaluated']})" if refs is not None
@@ -176,6 +255,10 @@ def write_report(path, meta, results, generated, refs, long_refs, levels, exampl
     if skipped:
         lines.append("Left out: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + "\n")
 
+    if isinstance(intervals, dict):
+        lines += interval_section(intervals, levels)
+    elif intervals:
+        lines.append(f"No intervals: {intervals}.\n")
     if len(results) > 2 and refs is not None:
         lines.append("## Side by side\n")
         lines.append(side_by_side(results, levels))
@@ -404,6 +487,10 @@ def write_outputs(out, meta, methods, results, generated, refs, long_refs, level
                    methods={name: dict(m, levels=keyed(m["levels"]), long_refs=keyed(m["long_refs"]))
                             for name, m in summary.items()})
     write_json(out / "metrics.json", metrics, indent=1)
+    if refs is not None:
+        write_per_image(out / PER_IMAGE, results, image_ids, levels)
+    else:
+        (out / PER_IMAGE).unlink(missing_ok=True)
     write_report(out / "report.md", meta, summary, {name: generated[run] for name, run in first.items()}, refs,
                  long_refs, levels, example_ids, lengths_of, FIGURES if refs is not None else FIGURES[::2])
     for name, runs in methods.items():  # each method's lengths as counted, its runs pooled
@@ -432,15 +519,89 @@ def print_summary(out, summary, level_set, n_plots, quality: bool = True) -> Non
     print(f"wrote {out / 'metrics.json'}, {out / 'report.md'} and {n_plots} plots")
 
 
-def combine(eval_dirs, out) -> None:
+def write_per_image(path, results, image_ids, levels) -> None:
+    """``per_image.jsonl``: a line per run and level over every evaluated image, in one order: whether its caption's
+    length is in the level (a missing caption is not), and its CIDEr against the trusted and the long references
+    (None where it was not scored)."""
+    from clid.base.files import write_jsonl
+
+    rows = []
+    for run, result in results.items():
+        scored = result.get("per_image", {})
+        for level, (low, high) in enumerate(levels, 1):
+            lengths = result["lengths"].get(level, {})
+            cider = scored.get("levels", {}).get(level, {})
+            long = scored.get("long_refs", {}).get(level, {})
+            rows.append({"run": run, "level": level, "image_ids": list(image_ids),
+                         "in_range": [low <= lengths.get(i, -1) <= high for i in image_ids],
+                         "CIDEr": [cider.get(i) for i in image_ids], "CIDEr_long": [long.get(i) for i in image_ids]})
+    write_jsonl(path, rows)
+
+
+def per_image_problem(row: dict, n_levels: int) -> str | None:
+    """What is wrong with a line of :data:`PER_IMAGE`, or None."""
+    level, n = row["level"], len(row["image_ids"]) if isinstance(row["image_ids"], list) else None
+    if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= n_levels:
+        return f"'level' must be a level number 1..{n_levels}, got {level!r}"
+    if n is None:
+        return "'image_ids' must be a list"
+    for key, ok, what in (("in_range", lambda v: isinstance(v, bool), "true or false"),
+                          ("CIDEr", is_score, "numbers or null"), ("CIDEr_long", is_score, "numbers or null")):
+        if not isinstance(row[key], list) or len(row[key]) != n:
+            return f"'{key}' must be a list of {n} values, one per image of 'image_ids'"
+        if not all(map(ok, row[key])):
+            return f"'{key}' must hold {what}"
+    return None
+
+
+def is_score(value) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == value)
+
+
+def read_per_image(folder, metrics: dict):
+    """A 07 folder's :data:`PER_IMAGE` as :class:`clid.evaluation.intervals.SeedValues` (a method's several runs in
+    one folder: its first), or None when the folder has none (a 07 of an earlier version)."""
+    from pathlib import Path
+
+    from clid.base.files import DataError, read_jsonl
+    from clid.evaluation.intervals import SeedValues
+
+    path = Path(folder) / PER_IMAGE
+    if not path.is_file():
+        return None
+    first = {m["runs"][0]: name for name, m in metrics["methods"].items()}
+    values, image_ids = SeedValues(str(folder), 0), None
+    n_levels = len(metrics["levels"])
+    for row in read_jsonl(path, required=("run", "level", "image_ids", "in_range", "CIDEr", "CIDEr_long")):
+        where = f"run {row['run']!r} level {row['level']!r}"
+        if problem := per_image_problem(row, n_levels):
+            raise DataError(path, where, problem)
+        if row["run"] not in first:
+            continue
+        if image_ids is None:
+            image_ids = row["image_ids"]
+        elif row["image_ids"] != image_ids:
+            raise DataError(path, where, "its images differ from the first line's")
+        values.add(first[row["run"]], row["level"], row["in_range"], row["CIDEr"], row["CIDEr_long"])
+    if not image_ids:
+        raise DataError(path, "", f"holds no line with images of the runs {', '.join(first)} (metrics.json)")
+    values.n_images = len(image_ids)
+    return values
+
+
+def combine(eval_dirs, out, tables=None) -> None:
     """Several 07 evaluations of the same methods (e.g. one per seed, each on its own demo world)
-    reported together: every run of a method in any folder is one of its runs (mean ± std)."""
+    reported together: every run of a method in any folder is one of its runs (mean ± std); with every folder's
+    per-image values, each method's 95% intervals, its differences against CLID and the paper's claims
+    (:mod:`clid.evaluation.intervals`). ``tables``: a folder that receives the README's tables
+    (:mod:`clid.evaluation.tables`)."""
     from pathlib import Path
 
     from clid.base.files import DataError, read_json
+    from clid.evaluation.intervals import method_intervals
 
     out = Path(out)
-    results, methods, meta = {}, {}, None
+    results, methods, meta, seeds = {}, {}, None, []
     for folder in map(Path, eval_dirs):
         metrics = read_json(folder / "metrics.json")
         meta = meta or dict(metrics, refs=[], n_test_images=[], skipped={}, runs={})
@@ -457,6 +618,7 @@ def combine(eval_dirs, out) -> None:
                 results[run_id] = {part: {int(n): r for n, r in row[part].items()} for part in ("levels", "long_refs")}
                 methods.setdefault(name, []).append(run_id)
                 meta["runs"][run_id] = dict(row, source=f"`{folder}` {run}: {row['source']}")
+        seeds.append(read_per_image(folder, metrics))
     meta.update(refs=", ".join(map(str, meta["refs"])), evaluated=f"{len(eval_dirs)} evaluations combined",
                 n_test_images=" + ".join(map(str, meta["n_test_images"])))
     levels = [tuple(level) for level in meta["levels"]]
@@ -465,14 +627,30 @@ def combine(eval_dirs, out) -> None:
     def keyed(rows):
         return {str(n): row for n, row in rows.items()}
 
+    lacking = [str(d) for d, v in zip(eval_dirs, seeds) if v is None]
+    intervals = None if lacking else method_intervals(seeds, levels)
     metrics = dict(meta, combined=[str(d) for d in eval_dirs],
                    methods={name: dict(m, levels=keyed(m["levels"]), long_refs=keyed(m["long_refs"]))
-                            for name, m in summary.items()})
+                            for name, m in summary.items()},
+                   intervals=intervals and keyed_intervals(intervals),
+                   **({"no_intervals": f"no {PER_IMAGE} in {', '.join(lacking)} (07 of an earlier version: run 07 on "
+                                       "it again, which reuses its generated captions)"} if lacking else {}))
     write_json(out / "metrics.json", metrics, indent=1)
-    write_report(out / "report.md", meta, summary, {}, {}, {}, levels, [], {}, figures=FIGURES[:2])
+    if tables:
+        from clid.evaluation.tables import write_tables
+
+        written = write_tables(read_json(out / "metrics.json"), tables)
+        print(f"wrote {', '.join(map(str, written))} (`python -m clid.tables {tables}` prints them)")
+    write_report(out / "report.md", meta, summary, {}, {}, {}, levels, [], {}, figures=FIGURES[:2],
+                 intervals=intervals if intervals else metrics.get("no_intervals"))
     plot_control_precision(out / FIGURES[0], summary, levels)
     plot_quality_vs_control(out / FIGURES[1], summary, levels)
     print_summary(out, summary, meta["level_set"], 2)
+    if intervals:
+        print("the paper's claims (95% intervals, report.md):")
+        print("\n".join(claim_lines(intervals["claims"])) or "- none: the runs lack CLID or the methods it is compared to")
+    else:
+        print(f"no intervals: {metrics['no_intervals']}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -543,4 +721,5 @@ def run_ids(runs) -> list[str]:
 
 def eval_files(out: Path) -> set[str]:
     """The names 07 writes into its output folder (the report's only where 07's metrics.json is there)."""
-    return {"generated", "metrics.json", "report.md", *FIGURES} if (out / "metrics.json").is_file() else {"generated"}
+    return ({"generated", "metrics.json", "report.md", PER_IMAGE, *FIGURES} if (out / "metrics.json").is_file()
+            else {"generated"})

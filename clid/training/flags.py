@@ -185,6 +185,10 @@ def add_train_args(groups: dict) -> None:
     run.add_argument("--workers", type=workers_arg, default=d.workers,
                      help="processes that make the batches (collate, read and pad the regions) while the model trains; "
                           "auto: none on the CPU, up to 4 with a GPU. The batches are the same for any number")
+    run.add_argument("--threads", type=non_negative_int, default=0,
+                     help="torch's threads in this process (0: torch's own count, OMP_NUM_THREADS or the cores). A CPU "
+                          "splits its float sums by the thread count, so the same seed trains the same weights only at "
+                          "the same count; --recipe demo: 1 (recipes/demo.toml)")
     run.add_argument("--dist-timeout", type=dist_minutes, default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
                      help="under torchrun: how long a process waits for the others (a checkpoint written to a slow "
                           "shared file system, a rank restarting) before the run fails; at most a week (10080)")

@@ -13,6 +13,9 @@ row("00", "all-splits-empty", lambda w, d: ["--out", d / "demo", "--n-train", "0
 
 row("00", "out-a-file", lambda w, d: ["--out", write(d, "demo", "x"), "--small", "--skip-features"], "is a file")
 
+row("00", "hallucinations-unknown", lambda w, d: ["--out", d / "demo", "--small", "--hallucinations", "rare"], "invalid choice")
+
+
 def demo_then_smaller(w: World, d: Path) -> list:
     _must(run_stage("00", ["--out", d / "demo", "--skip-features", "--n-train", "6", "--n-val", "2", "--n-test", "2",
                            "--size", "96", "--workers", "1"]))

@@ -187,6 +187,46 @@ row("07", "run-name-empty-by-name", lambda w, d: named_runs("name", "", w, d), "
 row("07", "run-name-with-dots-inside", lambda w, d: named_runs("generated", "v1.2", w, d), "generated/v1.2.jsonl|v1.2", "ok")
 
 
+# -- 07 --combine: the evaluation folders it reads -----------------------------------------------------
+
+
+def evaluated(w: World, d: Path, change=None) -> Path:
+    """A 07 folder of the toy world's captions, its per_image.jsonl changed by ``change`` (see jsonl_lines)."""
+    from badinput import run_stage
+
+    folder = d / "eval"
+    outcome = run_stage("07", w.eval_args(folder))
+    assert outcome.code == 0, outcome.text[-2000:]
+    if change == "DELETE":
+        (folder / "per_image.jsonl").unlink()
+    elif change is not None:
+        jsonl_lines(folder / "per_image.jsonl", folder, change, "per_image.jsonl")
+    return folder
+
+
+def combine_args(w: World, d: Path, change=None) -> list:
+    return ["--combine", evaluated(w, d, change), "--out", d / "combined"]
+
+
+row("07", "combine-no-metrics", lambda w, d: ["--combine", d, "--out", d / "combined"], "no such file|not found")
+COMBINE_CASES = [
+    ("bad-line", lambda r: r + ["{"], "not valid json"),
+    ("empty", lambda r: [], "holds no line with images of the runs"),
+    ("other-runs", lambda r: [dict(x, run="renamed") for x in r], "holds no line with images of the runs"),
+    ("no-in-range", first(in_range="DELETE"), "missing key"),
+    ("level-string", first(level="1"), "'level' must be a level number"),
+    ("level-outside", first(level=9), "'level' must be a level number 1..7"),
+    ("in-range-short", lambda r: [dict(r[0], in_range=r[0]["in_range"][1:])] + r[1:], "'in_range' must be a list of 3"),
+    ("in-range-number", lambda r: [dict(r[0], in_range=[1] * 3)] + r[1:], "'in_range' must hold true or false"),
+    ("cider-string", lambda r: [dict(r[0], CIDEr=["0.5"] * 3)] + r[1:], "'CIDEr' must hold numbers or null"),
+    ("images-differ", lambda r: r[:1] + [dict(r[1], image_ids=r[1]["image_ids"][::-1])] + r[2:],
+     "its images differ from the first line's"),
+]
+for name, change, fragment in COMBINE_CASES:
+    row("07", f"combine-per-image-{name}", lambda w, d, change=change: combine_args(w, d, change), fragment)
+row("07", "tables-without-combine", lambda w, d: w.eval_args(d / "out", "--tables", d / "tables"), "give it with --combine")
+row("07", "combine-without-per-image", lambda w, d: combine_args(w, d, "DELETE"), "no intervals", "ok")
+
 def test_07_cache_is_keyed_by_the_features_file(world: World, tmp_path, capsys):
     """Captions generated from one feature file are not reused after --features changes."""
     from conftest import import_script

@@ -428,3 +428,28 @@ def test_an_object_under_another_that_fills_its_span_is_placed():
         for thing in scene.things:
             x1, y1, x2, y2 = thing.box
             assert x1 <= x2 and y1 <= y2
+
+
+def test_atypical_hallucinations_are_categories_the_scene_never_holds():
+    """00 --hallucinations: typical hallucinated objects are of the scene kind's prior, atypical ones never are; the
+    true objects, the noise on them and the number of hallucinations are drawn alike."""
+    from clid.demo.graphs import scene_graphs
+    from clid.demo.scenes import build_scene
+    from clid.demo.world import SCENES
+
+    counts = {"typical": [0, 0], "atypical": [0, 0]}  # hallucinated objects: of the prior, not of it
+    for image_id in range(1, 61):
+        scene = build_scene(0, image_id, 160, 160)
+        prior = set(SCENES[scene.kind][2])
+        graphs = {}
+        for kind in counts:
+            clean, noisy = scene_graphs(scene, 0, 0.6, kind)
+            true_ids = {o["object_id"] for o in clean["objects"]}
+            fakes = [o for o in noisy["objects"] if o["object_id"] not in true_ids]
+            for o in fakes:
+                counts[kind][o["names"][0] not in prior] += 1
+            graphs[kind] = (clean, sorted((o for o in noisy["objects"] if o["object_id"] in true_ids),
+                                          key=lambda o: o["object_id"]), len(fakes))
+        assert graphs["typical"] == graphs["atypical"]
+    assert counts["typical"][0] > 20 and counts["typical"][1] == 0
+    assert counts["atypical"][0] == 0 and counts["atypical"][1] == counts["typical"][0]

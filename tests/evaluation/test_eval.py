@@ -505,6 +505,23 @@ def test_two_runs_of_one_method_give_mean_and_std(demo_like_world):
         assert row["n_runs"] == 2 and row["CIDEr_std"] >= 0
     once = result["methods"]["once"]["levels"]["1"]
     assert once == result["runs"]["once"]["levels"]["1"] and "control_precision_std" not in once
+    # per_image.jsonl (--combine's intervals): every run and level over the test images; its shares in range and
+    # its per-image CIDEr average to metrics.json's control precision and corpus CIDEr
+    lines, n_checked = read_jsonl_rows(out / "per_image.jsonl"), 0
+    assert [(r["run"], r["level"]) for r in lines] == [(run, n) for run in result["runs"] for n in range(1, 8)]
+    for r in lines:
+        numbers = result["runs"][r["run"]]["levels"].get(str(r["level"]))
+        assert sorted(r["image_ids"]) == sorted(test_ids)
+        if numbers is None:
+            assert not any(r["in_range"]) and set(r["CIDEr"]) == {None}
+            continue
+        assert statistics.fmean(r["in_range"]) == pytest.approx(numbers["control_precision"])
+        scored = [c for c in r["CIDEr"] if c is not None]
+        assert len(scored) == numbers["n_scored"]
+        if scored:
+            n_checked += 1
+            assert statistics.fmean(scored) == pytest.approx(numbers["CIDEr"])
+    assert n_checked >= 5
 
     report = (out / "report.md").read_text()
     table = report[report.index("**Control precision (%)**"):].split("\n\n")[1]
