@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from clid.evaluation.repetition import reference_texts, repetition
-from clid.run.cli import HelpFormatter
+from clid.run.cli import HelpFormatter, run_main
 
 
 def reference_rows(demo: Path, levels) -> list[dict]:
@@ -79,4 +79,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clid.model.captioner import Captioner, preset_config  # noqa: E402
-from clid.run.cli import HelpFormatter, positive_int  # noqa: E402
+from clid.run.cli import HelpFormatter, positive_int, run_main  # noqa: E402
 
 
 def main(argv=None) -> None:
@@ -88,4 +88,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
