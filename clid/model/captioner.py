@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from clid.base.text import default_tokenizer_path, get_levels, load_tokenizer
-from clid.data.region_inputs import BOX_INPUTS
+from clid.data.region_inputs import BOX_INPUTS, REGION_NORMS
 from clid.model.dropout import DropoutKeys, KeyedDropout, attention_places, drop, keep_mask
 from clid.run import runtime
 
@@ -103,7 +103,6 @@ class CaptionerConfig:
         return cls(**known)
 
 
-REGION_NORMS = ("none", "standardize")
 # what a saved config without these keys meant (the model before they existed)
 LEGACY = {"box_input": "image", "region_dropout": False, "tie_head": True}
 

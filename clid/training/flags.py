@@ -4,10 +4,9 @@ import sys
 from dataclasses import dataclass
 
 from clid.data.inputs import add_left_out_arg, add_token_cache_arg
-from clid.data.region_inputs import BOX_INPUTS
+from clid.data.region_inputs import BOX_INPUTS, REGION_NORMS
 from clid.data.splits import add_split_args
 from clid.data.store import add_bad_features_arg, add_region_cache_arg
-from clid.model.captioner import REGION_NORMS
 from clid.run import runtime
 from clid.run.cli import (
     add_download_arg,
@@ -28,8 +27,8 @@ from clid.run.recipes import (
     resolved,
     resolved_steps,
 )
-from clid.training.distributed import DIST_TIMEOUT_MINUTES
 
+DIST_TIMEOUT_MINUTES = 60.0  # --dist-timeout: a rank may wait this long for the others (e.g. a checkpoint)
 
 @dataclass
 class TrainSettings:
