@@ -236,7 +236,7 @@ def end_to_end(rows, device, limit=None):
         theirs = time.perf_counter() - start
         features.close()
     worst = float(np.abs(fast - eager).max())
-    print(f"05 end to end: {len(examples)} demo captions, levels {sorted(set(examples.levels))}, "
+    print(f"05 end to end: {len(examples)} demo captions, levels {sorted(map(int, set(examples.levels)))}, "
           f"largest score difference {worst:.2e}")
     row(rows, f"05 prefix scoring, tiny, {len(examples)} captions", "authors' eager loop (full softmax)",
         ours, theirs, ">= 3x, equal 1e-4", theirs >= 3 * ours and worst <= 1e-4)
