@@ -26,7 +26,7 @@ GPU_ONLY = {"bench/gpu_check.sh": "builds the CUDA kernels and runs the GPU test
                                   "tests/bad_input/test_bad_input_bench_gpu.py)"}
 SLOW = {"bench/bench_scale.py", "bench/bench_gpu.py", "bench/bench_score.py"}  # (over 20 s on 2 busy cores)
 # what each prints when it ran through (default: a ratio, "1.23x")
-EXPECT = {"bench/bench_score.py": r"05 prefix scoring, tiny, \d+ captions .* \d\.\d+x",
+EXPECT = {"bench/bench_score.py": r"05 prefix scoring, tiny, \d+ captions .* \d+\.\d+x",
           "bench/bench_sampler.py": r"kth_value +against the fastest peer",
           "bench/bench_scale.py": r"\| 06 clid: start-up to the first optimizer step \(s\) \|"}
 
