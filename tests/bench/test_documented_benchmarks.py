@@ -24,7 +24,7 @@ SMOKE = {
 }
 GPU_ONLY = {"bench/gpu_check.sh": "builds the CUDA kernels and runs the GPU tests (its --cpu-dry-run: "
                                   "tests/bad_input/test_bad_input_bench_gpu.py)"}
-SLOW = {"bench/bench_scale.py", "bench/bench_gpu.py", "bench/bench_score.py"}  # (over 20 s on 2 busy cores)
+SLOW = {"bench/bench_scale.py", "bench/bench_gpu.py", "bench/bench_score.py", "bench/bench_sampler.py"}  # (over 20 s)
 # what each prints when it ran through (default: a ratio, "1.23x")
 EXPECT = {"bench/bench_score.py": r"05 prefix scoring, tiny, \d+ captions .* \d+\.\d+x",
           "bench/bench_sampler.py": r"kth_value +against the fastest peer",
