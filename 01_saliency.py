@@ -38,15 +38,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from clid.base import files
 from clid.data.images import Item, list_items, try_load, unique_items
 from clid.run import runs, runtime, shard
 from clid.run.cli import HelpFormatter, non_negative_float, non_negative_int, positive_int, run_main
-from clid.selfgen.emlnet import EMLNET_SIZE, EMLNet
-from clid.selfgen.saliency import SPECTRAL_SIZE, map_shape, resize_map, spectral_residual
+from clid.selfgen.saliency import EMLNET_SIZE, SPECTRAL_SIZE, map_shape, resize_map, spectral_residual
 
 # ---------------------------------------------------------------------------------------------
 # Preview
@@ -134,6 +132,10 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    import torch  # (after the flags: --help and a bad flag answer without loading torch)
+
+    from clid.selfgen.emlnet import EMLNet
+
     record = runs.run_record(args, inputs=("images", "list", "weights"), settings=(
         "images", "method", "emlnet_size", "sigma", "border", "map_side"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".h5", ".hdf5"))

@@ -42,18 +42,8 @@ from pathlib import Path
 from clid.base.files import DataError, check_not_input, read_json
 from clid.data.inputs import CaptionFiles, report_skipped, training_examples, training_items
 from clid.data.store import FeatureStore, RegionCache, cache_bytes, check_features_match
-from clid.model.checkpoints import (
-    check_same_levels,
-    checkpoint_exists,
-    load_init_weights,
-    read_config,
-    read_train_state,
-    write_model_card,
-)
 from clid.run.cli import HelpFormatter, run_main
 from clid.run.recipes import resolved
-from clid.training.batches import balanced_batches, epoch_batches
-from clid.training.distributed import finish_distributed
 from clid.training.flags import (
     add_train_args,
     check_train_args,
@@ -62,7 +52,6 @@ from clid.training.flags import (
     recipe_vocab,
     train_arg_groups,
 )
-from clid.training.stage import make_trainer, new_model, standardize_regions, start_run
 
 
 def parser() -> argparse.ArgumentParser:
@@ -110,6 +99,8 @@ def parse_args(argv=None):
 def continued_schedule(args) -> None:
     """Take the learning rate, warm-up and horizon of the checkpoint that ``--continue-from`` continues (with
     ``--recipe demo`` also its output vocabulary, and ``--max-steps`` defaults to its step plus the recipe's)."""
+    from clid.model.checkpoints import check_same_levels, checkpoint_exists, read_train_state
+
     folder = Path(args.continue_from)
     if not checkpoint_exists(folder):
         raise SystemExit(f"error: --continue-from {folder}: no checkpoint with a training state there")
@@ -160,6 +151,12 @@ def load_examples(args, features: FeatureStore, tokenizer, levels, rank: int, fi
 
 def main(argv=None):
     args = parse_args(argv)
+    # the model stack (torch), imported once the flags are read: --help and a bad flag answer at once
+    from clid.model.checkpoints import load_init_weights, read_config, write_model_card
+    from clid.training.batches import balanced_batches, epoch_batches
+    from clid.training.distributed import finish_distributed
+    from clid.training.stage import make_trainer, new_model, standardize_regions, start_run
+
     started = start_run(args)
     if started is None:
         return

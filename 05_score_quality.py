@@ -33,7 +33,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from clid.base.files import read_arrays, write_quality
 from clid.base.text import load_tokenizer
@@ -56,8 +55,7 @@ from clid.data.store import (
     cache_bytes,
     check_features_match,
 )
-from clid.model.checkpoints import load_checkpoint, read_config, saved_config
-from clid.model.scoring import MODES, caption_logprobs
+from clid.model import MODES
 from clid.run import runs, runtime, shard
 from clid.run.cli import HelpFormatter, run_main
 from clid.selection.quality import eq1_quality
@@ -121,6 +119,8 @@ def load_items(args, files: CaptionFiles, tokenizer) -> tuple[Examples, Counter]
 
 def same_weights(a, b) -> bool:
     """Whether two models hold identical weights (the same checkpoint given twice, or a copy of it)."""
+    import torch
+
     sa, sb = a.state_dict(), b.state_dict()
     return sa.keys() == sb.keys() and all(sa[k].shape == sb[k].shape and torch.equal(sa[k], sb[k]) for k in sa)
 
@@ -190,6 +190,8 @@ def report(out: Path) -> None:
 
 def load_models(args, features: FeatureStore):
     """The trusted and the extended model, checked against the features and against each other."""
+    from clid.model.checkpoints import load_checkpoint, read_config
+
     for folder in (args.trusted, args.extended):
         check_features_match(read_config(folder), features, folder)
     trusted, extended = load_checkpoint(args.trusted, args.device), load_checkpoint(args.extended, args.device)
@@ -205,6 +207,10 @@ def load_models(args, features: FeatureStore):
 
 def main(argv=None):
     args = parse_args(argv)
+    # the model stack (torch, the kernels), imported once the flags are read: --help and a bad flag answer at once
+    from clid.model.checkpoints import saved_config
+    from clid.model.scoring import caption_logprobs
+
     record = runs.run_record(args, inputs=("trusted", "extended", "selfgen", "features", "captions", "test_ids"),
                              settings=("mode", "count", "include_trusted", "test_ids", "no_split_check", "precision"))
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".h5", ".hdf5"))

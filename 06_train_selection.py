@@ -43,16 +43,11 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 from clid.data.inputs import CaptionFiles, caption_texts, report_skipped, training_examples, training_items, usable
 from clid.data.store import RegionCache, cache_bytes, check_features_match
-from clid.model.checkpoints import load_init_weights, read_config, write_model_card
 from clid.run.cli import HelpFormatter, number, positive_float, positive_int, run_main
 from clid.run.recipes import selection_eta
-from clid.selection import schedule, strategies
-from clid.training.batches import epoch_batches, epoch_order
-from clid.training.distributed import finish_distributed
+from clid.selection import strategies
 from clid.training.flags import (
     add_train_args,
     check_train_args,
@@ -61,7 +56,6 @@ from clid.training.flags import (
     recipe_vocab,
     train_arg_groups,
 )
-from clid.training.stage import make_trainer, new_model, standardize_regions, start_run
 
 CAPTION_ETA, PARAGRAPH_ETA = 1200, 200
 
@@ -120,6 +114,13 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    # the model stack (torch, the kernels), imported once the flags are read: --help and a bad flag answer at once
+    from clid.model.checkpoints import load_init_weights, read_config, write_model_card
+    from clid.selection import schedule
+    from clid.training.batches import epoch_batches, epoch_order
+    from clid.training.distributed import finish_distributed
+    from clid.training.stage import make_trainer, new_model, standardize_regions, start_run
+
     started = start_run(args)
     if started is None:
         return
@@ -197,6 +198,8 @@ def same_on_every_rank(world: int):
         return None
 
     def check(value) -> None:
+        import torch.distributed
+
         values = [None] * world
         torch.distributed.all_gather_object(values, value)
         if any(v != values[0] for v in values):

@@ -44,7 +44,6 @@ from pathlib import Path
 from clid.base.files import DataError, check_not_input, check_output_folder, natural_key
 from clid.base.text import LEVEL_SETS, get_levels, load_tokenizer
 from clid.caption import add_decoding_args
-from clid.caption.cached import generate_cached
 from clid.data.store import FeatureStore, add_bad_features_arg
 from clid.evaluation.metrics import (
     SSA_LEVELS,
@@ -137,6 +136,8 @@ def collect_captions(runs, ids, args, image_ids, out: Path):
     """Every run's captions: (levels, {run: (captions, filled)}, {run: source}, {run: skip counts}, the
     evaluated image ids). ``image_ids`` None (no --refs): every image captioned by a run, where a checkpoint
     captions every image of --features."""
+    from clid.caption.cached import generate_cached  # (the model stack: here, so --help answers without torch)
+
     levels = get_levels(args.levels) if args.levels else None
     captions, sources, skips = {}, {}, {}
     features = FeatureStore(args.features, bad=args.bad_features) if args.checkpoint else None

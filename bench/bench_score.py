@@ -236,7 +236,7 @@ def end_to_end(rows, device, limit=None):
         theirs = time.perf_counter() - start
         features.close()
     worst = float(np.abs(fast - eager).max())
-    print(f"05 end to end: {len(examples)} demo captions, levels {sorted(set(examples.levels))}, "
+    print(f"05 end to end: {len(examples)} demo captions, levels {sorted(map(int, set(examples.levels)))}, "
           f"largest score difference {worst:.2e}")
     row(rows, f"05 prefix scoring, tiny, {len(examples)} captions", "authors' eager loop (full softmax)",
         ours, theirs, ">= 3x, equal 1e-4", theirs >= 3 * ours and worst <= 1e-4)
@@ -260,7 +260,7 @@ def row(rows, path, peer, ours, theirs, target, ok, cpu_ratio=None):
     print(f"{path:42} {peer:34} {cells}  {target:13} {verdict:4} {cpu_cell}", flush=True)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the ops run")
     parser.add_argument("--rounds", type=int, default=None, help="timing rounds per method, fastest kept (default 7; "
@@ -271,12 +271,15 @@ def main():
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     parser.add_argument("--no-e2e", action="store_true", help="skip the 05 end-to-end row")
+    parser.add_argument("--e2e-captions", type=int, default=None, metavar="N",
+                        help=f"captions of the 05 end-to-end row, as many of each level (default: every caption of "
+                             f"the demo world; --quick: {QUICK_E2E_CAPTIONS})")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                         help="dtype of the logits and of the head's inputs")
     parser.add_argument("--seq-shape", type=int, nargs=3, metavar=("N", "T", "V"), help="seq_logprob's logits shape")
     parser.add_argument("--hidden-shape", type=int, nargs=3, metavar=("P", "H", "V"),
                         help="token_logprob_hidden's shape")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rounds = args.rounds or (3 if args.quick else 7)
     seq_shape, hidden_shape = (QUICK_SEQ_SHAPE, QUICK_HIDDEN_SHAPE) if args.quick else (SEQ_SHAPE, HIDDEN_SHAPE)
@@ -354,7 +357,7 @@ def main():
             None if fused_mem is None else fused_mem <= 0.05 * logits_bytes)
 
     if not args.no_e2e:
-        end_to_end(rows, device, QUICK_E2E_CAPTIONS if args.quick else None)
+        end_to_end(rows, device, args.e2e_captions or (QUICK_E2E_CAPTIONS if args.quick else None))
 
     print("\nratio = peer time / fused time (above 1: the fused kernel is faster), fastest wall time of "
           f"{rounds} interleaved rounds ({hidden_rounds} for token_logprob_hidden); cpu-time ratio: the same "
@@ -369,6 +372,7 @@ def main():
     if args.json:
         args.json.write_text(json.dumps(dict(device=device, threads=args.threads, rows=rows, memory=memory,
                                              compile_note=compile_note), indent=1))
+
 
 if __name__ == "__main__":
     run_main(main)

@@ -16,13 +16,16 @@ import-linter contract; ``docs/method.md`` has the code map):
 - ``base/``: files, text, English rules, randomness, progress lines, hub loading; ``ops/``: the C++/CUDA kernels.
 
 ``a | b``: two packages of one layer that never import each other.
+
+Importing ``clid`` does not import torch: the commands parse their flags first, so ``--help`` and a bad
+flag answer at once (``clid.ops`` imports torch before the compiled kernels it links against).
 """
-try:
-    import torch  # noqa: F401,E402  (loads the libraries the compiled kernels, clid._C, link against)
-except ModuleNotFoundError as _missing:  # an interpreter without the pinned requirements: one line, the fix
+import importlib.util as _util
+
+if _util.find_spec("torch") is None:  # an interpreter without the pinned requirements: one line, the fix
     import sys as _sys
 
-    raise SystemExit(f"error: this Python ({_sys.executable}) has no module {_missing.name!r}: run "
-                     "`source .venv/bin/activate` first (`make venv` creates .venv)") from None
+    raise SystemExit(f"error: this Python ({_sys.executable}) has no module 'torch': run "
+                     "`source .venv/bin/activate` first (`make venv` creates .venv)")
 
 __version__ = "0.1.0"

@@ -7,11 +7,8 @@ import pickle
 import zipfile
 from pathlib import Path
 
-import torch
-
 from clid.run import runs
 from clid.run.cli import HelpFormatter, run_main
-from clid.selfgen.emlnet import tensors_of
 
 CONVERT = "python -m clid.emlnet convert"  # the writer its run record names
 
@@ -20,10 +17,12 @@ def convert(source, out, trust_pickle: bool, force: bool = False) -> int:
     """Write the tensors of a checkpoint as safetensors; returns their count. Unpickles the source
     (which can run code stored in it) only when ``trust_pickle`` is set. An existing ``out`` that this
     command did not write is refused unless ``force`` (:func:`clid.run.runs.check_own_output`)."""
+    import torch  # (here, as the other imports: --help answers without loading torch)
     from safetensors.torch import save_file
 
     from clid.base.files import DataError, atomic_path, check_not_input
     from clid.run.runs import check_own_output, file_state, write_own_record
+    from clid.selfgen.emlnet import tensors_of
 
     source = Path(source)
     if not source.is_file():

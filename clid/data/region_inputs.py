@@ -2,10 +2,8 @@
 as the authors' loops build them or from the image's size (``box_input``)."""
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-
 BOX_INPUTS = ("authors", "image")
+REGION_NORMS = ("none", "standardize")  # the model's --region-norm (clid.model.captioner)
 
 
 def region_inputs(boxes, width, height, cls_prob=None, confidence=None, box_input: str = "authors"):
@@ -19,6 +17,9 @@ def region_inputs(boxes, width, height, cls_prob=None, confidence=None, box_inpu
     ``box_input="image"``: x1, y1, x2, y2, width and height of the box divided by the image's width
     and height; class probabilities as they are.
     """
+    import torch  # (here: importing this module leaves torch out, for the commands' --help)
+    import torch.nn.functional as F
+
     boxes = torch.as_tensor(boxes, dtype=torch.float32)
     if box_input == "authors":
         x1, y1, x2, y2 = boxes.unbind(1)

@@ -22,10 +22,10 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import h5py
 import numpy as np
-import torch
 
 from clid.base.files import (
     DataError,
@@ -39,8 +39,17 @@ from clid.base.files import (
 )
 from clid.data.region_inputs import region_inputs
 
+if TYPE_CHECKING:  # (torch is imported where it is used: importing this module leaves it out, for --help)
+    import torch
+
 FEATURE_DTYPES = ("float32", "float16", "bfloat16")  # how the features and class probabilities may be stored
-TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def torch_dtype(name: str):
+    """The torch dtype of a stored features dtype (one of FEATURE_DTYPES)."""
+    import torch
+
+    return getattr(torch, name)
 
 
 def encode_values(values: np.ndarray, dtype: str) -> tuple[np.ndarray, dict]:
@@ -78,12 +87,18 @@ def decode_values(dataset, path, where: str) -> np.ndarray:
                                          f"dtype = {tag!r}: only bfloat16, stored as uint16, is known")
         return (values.astype(np.uint32) << 16).view(np.float32)
     if values.dtype == np.float16:  # (exact either way; torch's conversion is vectorised, numpy's is not: 10x)
+        import torch
+
         return torch.from_numpy(values).float().numpy()
     return values.astype(np.float32) if values.dtype == np.float64 else values
 
 
-def pad_regions(items: list[tuple[torch.Tensor, torch.Tensor]], dtype=torch.float32):
-    """Stack per-image (features [R, D], box inputs [R, 6+C]) into padded [B, Rmax, .] + mask [B, Rmax]."""
+def pad_regions(items: list[tuple[torch.Tensor, torch.Tensor]], dtype=None):
+    """Stack per-image (features [R, D], box inputs [R, 6+C]) into padded [B, Rmax, .] + mask [B, Rmax]
+    (``dtype``: float32 unless given)."""
+    import torch
+
+    dtype = dtype or torch.float32
     R = max(f.shape[0] for f, _ in items)
     B = len(items)
     feats = torch.empty(B, R, items[0][0].shape[1], dtype=dtype)  # (written once: each row's regions, then zeros)
@@ -98,7 +113,7 @@ def pad_regions(items: list[tuple[torch.Tensor, torch.Tensor]], dtype=torch.floa
 
 
 def load_regions(features: FeatureStore, image_id, num_classes: int = 0, box_input: str = "authors",
-                 dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+                 dtype=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(features [R, D] in ``dtype``, region position inputs [R, 6 + num_classes]) of one image, the box input
     built as ``box_input`` says (:func:`clid.data.region_inputs.region_inputs`); ``num_classes`` > 0 appends the
     file's ``cls_prob``, which must be that wide."""
@@ -108,7 +123,9 @@ def load_regions(features: FeatureStore, image_id, num_classes: int = 0, box_inp
         raise DataError(features.path, f"image {image_id}",
                         f"{found}, but the model reads {num_classes} class probabilities per region")
     pos = region_inputs(r.boxes, r.width, r.height, r.cls_prob if num_classes else None, r.confidence, box_input)
-    return torch.as_tensor(r.features).to(dtype), pos
+    import torch
+
+    return torch.as_tensor(r.features).to(dtype or torch.float32), pos
 
 
 class RegionCache:
@@ -131,7 +148,7 @@ class RegionCache:
         self._cache: OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
         self._bytes = 0
         self.reads = 0
-        self.dtype = TORCH_DTYPES[features.dtype]
+        self.dtype = torch_dtype(features.dtype)
         self.complete = False  # every image a run reads is kept (:meth:`preload`)
 
     @classmethod

@@ -42,7 +42,7 @@ from torch import nn
 
 from clid.base.files import DataError
 from clid.base.text import default_tokenizer_path, get_levels, load_tokenizer
-from clid.data.region_inputs import BOX_INPUTS
+from clid.data.region_inputs import BOX_INPUTS, REGION_NORMS
 from clid.model.dropout import DropoutKeys, KeyedDropout, attention_places, drop, keep_mask
 from clid.run import runtime
 
@@ -104,7 +104,6 @@ class CaptionerConfig:
         return cls(**known)
 
 
-REGION_NORMS = ("none", "standardize")
 # what a saved config without these keys meant (the model before they existed)
 LEGACY = {"box_input": "image", "region_dropout": False, "tie_head": True}
 

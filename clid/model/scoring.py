@@ -31,10 +31,9 @@ from clid import ops
 from clid.base.text import eos_id
 from clid.data.examples import Examples
 from clid.data.store import RegionCache
+from clid.model import MODES
 from clid.model.captioner import Captioner
 from clid.run import runtime
-
-MODES = ("prefix", "pseudo", "onepass")
 
 
 def _batches(examples: Examples, model: Captioner, batch_size: int, count_padding: bool):

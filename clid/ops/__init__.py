@@ -30,7 +30,7 @@ Data selection, step 6 (``sampler``):
     percentile_threshold(u, q, method="linear") -> float  numpy.percentile(u, q[, method])
     smoothstep_sample(u, threshold, s, k, seed, iteration, mode="successive") -> int64 indices
 """
-import torch
+import torch  # (first: it loads the libraries clid._C links against)
 
 try:
     from clid import _C  # noqa: F401  (loads the library; its initialisers register torch.ops.clid)

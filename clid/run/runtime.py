@@ -22,10 +22,12 @@ import argparse
 import contextlib
 import os
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from clid.run.cli import whole_number
+
+if TYPE_CHECKING:  # (torch is imported where it is used: importing this module leaves it out, for --help)
+    import torch
 
 PRECISIONS = ("auto", "fp32", "bf16")
 PRECISION_HELP = ("auto: bfloat16 autocast on a GPU (TF32 for its float32 parts), float32 on the CPU; fp32: float32 "
@@ -38,6 +40,8 @@ def add_precision_arg(parser) -> None:
 
 def device_type(device) -> str:
     """"cuda" or "cpu" of a device, a device name ("cuda:1", checked where --device is parsed) or None (the CPU)."""
+    import torch
+
     return torch.device(device).type if device is not None else "cpu"
 
 
@@ -49,6 +53,10 @@ DEVICE_HELP = "cuda, cuda:1, cpu, ... (default: cuda if available, else cpu)"
 
 def device_problem(text: str) -> str | None:
     """Why ``text`` is not a device to run on here (``cpu``, ``cuda``, ``cuda:N`` of a GPU that is there), or None."""
+    if text == "cpu":  # (the default of some commands, converted as argparse parses: no torch needed)
+        return None
+    import torch
+
     try:
         where = torch.device(text)
     except (RuntimeError, ValueError):
@@ -77,6 +85,8 @@ def add_device_arg(parser, default=None, help: str = DEVICE_HELP) -> None:
 
 def default_device(index: int | None = None) -> torch.device:
     """The GPU when there is one (the ``index``-th; default: the current one), else the CPU."""
+    import torch
+
     if torch.cuda.is_available():
         return torch.device("cuda", index) if index is not None else torch.device("cuda")
     return torch.device("cpu")
@@ -114,6 +124,8 @@ class DevicePlan:
     @property
     def dtype(self) -> torch.dtype:
         """The compute dtype of the autocast regions."""
+        import torch
+
         return torch.bfloat16 if self.compute == "bf16" else torch.float32
 
     @property
@@ -124,6 +136,8 @@ class DevicePlan:
     def loader_workers(self, requested) -> int:
         """--workers: a number, or "auto": none on the CPU (they would take its cores from the training), four on
         a GPU (fewer on a machine with fewer cores to spare)."""
+        import torch
+
         if requested != "auto":
             return int(requested)
         if not self.gpu:
@@ -148,6 +162,8 @@ class DevicePlan:
 def device_plan(device=None, precision: str = "auto") -> DevicePlan:
     """The plan of a stage on ``device`` (a torch device, a name such as "cuda:1", or None: :func:`default_device`)
     under ``precision`` (--precision)."""
+    import torch
+
     device = torch.device(device) if device is not None else default_device()
     gpu = device.type == "cuda"
     return DevicePlan(device=device, precision=precision, gpu=gpu, compute=resolve(precision, device),
@@ -172,6 +188,8 @@ def resolve(precision: str, device) -> str:
 def use_precision(precision: str, device) -> str:
     """Set torch's float32 matrix precision for ``precision`` on ``device`` (TF32 on a GPU under auto, off
     otherwise) and return the resolved precision, "fp32" or "bf16". Call once when a stage starts."""
+    import torch
+
     if device_type(device) == "cuda":
         tf32 = precision == "auto"
         torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -181,6 +199,8 @@ def use_precision(precision: str, device) -> str:
 
 def autocast(precision: str, device):
     """The autocast context of a resolved or unresolved precision on ``device`` (a no-op for fp32)."""
+    import torch
+
     if resolve(precision, device) == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type(device), dtype=torch.bfloat16)
@@ -211,6 +231,8 @@ def add_batch_size_arg(parser, cpu_default: int, what: str) -> None:
 def batch_size(requested, device, bytes_per_item: float, cpu_default: int, most: int = 1024) -> int:
     """``requested`` when it is a number; for "auto": ``cpu_default`` off the GPU, else the largest
     multiple of 64 (at least 1, at most ``most``) whose ``bytes_per_item`` fit in half the free memory."""
+    import torch
+
     if requested != "auto":
         return int(requested)
     if device_type(device) != "cuda":

@@ -34,13 +34,15 @@ has one line per round.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from clid.base.files import DataError
 from clid.run.cli import non_negative_float, number, positive_float, positive_int
-from clid.selection.peers import BabyStep, LossCuration, example_difficulty
-from clid.selection.schedule import Pool, Schedule
+
+if TYPE_CHECKING:  # (the strategies, with torch, are imported by make_strategy: 06 parses its flags without them)
+    from clid.selection.schedule import Pool
 
 STRATEGIES = ("clid", "loss-remove", "loss-replacecap", "curriculum", "none")
 
@@ -108,6 +110,8 @@ def make_strategy(args, pool: Pool, examples, model, regions, device, out: Path,
                   texts=None, filenames=None, check=None, rank: int = 0):
     """The strategy object of ``args.strategy`` (its ``rounds(step, state)`` yields the rounds to train)."""
     from clid.model.scoring import caption_logprobs
+    from clid.selection.peers import BabyStep, LossCuration, example_difficulty
+    from clid.selection.schedule import Schedule
 
     if args.strategy in ("clid", "none"):
         return Schedule(pool, u, args)

@@ -19,8 +19,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from clid.base.files import DataError
+from clid.selfgen.saliency import EMLNET_SIZE, normalise01
 
-EMLNET_SIZE = (480, 640)  # (height, width) of the SALICON images EML-Net was trained on
 EMLNET_BLUR = 5.0  # sigma of the official post-processing blur, in pixels at EMLNET_SIZE
 
 
@@ -39,14 +39,6 @@ def gaussian_blur(maps: torch.Tensor, sigma: float) -> torch.Tensor:
     out = F.conv2d(F.pad(out, (radius, radius, 0, 0), mode="replicate"), kernel.view(1, 1, 1, -1))
     out = F.conv2d(F.pad(out, (0, 0, radius, radius), mode="replicate"), kernel.view(1, 1, -1, 1))
     return out[:, 0]
-
-
-def normalise01(maps: torch.Tensor) -> torch.Tensor:
-    """Min-max normalise each [H, W] map of a [B, H, W] batch to [0, 1] (a flat map becomes 0)."""
-    flat = maps.flatten(1)
-    low, high = flat.min(1).values[:, None, None], flat.max(1).values[:, None, None]
-    return torch.where(high > low, (maps - low) / (high - low).clamp_min(1e-12), torch.zeros_like(maps))
-
 
 
 # ---------------------------------------------------------------------------------------------

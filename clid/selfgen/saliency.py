@@ -5,14 +5,15 @@ EML-Net, the paper's saliency network, is :mod:`clid.selfgen.emlnet`.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
-from clid.selfgen.emlnet import normalise01
+if TYPE_CHECKING:  # (torch is imported where it is used: 01's --help answers without it)
+    import torch
 
 SPECTRAL_SIZE = 64  # Hou & Zhang work on a 64 x 64 image
+EMLNET_SIZE = (480, 640)  # (height, width) of the SALICON images EML-Net was trained on (clid.selfgen.emlnet)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -24,8 +25,19 @@ def map_shape(width: int, height: int, side: int) -> tuple[int, int]:
     return max(1, round(height * scale)), max(1, round(width * scale))
 
 
+def normalise01(maps: torch.Tensor) -> torch.Tensor:
+    """Min-max normalise each [H, W] map of a [B, H, W] batch to [0, 1] (a flat map becomes 0)."""
+    import torch
+
+    flat = maps.flatten(1)
+    low, high = flat.min(1).values[:, None, None], flat.max(1).values[:, None, None]
+    return torch.where(high > low, (maps - low) / (high - low).clamp_min(1e-12), torch.zeros_like(maps))
+
+
 def resize_map(smap: torch.Tensor, shape: tuple[int, int]) -> np.ndarray:
     """One [H, W] map resized (bilinear, anti-aliased) and re-normalised to [0, 1]."""
+    import torch.nn.functional as F
+
     out = F.interpolate(smap[None, None], size=shape, mode="bilinear", align_corners=False, antialias=True)
     return normalise01(out[0]).numpy()[0]
 
@@ -41,6 +53,9 @@ def spectral_residual(gray: torch.Tensor, sigma: float = 2.5, mirror: bool = Tru
     mirror image (half its size on each side), which makes it continuous across the borders,
     and the centre is cut out afterwards.
     """
+    import torch
+    import torch.nn.functional as F
+
     gray = gray.float()
     h, w = gray.shape[-2:]
     if mirror:

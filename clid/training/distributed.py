@@ -7,8 +7,7 @@ import torch
 import torch.distributed as dist
 
 from clid.run import runtime
-
-DIST_TIMEOUT_MINUTES = 60.0  # --dist-timeout: a rank may wait this long for the others (e.g. a checkpoint)
+from clid.training.flags import DIST_TIMEOUT_MINUTES
 
 
 def init_distributed(timeout_minutes: float = DIST_TIMEOUT_MINUTES,

@@ -4,10 +4,9 @@ import sys
 from dataclasses import dataclass
 
 from clid.data.inputs import add_left_out_arg, add_token_cache_arg
-from clid.data.region_inputs import BOX_INPUTS
+from clid.data.region_inputs import BOX_INPUTS, REGION_NORMS
 from clid.data.splits import add_split_args
 from clid.data.store import add_bad_features_arg, add_region_cache_arg
-from clid.model.captioner import REGION_NORMS
 from clid.run import runtime
 from clid.run.cli import (
     add_download_arg,
@@ -29,11 +28,11 @@ from clid.run.recipes import (
     resolved,
     resolved_steps,
 )
-from clid.training.distributed import DIST_TIMEOUT_MINUTES
 
 # --dist-timeout: a week at most (a longer wait is no timeout, and 1e308 minutes overflows the clock's type)
 dist_minutes = number(float, low=0, high=7 * 24 * 60, low_open=True, what="a number of minutes in (0, 10080]")
 
+DIST_TIMEOUT_MINUTES = 60.0  # --dist-timeout: a rank may wait this long for the others (e.g. a checkpoint)
 
 @dataclass
 class TrainSettings:

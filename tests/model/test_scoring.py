@@ -11,6 +11,7 @@ from clid.base.files import read_quality
 from clid.base.text import eos_id, get_levels
 from clid.data.inputs import make_examples
 from clid.data.store import FeatureStore, RegionCache
+from clid.model import scoring
 from clid.model.captioner import Captioner, CaptionerConfig, build_model
 from clid.model.checkpoints import save_model
 from clid.model.scoring import caption_logprobs, caption_logprobs_eager
@@ -176,7 +177,7 @@ def test_a_resumed_score_stage_keeps_the_skip_counts_of_earlier_chunks(setup, tm
     argv = [str(x) for x in ("--trusted", tmp_path / "trusted", "--extended", tmp_path / "extended", "--selfgen",
                              selfgen, "--features", features, "--out", out, "--chunk-size", 6)]
     stage05 = import_script("05_score_quality.py", "stage05")
-    real, calls = stage05.caption_logprobs, []
+    real, calls = scoring.caption_logprobs, []  # (05 imports it from clid.model.scoring once its flags are read)
 
     def killed_in_the_second_chunk(*args, **kwargs):
         calls.append(1)
@@ -184,10 +185,10 @@ def test_a_resumed_score_stage_keeps_the_skip_counts_of_earlier_chunks(setup, tm
             raise KeyboardInterrupt("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(stage05, "caption_logprobs", killed_in_the_second_chunk)
+    monkeypatch.setattr(scoring, "caption_logprobs", killed_in_the_second_chunk)
     with pytest.raises(KeyboardInterrupt):
         stage05.main(argv)
-    monkeypatch.setattr(stage05, "caption_logprobs", real)
+    monkeypatch.setattr(scoring, "caption_logprobs", real)
     capsys.readouterr()
     stage05.main(argv)
     printed = capsys.readouterr().out

@@ -8,8 +8,11 @@ that of each sub-command) is read flag by flag.
 """
 import argparse
 import importlib
+import json
 import re
+import subprocess
 import sys
+import time
 
 import pytest
 from conftest import ROOT, import_script
@@ -121,7 +124,7 @@ def wide_help(monkeypatch):
 
 def test_command_lines_are_found():
     assert "02_scenegraph_captions.py" in SCRIPTS and "bench/bench_sampler.py" in SCRIPTS
-    assert {"clid.stats", "clid.shard", "clid.emlnet", "clid.captions"} <= set(MODULES)
+    assert {"clid.stats", "clid.shard", "clid.emlnet", "clid.captions", "clid.caption.__main__"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -193,3 +196,59 @@ def test_the_formatter_shows_lists_and_percent_signs():
     assert entries[("--c",)] == "--c C % of the pool dropped per iteration (default: 2.0)"
     assert entries[("--tokenizer",)].endswith("(default: offline bert-base-uncased)")
     assert "None" not in entries[("--tokenizer",)]
+
+
+# --help and a bad flag answer before the model stack loads: each command parses its flags first
+HEAVY = ("torch", "transformers", "clid._C")
+STAGES = sorted(p.name for p in ROOT.glob("[0-9][0-9]_*.py"))
+HELP_SECONDS = 5.0  # a generous limit on a busy machine; docs/running.md has the times measured at rest
+PROBE = """
+import json, runpy, sys
+target, flag, report = sys.argv[1:]
+sys.argv = [target, flag]
+try:
+    if target.endswith(".py"):
+        runpy.run_path(target, run_name="__main__")
+    else:
+        runpy.run_module(target.removesuffix(".__main__"), run_name="__main__", alter_sys=True)
+    code = 0
+except SystemExit as stop:
+    code = stop.code
+with open(report, "w") as f:
+    json.dump({"code": code, "loaded": [m for m in %r if m in sys.modules]}, f)
+""" % (HEAVY,)
+
+
+def answer(command: str, flag: str, tmp_path):
+    """(exit code, the heavy modules loaded, seconds) of ``command flag`` in a fresh interpreter."""
+    report = tmp_path / "report.json"
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", PROBE, command, flag, str(report)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    seconds = time.perf_counter() - start
+    assert proc.returncode == 0 and report.exists(), proc.stderr[-3000:]
+    found = json.loads(report.read_text())
+    return found["code"], found["loaded"], seconds, proc
+
+
+@pytest.mark.parametrize("command", STAGES + MODULES)
+def test_help_answers_without_the_model_stack(command, tmp_path):
+    code, loaded, seconds, proc = answer(command, "--help", tmp_path)
+    assert code in (0, None) and "usage:" in proc.stdout
+    assert loaded == [], f"{command} --help imported {loaded} before answering: parse the flags first"
+    assert seconds < HELP_SECONDS, f"{command} --help took {seconds:.1f} s"
+
+
+@pytest.mark.parametrize("command", STAGES + MODULES)
+def test_a_bad_flag_answers_without_the_model_stack(command, tmp_path):
+    code, loaded, _, proc = answer(command, "--no-such-flag", tmp_path)
+    assert code == 2 and "error:" in proc.stderr, proc.stderr[-2000:]  # (argparse's usage error)
+    assert loaded == [], f"{command} --no-such-flag imported {loaded} before answering"
+
+
+def test_the_probe_sees_torch_imported(tmp_path):
+    """The check is not vacuous: a command that imports torch before its flags is caught."""
+    script = tmp_path / "eager.py"
+    script.write_text("import argparse\nimport torch\nargparse.ArgumentParser().parse_args()\n")
+    _, loaded, _, _ = answer(str(script), "--help", tmp_path)
+    assert loaded == ["torch"]
