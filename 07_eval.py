@@ -113,7 +113,7 @@ def parse_args(argv=None):
     add_tokenizer_arg(scoring, "tokenizer for caption lengths")
     report.add_argument("--combine", nargs="+", metavar="EVAL_DIR",
                         help="instead of evaluating: report several 07 output folders together (e.g. one per seed, each "
-                             "on its own test images); a method's runs in all of them give its mean ± std, and its 95% "
+                             "on its own test images); a method's runs in all of them give its mean ± std, and its 95%% "
                              "interval over seeds and images, its difference against CLID and the paper's claims")
     report.add_argument("--tables", metavar="FOLDER",
                         help="with --combine: also write the README's demo tables as files into FOLDER (e.g. "

@@ -115,6 +115,7 @@ def test_h5_groups_are_never_nested_by_an_id(tmp_path, image_id):
 
 
 def test_natural_order_of_digits_that_are_no_numbers():
-    """A superscript digit is a digit to str.isdigit but no number to int(): it sorts as text."""
+    """Numbers are ASCII digits: a superscript digit (a digit to str.isdigit, no number to int()) and other
+    scripts' digits sort as text."""
     names = ["room101\u00b2", "room2", "room10", "\u0661\u0662"]
-    assert sorted(names, key=files.natural_key) == ["\u0661\u0662", "room2", "room10", "room101\u00b2"]
+    assert sorted(names, key=files.natural_key) == ["room2", "room10", "room101\u00b2", "\u0661\u0662"]

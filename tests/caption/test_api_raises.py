@@ -65,7 +65,7 @@ def test_bad_images_and_arguments_are_exceptions_naming_them(checkpoint, tmp_pat
     text = tmp_path / "notes.jpg"
     text.write_text("not an image")
     err = caught(lambda: writer.caption_images([text]))
-    assert isinstance(err, ValueError) and f"{text}: not a readable image" in str(err), repr(err)
+    assert isinstance(err, ValueError) and f"{text}: cannot be read as an image" in str(err), repr(err)
     # a checkpoint whose features no encoder here computes: said for the checkpoint, before any work
     photo = tmp_path / "photo.png"
     Image.new("RGB", (32, 24), (200, 40, 40)).save(photo)

@@ -9,7 +9,7 @@ import torch
 from conftest import import_script
 from toyworld import make_toy_world
 
-from clid.base.files import read_jsonl
+from clid.base.files import DataError, read_jsonl
 from clid.base.text import caption_length, eos_id
 
 TEST_IDS = [str(i) for i in range(45, 53)]  # the toy world's 8 test images
@@ -110,7 +110,7 @@ def test_cli_length_rows_say_the_length_asked_and_got_with_ngram_blocking(world,
     page = (tmp_path / "g.html").read_text()
     assert "Captions of exactly 12 tokens" in page and page.count('class="len in"') >= 52 and page.count('class="len out"') == 1  # (1: the legend)
     # another length is another run: refused on the same --out without --restart
-    with pytest.raises(SystemExit, match="--length 12 then, 5 now"):
+    with pytest.raises(DataError, match="--length 12 then, 5 now"):
         caption_main("--checkpoint", world / "ck", "--features", world / "features.h5", "--out", out, "--device", "cpu",
                      "--length", "5")
 

@@ -186,7 +186,7 @@ def demo_like_world(coco_annotations, tmp_path):
 def install_fake_captioner(monkeypatch, pool, calls):
     def generate_captions(model, features, image_ids, levels, batch_size=64, device="cpu", steps=None,
                           eos_decay=1.0, labert_average=True, progress=False, return_filled=False, precision="fp32",
-                          block_ngram=0):
+                          block_ngram=0, length=None):
         assert isinstance(features, FeatureStore) and progress and return_filled
         assert precision == "fp32"  # (--precision auto on the CPU)
         assert block_ngram == 0  # 07 decodes as the authors do
@@ -411,7 +411,7 @@ def test_a_bare_path_is_named_after_its_folder_or_refused(tmp_path, monkeypatch,
     monkeypatch.chdir(tmp_path / "ck")
     args = type("Args", (), {"checkpoint": [entry], "generated": [], "name": []})()
     if entry == "/":  # (the root has no name)
-        with pytest.raises(SystemExit, match="is empty; .* name the run"):
+        with pytest.raises(DataError, match="is empty; .* name the run"):
             run_list(args)
         return
     assert run_list(args)[0][0] == (tmp_path.name if entry == ".." else "ck")
@@ -442,7 +442,7 @@ def test_a_caption_filling_its_level_without_a_period_counts_as_the_authors_coun
     assert len(words) == 19 and dot not in words
     decoded = []
 
-    def fixed_mask_predict(model, feats, pos, mask, level, steps, eos_decay, labert_average, block_ngram=0):
+    def fixed_mask_predict(model, feats, pos, mask, level, steps, eos_decay, labert_average, block_ngram=0, length=None):
         high = model.levels[level - 1][1]
         row = words if level == 2 else short + [dot] * (high - len(short))
         decoded.append(level)
