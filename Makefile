@@ -13,7 +13,8 @@
 #               other jobs (load 5 to 7) 04 runs at half the speed: about 32 minutes
 #   make test   runs the test suite (and compile-checks the CUDA sources when nvcc is present), import-linter
 #               and ruff
-#   make test-fast   the tests not marked slow, for the edit-test loop (tests/README.md; about 3 minutes on 2 cores)
+#   make test-fast   the tests not marked slow, for the edit-test loop (tests/README.md; 124 s on 2 cores at
+#               load 1 to 3, 2026-12-06); make test runs everything, the bad-input table included
 #   make slurm-check   the SLURM recipe (slurm/) on a real one-machine Slurm, started and stopped here: as root,
 #               installs Debian's slurmctld, slurmd, slurm-client and munge where missing (tests/system/slurm/check.sh;
 #               CHECK_NODES=0 leaves out its 2-node training runs, CHECK_KILL=0 the one whose rank 1 is killed)

@@ -668,7 +668,9 @@ def classify(row: Row, outcome: Outcome) -> str:
 
 
 def _param(r: Row):
-    marks = [pytest.mark.xfail(reason=NEEDS[r.needs], strict=False)] if r.needs else []
+    """A row as a test, marked slow: each row runs its command against the world every pytest worker builds
+    first (about a minute), so the table runs in ``make test``, not ``make test-fast``."""
+    marks = [pytest.mark.slow] + ([pytest.mark.xfail(reason=NEEDS[r.needs], strict=False)] if r.needs else [])
     return pytest.param(r, id=r.id, marks=marks)
 
 

@@ -17,3 +17,10 @@ def check_device(op: str, *tensors) -> None:
         raise RuntimeError(f"clid.ops.{op}: the inputs are on the GPU, but clid._C was built without CUDA kernels "
                            "(PyTorch without CUDA, or no CUDA toolkit when it was installed); reinstall with "
                            "`pip install --no-build-isolation -e .` where both are present")
+
+
+def check_on_gpu(op: str, cpu_twin: str, *tensors) -> None:
+    """One clear error for a CUDA-only op given tensors that are not all on a GPU, naming its CPU twin."""
+    if not all(t.is_cuda for t in tensors if t is not None):
+        raise RuntimeError(f"clid.ops.{op}: a CUDA kernel (tensor cores), but the inputs are not on a GPU; "
+                           f"clid.ops.{cpu_twin} computes the same on the CPU")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from clid.ops.device import check_device
+from clid.ops.device import check_device, check_on_gpu
 
 
 def _as_long(targets: torch.Tensor) -> torch.Tensor:
@@ -139,9 +139,7 @@ def token_logprob_hidden_tc(hidden: torch.Tensor, weight: torch.Tensor, bias: to
     states a second kernel merges. No logits buffer, no padded copy of the weight. Schedule:
     csrc/common/fused_head.h. Not a default anywhere: chosen by name (or the scoring head "tensor-core").
     On the CPU it raises (:func:`token_logprob_hidden` computes the same there)."""
-    if not (hidden.is_cuda and weight.is_cuda):
-        raise RuntimeError("clid.ops.token_logprob_hidden_tc: a CUDA kernel (tensor cores), but the inputs are not "
-                           "on a GPU; clid.ops.token_logprob_hidden computes the same on the CPU")
+    check_on_gpu("token_logprob_hidden_tc", "token_logprob_hidden", hidden, weight)
     check_device("token_logprob_hidden_tc", hidden, weight)
     if splits is not None and splits < 1:
         raise ValueError(f"token_logprob_hidden_tc: splits must be >= 1 or None, got {splits}")

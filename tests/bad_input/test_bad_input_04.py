@@ -263,10 +263,10 @@ def card_edited(w: World, d: Path, *extra) -> list:
     return argv
 
 row("04", "restart-force-keeps-an-edited-model-card", lambda w, d: card_edited(w, d, "--restart", "--force"),
-    "MODEL_CARD.md was not written by a training stage, or was changed since: kept", "ok")
+    "MODEL_CARD.md was not written by a training stage (or was edited since): it is kept", "ok")
 
 row("04", "restart-names-an-edited-model-card", lambda w, d: card_edited(w, d, "--restart"),
-    "holds files this stage did not write (MODEL_CARD.md)")
+    "MODEL_CARD.md was not written by a training stage (or was edited since): it is kept", "ok")
 
 row("04", "max-steps-fullwidth", lambda w, d: w.train_args(d / "out", "--max-steps", "\uff12"), "argument --max-steps")
 

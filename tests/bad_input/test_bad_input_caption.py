@@ -152,14 +152,14 @@ row("caption", "images-sharded-without-features", lambda w, d: no_features(w, d,
 row("caption", "images-missing-folder", lambda w, d: no_features(w, d, "--images", d / "nope"), "--images: no such file or folder")
 
 row("caption", "gallery-over-the-computed-features", lambda w, d: no_features(
-    w, d, "--images", w.images, "--gallery", d / "captions.features.h5"), "is also the input --features")
+    w, d, "--images", w.images, "--gallery", d / "captions.features.h5"), "is both --gallery and (the features file this run computes")
 
 def linked(link: Path, target: Path) -> Path:
     link.symlink_to(target)
     return link
 
 row("caption", "gallery-a-link-to-the-computed-features", lambda w, d: no_features(
-    w, d, "--images", w.images, "--gallery", linked(d / "g.html", d / "captions.features.h5")), "is also the input --features")
+    w, d, "--images", w.images, "--gallery", linked(d / "g.html", d / "captions.features.h5")), "is both --gallery and (the features file this run computes")
 
 for value in ("0", "32", "x"):
     row("caption", f"grid-{value}", lambda w, d, value=value: no_features(w, d, "--images", w.images, "--grid", value),

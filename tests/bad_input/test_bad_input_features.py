@@ -456,7 +456,7 @@ row("features", "images-a-link-that-points-nowhere", lambda w, d: ["--images", w
 for name in ("..png", "...png"):
     row("features", f"images-named-{name}", lambda w, d, name=name: ["--images", with_extra(
         d, lambda f: (f / name).write_bytes((f / "1.png").read_bytes())), *GRID_2, "--out", d / "f.h5"],
-        "a name that cannot be an id", "skip")
+        f"skipped {name}: hidden", "skip")
 
 def only_dot_png(d: Path) -> Path:
     folder = photos(d, "1.png")

@@ -4,9 +4,11 @@ and the recipe's GPU-hours are printed as their two sums."""
 import json
 import statistics
 
+import pytest
 from conftest import run_one_thread
 
 
+@pytest.mark.slow
 def test_bench_gpu_smoke_on_the_cpu(tmp_path):
     out = tmp_path / "rows.json"
     proc = run_one_thread("bench/bench_gpu.py", "--smoke", "--repeats", "2", "--json", out)
@@ -39,6 +41,7 @@ def test_bench_gpu_smoke_on_the_cpu(tmp_path):
     assert "fixed: 04 + 06, 300,000 steps" in proc.stdout and "per million self-generated captions" in proc.stdout
 
 
+@pytest.mark.slow
 def test_one_section_keeps_its_bound(tmp_path):
     """--sections train04 alone still measures the staged bound beside 04."""
     out = tmp_path / "rows.json"
@@ -47,6 +50,7 @@ def test_one_section_keeps_its_bound(tmp_path):
     assert row["peer"] == "staged bound" and row["peer_value"] > 0 and len(row["peer_rounds"]) == 2
 
 
+@pytest.mark.slow
 def test_gpu_profile_smoke_on_the_cpu():
     """bench/gpu_profile.py profiles 04's steps and a batch of 03's beam search, and lists the operators."""
     proc = run_one_thread("bench/gpu_profile.py", "--smoke", "--steps", "2", "--rows", "4")
@@ -55,6 +59,7 @@ def test_gpu_profile_smoke_on_the_cpu():
         assert line in proc.stdout, f"no {line!r} in:\n{proc.stdout}"
 
 
+@pytest.mark.slow
 def test_a_time_limit_still_prints_the_gpu_hours_of_what_was_measured(tmp_path):
     """gpu_check.sh stops the benchmark at its time limit (SIGTERM): the rows measured and the GPU-hours they
     give are still printed and written, and the exit status says it was stopped."""

@@ -2,9 +2,11 @@
 file is half the float32 one's payload, and the summary names the ratio against the random-read bound."""
 import json
 
+import pytest
 from conftest import run_script
 
 
+@pytest.mark.slow
 def test_bench_io_measures_every_row(tmp_path):
     out = tmp_path / "io.json"
     proc = run_script("bench/bench_io.py", "--work", tmp_path, "--gb", "0.02", "--batch", "4", "--batches", "3",

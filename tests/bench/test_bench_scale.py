@@ -2,9 +2,11 @@
 benchmark at full size, against today's path, is run by hand: docs/scale.md)."""
 import json
 
+import pytest
 from conftest import ROOT, run_one_thread
 
 
+@pytest.mark.slow
 def test_bench_scale_runs_at_20000_captions(tmp_path):
     out = tmp_path / "scale.json"
     proc = run_one_thread(ROOT / "bench" / "bench_scale.py", "--captions", "20000", "--images", "200", "--steps", "2",

@@ -27,7 +27,7 @@ GPU_ONLY = {"bench/gpu_check.sh": "builds the CUDA kernels and runs the GPU test
 SLOW = {"bench/bench_scale.py", "bench/bench_gpu.py", "bench/bench_score.py", "bench/bench_sampler.py"}  # (over 20 s)
 # what each prints when it ran through (default: a ratio, "1.23x")
 EXPECT = {"bench/bench_score.py": r"05 prefix scoring, tiny, \d+ captions .* \d+\.\d+x",
-          "bench/bench_sampler.py": r"kth_value +against the fastest peer",
+          "bench/bench_sampler.py": r"`kth_value` .*numpy\.partition",
           "bench/bench_scale.py": r"\| 06 clid: start-up to the first optimizer step \(s\) \|"}
 
 
@@ -72,6 +72,7 @@ def with_root() -> dict:
 
 @pytest.mark.parametrize("command", [pytest.param(c, marks=pytest.mark.slow) if script_of(c) in SLOW else c
                                      for c in COMMANDS])
+@pytest.mark.slow
 def test_documented_benchmark_runs_at_smoke_size(command, tmp_path):
     import torch
 
@@ -81,7 +82,7 @@ def test_documented_benchmark_runs_at_smoke_size(command, tmp_path):
     if "OLD.so" in printed:  # an earlier pybind11 build, which a clone does not have: the rest of the command runs
         at = printed.index("OLD.so")
         printed = printed[:at - 1] + printed[at + 1:]
-    printed = [str(tmp_path / "out") if a == "OUTDIR" else a for a in printed]
+    printed = [str(tmp_path / "out") if a == "OUTDIR" or a.startswith("docs/measurements/") else a for a in printed]
     smoke = [a.format(tmp=tmp_path) for a in SMOKE.get(script, [])]
     if command.startswith("bash "):
         proc = subprocess.run(["bash", script, *printed, *smoke], cwd=ROOT, capture_output=True, text=True)

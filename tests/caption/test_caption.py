@@ -61,6 +61,7 @@ def common(world, out, *extra):
 # The command
 
 
+@pytest.mark.slow
 def test_cli_writes_the_levels_asked_for_as_07_reads_them(world, tmp_path):
     out = tmp_path / "captions.jsonl"
     proc = run_one_thread("-m", "clid.caption", *common(world, out, "--ids", world / "captions.json", "--levels", "1", "2"))
@@ -104,6 +105,7 @@ def test_every_image_of_the_feature_file_by_default_and_levels_all(world, tmp_pa
     assert [r["level"] for r in records[:7]] == list(range(1, 8))
 
 
+@pytest.mark.slow
 def test_one_and_three_shards_give_identical_files(world, tmp_path):
     ids = tmp_path / "ids.txt"
     ids.write_text("\n".join(str(i) for i in range(1, 21)) + "\n")
@@ -145,6 +147,7 @@ def test_a_killed_run_resumes_and_writes_the_same_file(world, tmp_path, monkeypa
         caption_main(*common(world, out, *base[:-1], "3"))
 
 
+@pytest.mark.slow
 def test_the_output_scores_in_07_generated(world, tmp_path):
     out = tmp_path / "captions.jsonl"
     caption_main(*common(world, out, "--ids", world / "captions.json", "--levels", "all", "--decode-steps", "3"))
@@ -165,6 +168,7 @@ def test_the_output_scores_in_07_generated(world, tmp_path):
 # The Python API
 
 
+@pytest.mark.slow
 def test_api_gives_the_commands_captions(world, tmp_path):
     from clid.caption import CaptionWriter
     from clid.data.store import FeatureStore

@@ -43,6 +43,7 @@ def caption_main(*argv):
     main([str(a) for a in argv])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", [3, 0])
 def test_api_gives_captions_of_exactly_n_tokens_from_1_to_the_longest(writer, block):
     from clid.model.decode import exact_level
@@ -124,6 +125,7 @@ def test_cli_levels_stay_the_default(world, tmp_path):
     assert all("length_asked" not in r for r in rows)
 
 
+@pytest.mark.slow
 def test_the_bench_prints_the_hit_rate_per_n_beside_the_levels_control_precision(world, capsys):
     bench = import_script("bench/bench_length.py", "bench_length_for_tests")
     bench.main(["--checkpoint", str(world / "ck"), "--demo", str(world), "--lengths", "5", "12", "25", "40", "80"])

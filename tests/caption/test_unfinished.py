@@ -47,6 +47,7 @@ def caption(world, checkpoint: str, out: Path, capsys) -> str:
     return captured.out + captured.err
 
 
+@pytest.mark.slow
 def test_an_unfinished_checkpoint_is_captioned_with_one_warning_line(world, tmp_path, capsys):
     step = stopped_step(world)
     out = tmp_path / "captions.jsonl"

@@ -78,6 +78,7 @@ def read_log(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_features_that_fit_are_read_from_the_file_once(world, tmp_path, monkeypatch, workers):
     """Every image read is written to a log (also in the loader processes, which inherit the patched reader)."""

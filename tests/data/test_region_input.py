@@ -95,7 +95,7 @@ def test_preset_labert_on_converted_vlp_features_is_the_authors_model(tmp_path, 
     from conftest import import_script
     from safetensors.torch import save_file
 
-    from clid.features.convert import run as convert
+    from clid.features.convert import main as convert
 
     truth = write_vlp(tmp_path, regions=6)
     convert(["--format", "vlp", str(tmp_path / "region_feat_gvd_wo_bgd"), "--out", str(tmp_path / "f.h5"), "--dtype", "float32"])

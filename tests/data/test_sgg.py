@@ -104,6 +104,7 @@ def test_format_detection(fixtures, tmp_path):
         detect_graph_format(other)
 
 
+@pytest.mark.slow
 def test_02_on_vg_and_generated_graphs_together(fixtures, tmp_path):
     out = tmp_path / "selfgen.jsonl"
     sgg = fixtures / "sgg_predictions.tsv"

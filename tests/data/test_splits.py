@@ -22,6 +22,7 @@ def converted(coco_annotations, tmp_path_factory):
     return out, proc.stdout
 
 
+@pytest.mark.slow
 def test_converter_on_the_real_coco_files_gives_karpathy_splits(converted):
     out, stdout = converted
     assert "splits: train 113,287 / val 5,000 / test 5,000 images" in stdout
@@ -93,6 +94,7 @@ def test_converter_rejects_an_image_in_two_files(fixtures, tmp_path):
 
 # ---- split guards ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_04_refuses_the_official_val2014_file(coco_annotations, tmp_path):
     _, features = make_toy_world(tmp_path)
     proc = run_script("04_train_base.py", "--captions", coco_annotations / "captions_val2014.json",
@@ -108,6 +110,7 @@ def test_04_refuses_the_official_val2014_file(coco_annotations, tmp_path):
     assert not (tmp_path / "run" / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_test_ids_hold_the_karpathy_test_images_out(coco_annotations):
     items = training_items(coco_annotations / "captions_val2014.json", test_ids="karpathy")
     trained = set(items.trusted.image_ids)
@@ -153,6 +156,7 @@ def test_jsonl_captions_have_no_splits(tmp_path):
         training_items(path)
 
 
+@pytest.mark.slow
 def test_06_refuses_a_leaky_file_with_one_line(fixtures, tmp_path):
     _, features = make_toy_world(tmp_path)
     selfgen = tmp_path / "selfgen.jsonl"
@@ -192,6 +196,7 @@ def write_generated(path, rows):
     return path
 
 
+@pytest.mark.slow
 def test_07_fails_when_no_caption_is_of_a_test_image(fixtures, tmp_path):
     mine = write_generated(tmp_path / "mine.jsonl", [("COCO_val2014_000000391895", 2, "a man on a bike"),
                                                      ("COCO_val2014_000000522418", 2, "a woman with a cake")])
@@ -204,6 +209,7 @@ def test_07_fails_when_no_caption_is_of_a_test_image(fixtures, tmp_path):
     assert not (tmp_path / "eval" / "metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_07_prints_how_many_test_images_have_a_caption(fixtures, tmp_path):
     refs = tmp_path / "refs.json"
     sample = json.loads((fixtures / "dataset_coco_sample.json").read_text())
@@ -219,6 +225,7 @@ def test_07_prints_how_many_test_images_have_a_caption(fixtures, tmp_path):
             "none (they count as misses)") in proc.stdout
 
 
+@pytest.mark.slow
 def test_07_fails_on_an_empty_generated_file(fixtures, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")

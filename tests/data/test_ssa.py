@@ -100,6 +100,7 @@ def test_ssa_levels_count_words():
     assert control[3].summary()["control_precision"] == 0.0  # no caption: a miss
 
 
+@pytest.mark.slow
 def test_07_evaluates_generated_captions_on_the_ssa_levels(tmp_path, fixtures):
     refs = fixtures / "dataset_coco_sample.json"
     test_ids = [str(im["cocoid"]) for im in json.loads(refs.read_text())["images"] if im["split"] == "test"]

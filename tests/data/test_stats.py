@@ -14,6 +14,7 @@ def test_length_stats_levels():
     assert abs(s["mean"] - 24.8) < 1e-9
 
 
+@pytest.mark.slow
 def test_stats_cli_on_fixture_files(fixtures):
     for name, n in (("dataset_coco_sample.json", 20), ("captions_val2014_sample.json", 20),
                     ("paragraphs_v1_sample.json", 3), ("dataset_flickr30k_sample.json", 3)):
@@ -49,6 +50,7 @@ def test_paragraph_bands_beside_the_papers_shares(fixtures, capsys):
     assert sum(b["count"] for b in bands) == len(lengths) == 5
 
 
+@pytest.mark.slow
 def test_stats_on_real_coco_train2014(coco_annotations):
     """The real 414k COCO train captions: the paper's level table (level 2 holds ~87%)."""
     proc = run_script("-m", "clid.stats", coco_annotations / "captions_train2014.json", "--json")

@@ -25,6 +25,7 @@ def slow_words(caption: str) -> list[str]:
     return text._WORD.findall(folded.replace("'", "").replace("\u2019", ""))
 
 
+@pytest.mark.slow
 def test_ascii_fast_path_equals_the_full_preprocessing_on_the_coco_captions(coco_annotations):
     captions = [a["caption"] for a in json.loads((coco_annotations / "captions_val2014.json").read_text())["annotations"]]
     assert len(captions) == 202_654 and sum(c.isascii() for c in captions) > 200_000

@@ -58,6 +58,7 @@ def graph_names(graph: dict) -> set[str]:
 
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_world(worlds):
     a, b = worlds["a"], worlds["b"]
     for name in FILES:
@@ -74,6 +75,7 @@ def test_same_seed_gives_identical_world(worlds):
     assert read_json(a / "captions.json") != read_json(worlds["clean"] / "captions.json")
 
 
+@pytest.mark.slow
 def test_every_file_loads_through_the_clid_loaders(worlds):
     out = worlds["a"]
     records = load_karpathy(out / "captions.json")
@@ -355,6 +357,7 @@ def test_rerun_is_skipped_and_bad_flags_fail_clearly(worlds):
     assert proc.returncode == 2 and "argument --graph-noise: must be a number in [0, 1], got '1.5'" in proc.stderr
 
 
+@pytest.mark.slow
 def test_caption_lengths_of_the_default_world_follow_coco(tmp_path):
     """COCO's length shares on the full default world (3,500 images x 5 captions), drawn without features."""
     out = tmp_path / "full"

@@ -3,6 +3,7 @@ and at two threads trains other weights; ``--threads`` (the demo recipe: 1) fixe
 import runpy
 import sys
 
+import pytest
 import torch
 from conftest import ROOT
 from toyworld import make_toy_world
@@ -32,6 +33,7 @@ def same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_one_and_two_threads_train_the_same_weights_under_threads_1(tmp_path):
     """The demo's model size (tiny: 3 layers of 192) on a toy world, 3 steps: at one thread and at two the weights
     differ, which is why the recipe fixes the count; with --threads 1 entered from two threads they are the first

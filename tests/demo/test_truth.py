@@ -48,6 +48,7 @@ def captions_of(world, tmp_path):
     return list(read_jsonl(out))
 
 
+@pytest.mark.slow
 def test_02_records_the_truth_of_every_caption(demo_world, tmp_path):
     clean = captions_of(demo_world / "clean", tmp_path / "c")
     assert clean and all(r["truth"] == dict.fromkeys(truth.KINDS, 0) for r in clean)  # true graphs: nothing wrong
@@ -159,6 +160,7 @@ def test_runs_are_replayed_from_their_logs(scored_pool, tmp_path):
     assert curriculum["pool_at_20"] == 51 and curriculum["wrong_at_20"] == 0.0 and curriculum["pool_at_80"] == 100
 
 
+@pytest.mark.slow
 def test_the_report_and_its_combination(scored_pool, tmp_path):
     selfgen, quality, _ = scored_pool
     for seed in (0, 1):

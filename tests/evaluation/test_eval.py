@@ -55,6 +55,7 @@ def pycocoevalcap_direct(refs: dict, hyps: dict, meteor) -> dict:
 # --generated equals pycocoevalcap called directly
 
 
+@pytest.mark.slow
 def test_generated_equals_pycocoevalcap_on_real_coco(coco_annotations, tmp_path):
     """120 real COCO val images: the shortest caption is the level-1 "generation", the longest the
     level-2 one, the two joined the level-3 one; the other captions are the references."""
@@ -200,6 +201,7 @@ def install_fake_captioner(monkeypatch, pool, calls):
     monkeypatch.setattr("clid.model.decode.generate_captions", generate_captions)
 
 
+@pytest.mark.slow
 def test_checkpoint_runs_generate_cache_and_report(demo_like_world, monkeypatch):
     world, test_ids, pool = demo_like_world
     calls = []
@@ -280,6 +282,7 @@ def test_checkpoint_runs_generate_cache_and_report(demo_like_world, monkeypatch)
 # Bad input, SPICE, the metric definitions
 
 
+@pytest.mark.slow
 def test_bad_generated_file_is_one_clear_line(fixtures, tmp_path):
     bad = tmp_path / "bad.jsonl"
     write_jsonl(bad, [{"image_id": 391895, "level": 1, "caption": "A bus on a street."},
@@ -421,6 +424,7 @@ def test_a_bare_path_is_named_after_its_folder_or_refused(tmp_path, monkeypatch,
 # The authors' length count, and methods of several runs
 
 
+@pytest.mark.slow
 def test_a_caption_filling_its_level_without_a_period_counts_as_the_authors_count_it(demo_like_world, monkeypatch):
     """A real (untrained) checkpoint decoded through clid.model.decode, whose mask-predict is replaced by a
     fixed sequence: at level 2 it fills all 19 positions with words and no "."; elsewhere it says
@@ -476,6 +480,7 @@ def read_jsonl_rows(path):
     return list(read_jsonl(path))
 
 
+@pytest.mark.slow
 def test_two_runs_of_one_method_give_mean_and_std(demo_like_world):
     """Two --generated files named "joined" are runs of one method: metrics.json holds each run and
     the method's mean and standard deviation per level, report.md writes "mean ± std"; a method of

@@ -121,6 +121,7 @@ def eval_folder(folder, methods: dict, rng, n=60):
                                          "methods": {m: {"runs": [m]} for m in methods}})
 
 
+@pytest.mark.slow
 def test_combine_reports_intervals_and_claims(tmp_path):
     """07 --combine of three folders: metrics.json holds each method's intervals, the differences against CLID and
     the claims; report.md says how the bootstrap drew, the verdicts and the tables. A folder of an earlier 07,

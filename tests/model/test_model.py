@@ -331,6 +331,7 @@ def read_weights(folder):
     return load_file(str(folder / "model.safetensors"))
 
 
+@pytest.mark.slow
 def test_resume_after_kill_gives_the_same_weights(tmp_path, world):
     """Killed and resumed with two loader workers, the run ends with the weights of one straight run made
     without workers: the workers make the same batches, and a resumed run the rest of them."""
@@ -404,6 +405,7 @@ def test_deferred_checks_keep_a_non_finite_step_from_the_weights(world, tmp_path
         saving.run(6, batch_for)
 
 
+@pytest.mark.slow
 def test_continuing_a_checkpoint_equals_one_uninterrupted_run(tmp_path, world):
     """--continue-from carries weights, optimizer state, step and learning-rate schedule: 8 steps and
     8 continued steps give the weights of one 16-step run under the same schedule (the authors' code
@@ -436,6 +438,7 @@ def test_balanced_batches_give_every_level_an_equal_share():
     assert not np.array_equal(batch_for(7), batch_for(8))
 
 
+@pytest.mark.slow
 def test_region_standardization_uses_the_training_images_statistics(tmp_path, world):
     from clid.data.captions import load_captions
 
@@ -458,6 +461,7 @@ def test_region_standardization_uses_the_training_images_statistics(tmp_path, wo
     assert not torch.allclose(model.encode(f, p, m, ids, lv), raw.encode(f, p, m, ids, lv))
 
 
+@pytest.mark.slow
 def test_extended_data_uses_selfgen_of_train_images_only(tmp_path, world):
     selfgen = tmp_path / "selfgen.jsonl"
     lines = [{"id": f"{i}_0", "image_id": i, "caption": "a red dog and a blue ball and a green tree and a yellow car"}
@@ -471,6 +475,7 @@ def test_extended_data_uses_selfgen_of_train_images_only(tmp_path, world):
     assert missing.returncode != 0 and "needs --selfgen" in missing.stderr
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_match_one_process(tmp_path, world):
     common = ["--max-steps", "4", "--save-every", "4", "--dropout", "0"]
     run_script(*train_cmd(world, tmp_path / "one", *common))
@@ -576,6 +581,7 @@ def test_labert_preset_from_a_local_bert_folder(tmp_path):
         preset_config("labert", region_dim=16, bert=str(tmp_path / "nothing"))
 
 
+@pytest.mark.slow
 def test_class_probabilities_reach_the_region_position_embedding(tmp_path):
     """A feature file with cls_prob: the trained model reads it (as LaBERT's 6 + 1601 inputs), decodes
     with it, and says clearly when a file lacks it; --cls-prob ignore trains on boxes alone."""
@@ -608,6 +614,7 @@ def test_class_probabilities_reach_the_region_position_embedding(tmp_path):
         RegionCache(features, 1601).get("1")
 
 
+@pytest.mark.slow
 def test_output_shortlist_trains_and_decodes_only_its_tokens(tmp_path, world):
     """Also trains with --amp (bfloat16 autocast): the checkpoint is float32 and decodes as usual."""
     from clid.training.batches import corpus_vocab
@@ -657,6 +664,7 @@ def colour_copy_batch(rng, tok, size, objects=4):
     return torch.tensor(feats), torch.tensor(boxes), torch.tensor(ids)
 
 
+@pytest.mark.slow
 def test_tiny_preset_learns_to_read_an_objects_colour_from_its_region():
     """The captioner can ground a word in a region: with only the colour masked in "a <colour> <thing>",
     it must find the region of <thing> among four and copy that region's colour (chance: ~1/4 by

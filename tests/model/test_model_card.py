@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from badinput import World, _must, run_stage
 
 from clid.model import checkpoints
@@ -39,6 +40,7 @@ def test_the_card_is_written_at_every_save_and_unfinished_until_the_last(world: 
     assert (state.step, state.planned, state.card, state.unfinished) == (3, 3, True, False)
 
 
+@pytest.mark.slow
 def test_a_users_card_is_kept_and_named_once(world: World, tmp_path):
     out = tmp_path / "ck"
     out.mkdir()

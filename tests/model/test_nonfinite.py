@@ -99,6 +99,7 @@ def all_finite(folder) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in load_file(str(folder / "model.safetensors")).values())
 
 
+@pytest.mark.slow
 def test_training_on_bad_features_stops_with_one_line_or_skips_them(world, tmp_path):
     captions, features = world
     for image_id, kind in zip(("2", "5", "7", "11"), ("nan_row", "inf_value", "nan_box", "zero_width")):
@@ -119,6 +120,7 @@ def test_training_on_bad_features_stops_with_one_line_or_skips_them(world, tmp_p
     assert all_finite(tmp_path / "skipped")
 
 
+@pytest.mark.slow
 def test_a_loss_that_becomes_nan_stops_the_run_naming_the_step(world, tmp_path):
     # a diverging run: at lr 1e30 the first step leaves finite but huge weights, the second step's loss is NaN
     proc = run_script(*train_cmd(world, tmp_path / "run", "--lr", "1e30", "--warmup", "1", "--max-steps", "4",
@@ -131,6 +133,7 @@ def test_a_loss_that_becomes_nan_stops_the_run_naming_the_step(world, tmp_path):
     assert all_finite(tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_weights_that_become_infinite_are_never_saved(world, tmp_path):
     # lr 1e39 overflows float32: the first update makes the weights infinite; the checkpoint is refused
     proc = run_script(*train_cmd(world, tmp_path / "run", "--lr", "1e39", "--warmup", "1", "--max-steps", "4",
@@ -141,6 +144,7 @@ def test_weights_that_become_infinite_are_never_saved(world, tmp_path):
     assert not (tmp_path / "run" / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_06_refuses_infinite_and_nan_scores(world, tmp_path):
     from clid.selection.schedule import scores_for
 
@@ -165,6 +169,7 @@ def test_06_refuses_infinite_and_nan_scores(world, tmp_path):
                                                     "(1 of the 12 scores are not finite)")
 
 
+@pytest.mark.slow
 def test_scoring_and_evaluation_stop_on_a_bad_image_or_skip_it(world, tmp_path):
     captions, features = world
     run_script(*train_cmd(world, tmp_path / "ckpt", "--max-steps", "2"))

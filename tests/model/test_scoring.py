@@ -66,6 +66,7 @@ def test_prefix_scores_equal_the_definition(setup, count_padding):
         assert abs(fast[i] - expected) < 1e-4, (i, fast[i], expected)
 
 
+@pytest.mark.slow
 def test_fast_prefix_equals_the_authors_loop(setup):
     _, _, _, model, examples, regions = setup
     fast = caption_logprobs(model, examples, regions, "prefix", batch_size=4, count_padding=False)
@@ -119,6 +120,7 @@ def save_two_models(model, folder) -> None:
     save_model(other, folder / "extended")
 
 
+@pytest.mark.slow
 def test_score_stage_end_to_end(setup, tmp_path):
     folder, captions, features, model, _, _ = setup
     save_two_models(model, tmp_path)

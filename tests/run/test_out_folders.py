@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from badinput import World, _must, run_stage, user_folder
 
 
@@ -54,6 +55,7 @@ def test_06_force_keeps_the_users_files(world: World, tmp_path):
     assert resumed.code == 0 and "already trained" in resumed.text
 
 
+@pytest.mark.slow
 def test_07_refuses_a_users_folder_and_with_force_writes_beside_it(world: World, tmp_path):
     data = user_folder(tmp_path, world)
     before = snapshot(data)

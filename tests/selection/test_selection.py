@@ -105,6 +105,7 @@ def weights(folder):
     return load_file(str(folder / "model.safetensors"))
 
 
+@pytest.mark.slow
 def test_selection_run_log_and_resume_after_kill(tmp_path, world):
     proc = run_script(*cmd(world, tmp_path / "straight"))
     log = [json.loads(line) for line in (tmp_path / "straight" / "selection_log.jsonl").read_text().splitlines()]
@@ -122,6 +123,7 @@ def test_selection_run_log_and_resume_after_kill(tmp_path, world):
     assert json.loads(state.read_text())["iteration"] == 4
 
 
+@pytest.mark.slow
 def test_missing_scores_are_an_error(tmp_path, world):
     captions, features, selfgen, _ = world
     partial = tmp_path / "partial.h5"
@@ -130,6 +132,7 @@ def test_missing_scores_are_an_error(tmp_path, world):
     assert proc.returncode != 0 and "58 self-generated captions have no quality score" in proc.stderr
 
 
+@pytest.mark.slow
 def test_ddp_ranks_draw_the_same_captions(tmp_path, world):
     run_script("-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
                *cmd(world, tmp_path / "ddp", "--max-steps", "8", "--dropout", "0"), env={"OMP_NUM_THREADS": "1"})

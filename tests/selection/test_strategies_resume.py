@@ -75,6 +75,7 @@ STRATEGIES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_a_killed_strategy_resumes_with_the_same_draws(name, world, tmp_path, monkeypatch):
     from safetensors.torch import load_file

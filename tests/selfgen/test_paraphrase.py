@@ -146,6 +146,7 @@ def test_check_paraphrase():
     assert paraphrase.check_paraphrase(long, "a kite tree house", tok, 0.5) == "too short"
 
 
+@pytest.mark.slow
 def test_rules_from_the_shell_keeps_fields_and_shards(tmp_path):
     records = [{"id": f"{i // 3}_{i % 3}", "image_id": str(i // 3), "caption": c, "objects": [i, i + 1],
                 "n_tokens": 0, "level": None, "seed": 0} for i, c in enumerate(CAPTIONS + world_captions(30, 1))]
@@ -234,6 +235,7 @@ def test_split_and_join(one_thread, tiny_pegasus):
     assert paraphrase.join_caption([["A dog.", "A cat on a mat."], ["Two kites"]]) == "A dog and a cat on a mat. Two kites."
 
 
+@pytest.mark.slow
 def test_model_batches_rejects_and_rejoins(one_thread, tiny_pegasus, tmp_path):
     from clid.base.text import load_tokenizer
 

@@ -56,6 +56,7 @@ def test_spectral_residual_finds_the_odd_object():
         assert abs(peak[0] - cy) <= 4 and abs(peak[1] - cx) <= 4
 
 
+@pytest.mark.slow
 def test_folder_list_failures_and_rerun(tmp_path, photo_folder):
     out = tmp_path / "sal.h5"
     proc = run_one_thread("01_saliency.py", "--images", photo_folder, "--out", out, "--map-side", "48",
@@ -85,6 +86,7 @@ def test_folder_list_failures_and_rerun(tmp_path, photo_folder):
     assert out.stat().st_mtime_ns == before
 
 
+@pytest.mark.slow
 def test_lists_key_maps_by_dataset_id(tmp_path, photo_folder):
     karpathy = {"images": [{"cocoid": 100 + n, "filename": f"{name}.{'png' if n % 2 else 'jpg'}", "split": "train",
                             "sentences": [{"raw": "a photo"}]} for n, name in enumerate(PHOTOS[:3])]}
@@ -112,6 +114,7 @@ def test_lists_key_maps_by_dataset_id(tmp_path, photo_folder):
     np.testing.assert_array_equal(c["coffee"][0], maps_of(tmp_path / "a.h5")["102"][0])
 
 
+@pytest.mark.slow
 def test_shards_equal_one_run_and_resume_skips_done_chunks(tmp_path, photo_folder):
     common = ["--images", photo_folder, "--chunk-size", "2", "--batch-size", "3"]
     run_one_thread("01_saliency.py", *common, "--out", tmp_path / "one.h5", check=False)
@@ -151,6 +154,7 @@ def official_layout(model):
     return {"state_dict": {f"module.{k}": v for k, v in model.state_dict().items()}, "epoch": 9}
 
 
+@pytest.mark.slow
 def test_emlnet_names_match_the_official_checkpoints_and_load(one_thread, tmp_path, photo_folder):
     torch.manual_seed(0)
     encoder, decoder = emlnet.EMLEncoder(), emlnet.EMLDecoder()

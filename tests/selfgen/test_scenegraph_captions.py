@@ -285,6 +285,7 @@ def test_records_bad_graphs_and_coco_ids(tmp_path):
         assert r["objects"] and set(r["objects"]) <= object_ids[r["image_id"]]
 
 
+@pytest.mark.slow
 def test_one_shard_equals_three_resume_and_t_sal_raises_length(tmp_path, monkeypatch, capsys):
     write_world(tmp_path, n_images=40)
     mtime = (tmp_path / "scene_graphs.json").stat().st_mtime_ns

@@ -172,6 +172,7 @@ def train_args(toy, out: Path) -> list:
             "--max-left-out", "1"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_a_loader_process_killed_ends_training_in_one_line(tmp_path, toy, sig):
     out = tmp_path / "out"
@@ -185,6 +186,7 @@ def test_a_loader_process_killed_ends_training_in_one_line(tmp_path, toy, sig):
     assert not [p for p in out.rglob("*") if "tmp" in p.name]  # (a checkpoint is whole or absent)
 
 
+@pytest.mark.slow
 def test_a_loader_process_that_exits_ends_training_in_one_line(tmp_path, toy):
     output = finish(start(["-c", LOADER, *train_args(toy, tmp_path / "out")], tmp_path, CLID_TEST_CHILD="exit"))
     line = one_error_line(output)
@@ -219,6 +221,7 @@ def test_allow_download_is_seen_abbreviated_as_argparse_takes_it(monkeypatch):
     assert not allows_download(["--a"])  # (too short to be read as it: argparse may take it for another flag)
 
 
+@pytest.mark.slow
 def test_demo_steps_changed_between_runs_names_the_variable(tmp_path, toy, monkeypatch):
     """CLID_DEMO_STEPS 2, then 3: the refusal names the variable, not a flag the user never gave; the recipe's
     own warm-up, longer than the run, is a note, not a warning to change it."""
@@ -275,6 +278,7 @@ DEMO_ARGS = ["--skip-features", "--n-train", "8", "--n-val", "2", "--n-test", "2
              "--chunk", "4"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_a_drawing_process_killed_ends_the_demo_in_one_line(tmp_path, sig):
     process = start(["-c", DRAWER, "--out", tmp_path / "demo", *DEMO_ARGS], tmp_path, CLID_TEST_CHILD="sleep")
@@ -291,6 +295,7 @@ def test_a_drawing_process_that_exits_ends_the_demo_in_one_line(tmp_path):
     assert "a process drawing the images" in one_error_line(output)
 
 
+@pytest.mark.slow
 def test_tokenizers_parallelism_does_not_deadlock_the_loader(tmp_path, toy):
     args = [ROOT / "04_train_base.py", *train_args(toy, tmp_path / "out")]
     output = finish(start(args, tmp_path, TOKENIZERS_PARALLELISM="true"), limit=120)

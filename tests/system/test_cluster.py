@@ -61,6 +61,7 @@ def selection_args(world: Path, out, *extra) -> list:
 PLAIN_STEP = re.compile(r"^04 trusted: step (\d+)/3 \(\d+%\), loss \d+\.\d+, lr \d\.\d\de-\d\d, [\d.]+ step/s, \d+s elapsed")
 
 
+@pytest.mark.slow
 def test_a_stage_writing_to_a_file_logs_plain_lines(world, tmp_path, monkeypatch):
     log_file = tmp_path / "slurm-1234.out"
     with open(log_file, "w") as log:  # stdout and stderr into one file, as sbatch --output writes them

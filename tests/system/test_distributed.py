@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from badinput import run_stage
 from conftest import ROOT
@@ -112,6 +113,7 @@ def assert_the_same_run(one: Path, two: Path, steps: int) -> None:
         assert float((a[name] - b[name]).abs().max()) <= 1e-4 * scale, name
 
 
+@pytest.mark.slow
 def test_two_nodes_with_a_killed_rank_end_where_one_process_ends(tmp_path):
     world = toy(tmp_path)
     one = run_stage("04", train_args(world, tmp_path / "one"))
@@ -122,6 +124,7 @@ def test_two_nodes_with_a_killed_rank_end_where_one_process_ends(tmp_path):
     assert_the_same_run(tmp_path / "one", tmp_path / "two", STEPS)
 
 
+@pytest.mark.slow
 def test_two_nodes_with_dropout_train_what_one_process_trains(tmp_path):
     """Dropout on (04's default 0.1, the region MLPs' too), drawn per example (--dropout-draws example): 2 ranks
     train the run one process trains. (With --dropout-draws rank they do not: the masks are drawn per process.)"""

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 from clid.base.files import read_jsonl, read_quality
@@ -21,6 +22,7 @@ def run_small_demo(demo, runs, **env) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.slow
 def test_demo_pipeline_small(tmp_path):
     demo, runs = tmp_path / "demo", tmp_path / "runs"
     proc = run_small_demo(demo, runs)
@@ -58,6 +60,7 @@ def test_demo_pipeline_small(tmp_path):
     assert gallery.count("<tr data-level=") == 8 * 7 and "<th>level</th><th>trusted-only</th><th>CLID</th>" in gallery
 
 
+@pytest.mark.slow
 def test_demo_paragraph_pipeline_small(tmp_path):
     """The paragraph task, 00 to 07 (demo.sh TASK=paragraph SMALL=1, few steps): paragraph levels in every
     stage, read by 05 and 07 from the checkpoints, and decoded paragraphs that keep their sentences."""

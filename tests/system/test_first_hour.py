@@ -110,6 +110,7 @@ def photos(folder: Path) -> list[str]:
 # Done means: a new user's path, as the README prints it; every docs command; nothing fetched
 
 
+@pytest.mark.slow
 def test_a_new_users_path_as_the_readme_prints_it(tmp_path, hub):
     """Quick checkpoint, features of a folder of photos, captions, gallery and control-precision report,
     then the README's Python lines, in a fresh checkout; the hub hears nothing."""
@@ -273,6 +274,7 @@ def test_blocking_takes_no_word_that_breaks_a_phrase():
     assert fill(row, candidates, phrase)[1] == ids["tree"]
 
 
+@pytest.mark.slow
 def test_every_docs_command_runs_as_written(tmp_path, hub):
     """docs/running.md's demo-world blocks (every stage, CLID's peers), in order in one shell, in a fresh
     checkout; the hub hears nothing."""
@@ -327,6 +329,7 @@ def test_the_bert_folder_command_fetches_what_the_labert_preset_reads(tmp_path):
     assert load_tokenizer(str(bert)).vocab == load_tokenizer().vocab
 
 
+@pytest.mark.slow
 def test_offline_unless_the_user_allows_downloads(tmp_path, hub):
     """A model named by a hub name that is not on disk: one error line, and no request, unless the user
     allows downloads (then the hub is asked, and its refusal is still one line)."""
@@ -342,6 +345,7 @@ def test_offline_unless_the_user_allows_downloads(tmp_path, hub):
     assert "Traceback" not in allowed.stderr and "error: cannot load the tokenizer" in allowed.stderr
 
 
+@pytest.mark.slow
 def test_a_hub_that_never_answers_is_given_seconds_not_minutes(tmp_path):
     """--allow-download (abbreviated) against a hub that takes the connection and never answers: a warning line
     within seconds, then the run goes on offline, and a model not on disk is one error line."""

@@ -293,6 +293,7 @@ def test_a_training_job_told_to_stop_passes_sigterm_on_and_is_requeued(tmp_path)
     assert (tmp_path / "scontrol.txt").read_text().split() == ["requeue", "1234"]
 
 
+@pytest.mark.slow
 def test_torchrun_told_to_stop_ends_in_one_line_not_a_traceback(tmp_path):
     """slurm/torchrun.py: the workers get the SIGTERM and save; the launcher ends with one line and 143."""
     worker = tmp_path / "worker.py"
@@ -312,6 +313,7 @@ def test_torchrun_told_to_stop_ends_in_one_line_not_a_traceback(tmp_path):
     assert "Traceback" not in err and "SignalException" not in err
 
 
+@pytest.mark.slow
 def test_a_failing_worker_ends_torchrun_in_one_line_not_a_traceback(tmp_path):
     """slurm/torchrun.py: a worker's one-line error (rank 0 prints it) is followed by one line of the launcher's,
     naming the rank and its exit code, and exit code 1; not torchrun's ChildFailedError traceback."""
