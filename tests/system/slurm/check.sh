@@ -14,7 +14,7 @@
 # Stops the daemons it started, also on failure. Work files: a fresh /tmp/clid-slurm-check.* (kept on failure,
 # or with KEEP=1).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 ROOT=$PWD
 HERE=$ROOT/tests/system/slurm
 PY=${PY:-$ROOT/.venv/bin/python}
