@@ -226,7 +226,8 @@ def test_a_bad_setting_is_one_line_and_submits_nothing(tmp_path, setting, value,
 def test_without_sbatch_one_line_and_nothing_submitted(tmp_path):
     env = fake_commands(tmp_path)
     env.update(RUNS=str(tmp_path / "runs"))
-    assert not any((Path(folder) / "sbatch").exists() for folder in env["PATH"].split(":"))
+    if any((Path(folder) / "sbatch").exists() for folder in env["PATH"].split(":")):
+        pytest.skip("a real sbatch is installed here (make slurm-check installs Slurm): this needs a machine without")
     done = subprocess.run(["bash", "slurm/submit_all.sh"], env=env, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 1 and done.stderr.startswith("error: sbatch not found") and done.stderr.count("\n") == 1
     assert not list((tmp_path / "runs" / "logs").glob("submitted*"))
