@@ -1,16 +1,5 @@
-"""Caption length statistics per level, like the paper's level table.
-
-    python -m clid.stats CAPTIONS_FILE [--levels caption|paragraph|labert] [--split test] [--json]
-
-Reads Karpathy JSON, the official COCO captions JSON, the paragraphs JSON or our JSONL (only a
-Karpathy JSON has splits: ``--split`` on another file, or a split without captions, is an error). Lengths
-follow the length convention of docs/method.md (WordPiece tokens of the preprocessed caption plus the
-final ".").
-With ``--json`` the last line printed is one JSON object: ``n``, ``mean``, ``std`` and ``levels``
-(a list of ``{level, low, high, count, pct}``), plus ``above`` (longer than the last level).
-With ``--levels paragraph`` it also prints (and, with ``--json``, gives as ``bands``) the share of
-paragraphs in the paper's four length bands, beside the paper's own shares.
-"""
+"""Caption length statistics per level: the counting and the tables behind ``python -m clid.stats``
+(:mod:`clid.stats`, whose docstring says what it reads and prints), and the paper's paragraph length bands."""
 from __future__ import annotations
 
 import numpy as np
