@@ -38,12 +38,9 @@ this repository compiled (the pybind11 module ``clid_ops`` with ``sampler_succes
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.machinery
 import importlib.util
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -55,14 +52,13 @@ import torch
 
 from clid import ops
 from clid.run.cli import HelpFormatter, run_main
+from clid.run.measured import context_lines, load_text, write_measurement
 
 SEED, ITERATION, S, PERCENT, KEEP = 0, 1, 1.0, 2.0, 0.9
 TARGETS = {"smoothstep_sample": ("numpy exp-keys+argpartition", 1.5), "kth_value": ("numpy.partition", 1.2)}
 FAST_PEERS = {"smoothstep_sample": ("numpy exp-keys+argpartition", "torch exp-keys+topk"),
               "kth_value": ("numpy.partition", "numpy.percentile", "torch.kthvalue", "torch.quantile")}
 SLOW_PEERS = {"smoothstep_sample": ("numpy.random.choice", "torch.multinomial"), "kth_value": ()}
-ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "bmi2", "avx512f", "avx512dq", "avx512vl", "avx512bw")
-REPO = Path(__file__).resolve().parent.parent
 
 
 def scores(m: int) -> np.ndarray:
@@ -204,43 +200,10 @@ def load_old_build(path: str):
 # ---------------------------------------------------------------------------------------------
 # The machine and the code measured
 
-def cpu_text() -> str:
-    """The CPU's model and the vector instruction sets of its flags (/proc/cpuinfo where there is one)."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    isa = " ".join(f for f in ISA_FLAGS if f in flags) or "unknown"
-    return f"{model}; {os.cpu_count()} CPUs; ISA flags: {isa}"
-
-
-def commit_text() -> str:
-    """The commit measured, and whether the code (clid/, csrc/, bench/) differs from it."""
-    def git(*args):
-        return subprocess.run(["git", *args], check=False, cwd=REPO, capture_output=True, text=True).stdout.strip()
-    try:
-        commit = git("rev-parse", "--short=10", "HEAD")
-        changed = git("status", "--porcelain", "--", "clid", "csrc", "bench")
-    except OSError:
-        return "unknown (no git)"
-    return (commit or "unknown") + (" with uncommitted changes to clid/, csrc/ or bench/" if changed else "")
-
-
 def kernel_copy() -> str:
     """The CPU copy of the kernels this machine runs (base, avx2, avx512; CLID_CPU_ISA lowers it)."""
     info = ops.build_info()
     return info.split("cpu kernels ")[1].split(",")[0] if "cpu kernels " in info else "unknown"
-
-
-def uptime_text() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,40 +357,33 @@ def main(argv=None):
     thread_counts = sorted({default_threads, 1} if args.threads is None else set(args.threads), reverse=True)
     if args.device.startswith("cuda"):
         thread_counts = [default_threads]
-    started = datetime.datetime.now(datetime.UTC)
-    load_before = uptime_text()
-    context = [f"date: {started:%Y-%m-%d %H:%M} UTC", f"commit: {commit_text()}", f"CPU: {cpu_text()}",
-               (f"kernels: {ops.build_info()}; device {args.device}; ours at {thread_counts} threads, "
-                f"torch's peers at {default_threads}, NumPy's at 1"),
-               f"command: python bench/bench_sampler.py {' '.join(argv if argv is not None else sys.argv[1:])}",
-               f"load average (1, 5, 15 min) before: {load_before}"]
+    command = f"python bench/bench_sampler.py {' '.join(argv if argv is not None else sys.argv[1:])}"
+    context = context_lines(command)
+    context.insert(3, (f"kernels: {ops.build_info()}; device {args.device}; ours at {thread_counts} threads, "
+                       f"torch's peers at {default_threads}, NumPy's at 1"))
     for line in context:
         print(f"# {line}", flush=True)
     print(HEADER, flush=True)
     rows = []
     for size in args.sizes:
         rows += measure(int(size), args, thread_counts, old)
-    context.append(f"load average (1, 5, 15 min) after: {uptime_text()}")
+    context.append(f"load average (1, 5, 15 min) after: {load_text()}")
     print(f"# {context[-1]}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         tables = []
         for clock, title in (("wall", "Wall-clock time"), ("cpu", "CPU time of the process (all its threads)")):
             tables += [f"## {title}", "", HEADER, *[row_line(r) for r in rows if r["clock"] == clock], ""]
-        text = ["# bench_sampler.py", "", *[f"- {line}" for line in context], "",
-                ("Times: the median of the interleaved rounds [lowest-highest]; peer / ours: the ratio of the "
+        body = [("Times: the median of the interleaved rounds [lowest-highest]; peer / ours: the ratio of the "
                  "medians [the lowest and highest per-round ratio]; above 1: ours is faster. Rows with a target "
                  "compare ours with the fastest plain peer of the rounds; the others compare a peer with ours at "
                  f"{thread_counts[0]} threads (slow peers: the best of their runs, in a subprocess, wall-clock)."),
                 "", *tables]
-        name = f"bench_sampler_{kernel_copy()}"
-        (out / f"{name}.md").write_text("\n".join(text))
-        (out / f"{name}.json").write_text(json.dumps({"context": context, "rows": rows}, indent=1))
-        print(f"# wrote {out / name}.md")
-
+        summary = {"header": [c.strip() for c in HEADER.splitlines()[0].split("|")[1:-1]],
+                   "rows": [[c.strip() for c in row_line(r).split("|")[1:-1]] for r in rows if "target" in r]}
+        md = write_measurement(args.out, f"bench_sampler_{kernel_copy()}", context, body, rows, summary)
+        print(f"# wrote {md}")
 
 if __name__ == "__main__":
     run_main(main)

@@ -18,7 +18,7 @@ from clid.run.cli import HelpFormatter, run_main
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m clid.tables", description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter)
-    parser.add_argument("folder", nargs="?", help="a measurement folder (07 --combine --tables)")
+    parser.add_argument("folder", nargs="?", help="a measurement folder (07 --combine --tables, or a benchmark folder written by bench/*.py --out)")
     parser.add_argument("--check", metavar="README", help="compare the README's generated blocks with their folders "
                                                           "(relative to the README's folder)")
     args = parser.parse_args(argv)

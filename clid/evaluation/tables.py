@@ -9,6 +9,7 @@ differs from what its folder prints.
 from __future__ import annotations
 
 import csv
+import json
 import re
 from pathlib import Path
 
@@ -96,9 +97,28 @@ def read_table(path) -> list[list[str]]:
     return rows
 
 
+def bench_markdown(folder) -> str:
+    """The Markdown of a benchmark folder (``docs/measurements/<date>-cpu``): per ``bench_*.json`` (written by
+    clid.run.measured), a line of its context (date, commit, CPU, load) and its summary table."""
+    text = ""
+    for path in sorted(Path(folder).glob("bench_*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            context, header, rows = data["context"], data["summary"]["header"], data["summary"]["rows"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise DataError(path, "", f"is not a benchmark's measurement (context and summary): {e}") from None
+        kept = [line for line in context if not line.startswith("command:")]
+        text += (f"`{path.with_suffix('.md').name}`: " + "; ".join(kept) + "\n\n| " + " | ".join(header)
+                 + " |\n|" + "---|" * len(header) + "\n" + "".join("| " + " | ".join(r) + " |\n" for r in rows) + "\n")
+    return text
+
+
 def markdown(folder) -> str:
-    """The README's Markdown of a measurement folder's tables (those of :data:`TABLES` it holds, in that order)."""
+    """The README's Markdown of a measurement folder's tables (those of :data:`TABLES` it holds, in that order;
+    a benchmark folder's, :func:`bench_markdown`)."""
     folder = Path(folder)
+    if any(folder.glob("bench_*.json")):
+        return bench_markdown(folder)
     found = [name for name in TABLES if (folder / name).is_file()]
     if not found:
         raise DataError(folder, "", f"holds none of the table files {', '.join(TABLES)}")
