@@ -21,13 +21,15 @@ SMOKE = {
     "bench/bench_scale.py": ["--captions", "400", "--images", "40", "--steps", "2", "--eta", "1", "--paths", "new",
                              "--work", "{tmp}/work"],
     "bench/bench_gpu.py": ["--smoke", "--repeats", "2", "--sections", "kernels"],
+    "bench/bench_help.py": ["--rounds", "1"],
 }
 GPU_ONLY = {"bench/gpu_check.sh": "builds the CUDA kernels and runs the GPU tests (its --cpu-dry-run: "
                                   "tests/bad_input/test_bad_input_bench_gpu.py)"}
-SLOW = {"bench/bench_scale.py", "bench/bench_gpu.py", "bench/bench_score.py", "bench/bench_sampler.py"}  # (over 20 s)
+SLOW = {"bench/bench_help.py", "bench/bench_scale.py", "bench/bench_gpu.py", "bench/bench_score.py", "bench/bench_sampler.py"}  # (over 20 s)
 # what each prints when it ran through (default: a ratio, "1.23x")
 EXPECT = {"bench/bench_score.py": r"05 prefix scoring, tiny, \d+ captions .* \d+\.\d+x",
           "bench/bench_sampler.py": r"`kth_value` .*numpy\.partition",
+          "bench/bench_help.py": r"\| `07_eval\.py --help` \| \d+\.\d+ \| [\d.]+-[\d.]+ \| (met|MISSED) \|",
           "bench/bench_scale.py": r"\| 06 clid: start-up to the first optimizer step \(s\) \|"}
 
 

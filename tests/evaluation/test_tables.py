@@ -5,7 +5,9 @@ import io
 import pytest
 from conftest import ROOT
 
-from clid.evaluation.tables import readme_blocks, readme_problems
+from clid.base.files import DataError
+from clid.evaluation.tables import markdown, readme_blocks, readme_problems
+from clid.run.measured import context_lines, write_measurement
 
 
 def test_the_readme_prints_its_measurement_files():
@@ -33,3 +35,27 @@ def test_a_block_that_differs_from_its_folder_is_found(tmp_path):
     readme.write_text(f"# Results\n\n{block.replace('69.6', '76.9')}\nMore text.\n")
     assert readme_problems(readme, tmp_path) == [f"{readme}: the tables of m differ from what `python -m clid.tables m` "
                                                  "prints; paste its output between the markers"]
+
+
+def test_the_benchmark_docs_print_their_measurement_files():
+    """docs/running.md's CPU tables are what their docs/measurements/<date>-cpu folder prints."""
+    running = ROOT / "docs" / "running.md"
+    blocks = readme_blocks(running.read_text(encoding="utf-8"))
+    assert [folder for folder, _ in blocks] and all(f.endswith("-cpu") for f, _ in blocks)
+    assert readme_problems(running, running.parent) == []
+    for folder, body in blocks:
+        names = {p.stem for p in (running.parent / folder).glob("bench_*.json")}
+        assert {"bench_help", "bench_sampler_avx512"} <= names and all(f"`{n}.md`" in body for n in names)
+
+
+def test_a_benchmark_folder_prints_each_summary_with_its_context(tmp_path):
+    context = context_lines("python bench/bench_x.py --out DIR")
+    write_measurement(tmp_path, "bench_x", context, ["a table"], [{"s": 1.0}],
+                      {"header": ["op", "ratio"], "rows": [["`kth_value`", "1.63x"]]})
+    text = markdown(tmp_path)
+    assert text.startswith("`bench_x.md`: date: ") and "load average (1, 5, 15 min) before: " in text
+    assert "command:" not in text and "| op | ratio |\n|---|---|\n| `kth_value` | 1.63x |\n" in text
+    assert (tmp_path / "bench_x.md").read_text().startswith("# bench_x\n\n- date: ")
+    (tmp_path / "bench_y.json").write_text('{"rows": []}')
+    with pytest.raises(DataError, match="bench_y.json.*not a benchmark's measurement"):
+        markdown(tmp_path)
