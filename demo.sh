@@ -140,9 +140,11 @@ train=(--features "$DEMO/features.h5" --recipe demo --output-vocab "$CAPTIONS" "
 # (these matrices are small), so the pipeline runs in two lanes: the trusted-only baseline, then its
 # evaluation captions (07 caches them in eval/generated/), in the background; M_theta~, then the
 # scoring model M_theta fine-tuned from it, in the foreground. 05 runs as two shards, as it would
-# on a cluster (here as fast as one two-thread process).
+# on a cluster (here as fast as one two-thread process). One seed gives one result: every 04, 05, 06 and
+# 07 runs on one torch thread (04/06: the recipe's threads = 1; 07: --threads 1), in `make demo`, `make
+# demo-compare` and `make checkpoint` alike, whatever OMP_NUM_THREADS says (docs/demo-notes.md)
 evaluate=(07_eval.py --refs "$CAPTIONS" --features "$DEMO/features.h5" --selfgen "$RUNS/paraphrased.jsonl"
-          --out "$RUNS/eval" "${eval_extra[@]}")
+          --out "$RUNS/eval" --threads 1 "${eval_extra[@]}")
 banner "04 trusted-only baseline (M_theta of the paper, trusted captions alone): in the background, log $RUNS/trusted.log"
 ( export OMP_NUM_THREADS=1
   $PY 04_train_base.py --captions "$CAPTIONS" --data trusted --out "$RUNS/trusted" "${train[@]}"
@@ -174,14 +176,14 @@ selection=(06_train_selection.py --captions "$CAPTIONS" --selfgen "$RUNS/paraphr
         --eta "$ETA" "${train[@]}" --lr-horizon "$STEPS")
 if [ -n "$COMPARE" ]; then compare_seed; return; fi
 banner "06 CLID: training with gradual data selection (c=2, s=1, eta=$ETA)"
-$PY "${selection[@]}" --out "$RUNS/clid"
+OMP_NUM_THREADS=1 $PY "${selection[@]}" --out "$RUNS/clid"
 
 banner "07 evaluation: $baseline_name vs extended-only vs CLID"
 $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended" --checkpoint "$RUNS/clid" \
     --name "$baseline_name" --name extended-only --name CLID
 
 banner "gallery: $baseline_name and CLID side by side on 8 test images ($RUNS/gallery.html)"
-gallery=(--features "$DEMO/features.h5" --ids "$CAPTIONS" --split test --limit 8 "${decode_extra[@]}")
+gallery=(--features "$DEMO/features.h5" --ids "$CAPTIONS" --split test --limit 8 --threads 1 "${decode_extra[@]}")
 $PY -m clid.caption --checkpoint "$RUNS/trusted" "${gallery[@]}" --out "$RUNS/gallery/$baseline_name.jsonl"
 $PY -m clid.caption --checkpoint "$RUNS/clid" --name CLID "${gallery[@]}" --out "$RUNS/gallery/CLID.jsonl" \
     --gallery "$RUNS/gallery.html" --images "$DEMO/images" --compare "$baseline_name=$RUNS/gallery/$baseline_name.jsonl"

@@ -59,14 +59,18 @@ def default_device() -> str:
 def add_decoding_args(parser, block_ngram: int = 0) -> None:
     """The decoding flags of the caption command and ``07_eval.py``: ``--batch-size``, ``--precision``,
     ``--decode-steps``, ``--eos-decay``, ``--labert-average``, ``--block-ngram`` (default ``block_ngram``),
-    ``--length-count`` (the other defaults are the authors')."""
+    ``--length-count`` (the other defaults are the authors'), ``--threads``."""
     import argparse
 
     from clid.run import runtime
-    from clid.run.cli import number, positive_int
+    from clid.run.cli import non_negative_int, number, positive_int
 
     runtime.add_batch_size_arg(parser, BATCH_SIZE, "images decoded together")
     runtime.add_precision_arg(parser)
+    parser.add_argument("--threads", type=non_negative_int, default=0,
+                        help="torch's threads while decoding (0: torch's own count, OMP_NUM_THREADS or the cores). A CPU "
+                             "splits its float sums by the thread count, so a fixed count decodes the same captions "
+                             "whatever the machine grants; demo.sh: 1, as its trainings")
     parser.add_argument("--decode-steps", type=positive_int, nargs="+", default=None, metavar="N",
                         help="mask-predict iterations, one number per level of the checkpoint or one for every level "
                              "(default: the paper's 10, 15, ..., 40)")

@@ -301,6 +301,7 @@ def main(argv=None) -> None:
     ids, names = read_ids(args, store)
     plan = runtime.device_plan(args.device, args.precision)
     device, args.precision = str(plan.device), plan.use()  # what auto means here: recorded
+    runtime.set_threads(args.threads)
     writer = CaptionWriter.from_checkpoint(args.checkpoint, device, batch_size=args.batch_size,
                                            eos_decay=args.eos_decay, labert_average=args.labert_average,
                                            precision=args.precision, block_ngram=args.block_ngram)

@@ -10,6 +10,7 @@ from clid.base.text import get_levels, level_set_name
 from clid.caption import CaptionWriter, decode_steps
 from clid.evaluation.metrics import read_generated, write_generated
 from clid.model.checkpoints import MISSING_HINT
+from clid.run import runtime
 from clid.run.runs import file_state
 
 
@@ -31,6 +32,8 @@ def generate_cached(checkpoint, cache: Path, args, image_ids, features, wanted_l
         decoding["block_ngram"] = args.block_ngram
     if args.precision != "fp32":  # (float32 captions keep the key they had before --precision)
         decoding["precision"] = args.precision
+    if args.threads:  # (a fixed thread count: captions decoded at torch's own count are not reused)
+        decoding["threads"] = args.threads
     if not Path(checkpoint).exists():
         raise DataError(checkpoint, None, f"checkpoint not found ({MISSING_HINT})")
     key = {"checkpoint": str(checkpoint), "files": file_state(checkpoint), "features": file_state(features.path),
@@ -42,6 +45,7 @@ def generate_cached(checkpoint, cache: Path, args, image_ids, features, wanted_l
             print(f"{checkpoint}: reusing {cache} (checkpoint, features and decoding unchanged)")
             return (levels, *read_generated(cache, len(levels), with_filled=True), meta["no_features"])
 
+    runtime.set_threads(args.threads)
     writer = CaptionWriter.from_checkpoint(checkpoint, device=args.device, batch_size=args.batch_size,
                                            eos_decay=args.eos_decay, labert_average=args.labert_average,
                                            precision=args.precision, block_ngram=args.block_ngram)

@@ -37,13 +37,17 @@ from clid.run import runtime
 
 
 def _batches(examples: Examples, model: Captioner, batch_size: int, count_padding: bool):
-    """Groups of example indices with the same level, longest first inside a group."""
+    """Groups of example indices with the same level and source, longest first inside a group. A batch never
+    mixes sources, so 05 ``--include-trusted`` scores the self-generated captions in the batches it scores
+    them in without it: a CPU's float sums can depend on the other rows of a batch, and its u stay bit for bit."""
     highs = np.array([model.levels[lv - 1][1] for lv in examples.levels])
     lengths = highs if count_padding else np.array([len(t) for t in examples.tokens])
-    order = np.lexsort((-lengths, np.array(examples.levels)))  # by level, then longest first
-    levels = np.array(examples.levels)[order]
-    for level in np.unique(levels):
-        members = order[levels == level]
+    _, source = np.unique(np.array(examples.sources or [""] * len(examples), dtype=object), return_inverse=True)
+    group = np.array(examples.levels) * (int(source.max(initial=0)) + 1) + source  # (level, source)
+    order = np.lexsort((-lengths, group))  # by level and source, then longest first
+    groups = group[order]
+    for key in np.unique(groups):
+        members = order[groups == key]
         for start in range(0, len(members), batch_size):
             chunk = members[start:start + batch_size]
             yield chunk, lengths[chunk]

@@ -223,6 +223,16 @@ def batch_size_arg(text: str):
     return value
 
 
+def set_threads(threads: int) -> None:
+    """A ``--threads`` flag: torch's thread count in this process (0 keeps torch's own: OMP_NUM_THREADS or the
+    cores). A CPU splits its float sums by the thread count, so only a fixed count gives the same numbers
+    whatever the machine or the environment grants."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def add_batch_size_arg(parser, cpu_default: int, what: str) -> None:
     parser.add_argument("--batch-size", type=batch_size_arg, default="auto",
                         help=f"{what}; auto: {cpu_default} on the CPU, on a GPU as many as half its free memory holds")

@@ -23,8 +23,7 @@ from clid.training.resume import already_trained, check_resume, hold_out_folder,
 def start_run(args):
     """(rank, world, device plan, features) for a training stage; None when ``--out`` is already trained.
     ``--threads`` fixes torch's thread count first (0: torch's own)."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    runtime.set_threads(args.threads)
     rank, world, plan = init_distributed(args.dist_timeout, args.precision)
     if args.batch_size < world:
         raise DataError(None, None, f"--batch-size {args.batch_size} is the global batch, split over {world} "

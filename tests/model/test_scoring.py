@@ -80,6 +80,19 @@ def test_fast_prefix_equals_the_authors_loop(setup):
     np.testing.assert_array_equal(caption_logprobs(model, examples, regions, "prefix", batch_size=4), fast_padding)
 
 
+def test_a_batch_never_mixes_sources(setup):
+    """05 --include-trusted appends the trusted captions: the self-generated ones keep the batches they have without
+    them (so their u stay bit for bit: tests/demo/test_threads.py), and no batch holds both sources."""
+    _, _, features, model, examples, _ = setup
+    items = [(f"t{i}_{n}", str(i), text) for i in range(1, 13) for n, text in enumerate(CAPTIONS) if (i + n) % 2]
+    trusted, _ = make_examples(items, model.tokenizer, model.levels, "trusted", FeatureStore(features))
+    alone = [list(chunk) for chunk, _ in scoring._batches(examples, model, 4, True)]
+    both = [list(chunk) for chunk, _ in scoring._batches(examples + trusted, model, 4, True)]
+    assert all(len({(examples + trusted).sources[i] for i in chunk}) == 1 for chunk in both)
+    assert [chunk for chunk in both if chunk[0] < len(examples)] == alone
+    assert sorted(i for chunk in both for i in chunk) == list(range(len(examples) + len(trusted)))
+
+
 def test_05_counts_m_as_the_authors_by_default():
     score = import_script("05_score_quality.py", "score_quality_count")
     args = score.parse_args(["--trusted", "t", "--extended", "e", "--selfgen", "s", "--features", "f", "--out", "q.h5"])
