@@ -25,7 +25,9 @@ RGB = {"red": (210, 40, 40), "blue": (40, 60, 210), "green": (40, 170, 60), "yel
 def world(tmp_path_factory):
     """A demo world's folder (captions.json, images/NNNNNN.jpg: 20 train, 1 val, 4 test images, each filled
     with the colour its captions name first), the region features clid.features computes from its images
-    (4 x 4 grid, 2 colour bins: the encoder the page runs) and a tiny checkpoint trained 150 steps on them."""
+    (4 x 4 grid, 2 colour bins: the encoder the page runs) and a tiny checkpoint trained 150 steps on them; only
+    where gradio is installed (every test that uses it serves the page)."""
+    pytest.importorskip("gradio", reason="gradio is not installed (make app installs it)")
     import torch
     from PIL import Image, ImageDraw
 
@@ -125,6 +127,29 @@ def test_the_http_api_gives_the_caption_apis_captions(server, world, writer):
     log = (world / "server.log").read_text()
     assert "Traceback" not in log and len([line for line in log.splitlines() if line.startswith("error: ")]) == len(bad)
     assert "error: not-an-image.png: cannot be read as an image" in log  # (the upload's name, not the server's folder)
+
+
+
+@pytest.mark.slow
+def test_each_event_of_the_page_captions_and_the_mode_switches_the_slider(world, writer):
+    """In process: the page captions its image on load, on a new image, when the slider is let go and after the
+    mode is switched; the switch moves the slider to the other scale, where the shown value lands."""
+    pytest.importorskip("gradio", reason="gradio is not installed (make app installs it)")
+    from clid.app import build_page
+
+    image = str(world / "images" / "000022.jpg")
+    page = build_page(writer, [image], "tiny")
+    fns = list(page.fns.values())
+    assert sorted(event for f in fns if f.name == "show" for _, event in f.targets) == \
+        ["change", "change", "load", "release", "then"]  # (one "change": the HTTP endpoint's)
+    slider_for = next(f.fn for f in fns if f.name == "slider_for")
+    to_length = slider_for("length", 2)  # level 2 (10-19 tokens) -> its end, on 1..longest
+    assert (to_length.minimum, to_length.maximum, to_length.value) == (1, writer.longest, writer.levels[1][1])
+    to_level = slider_for("level", 25)  # 25 tokens -> the level that holds them
+    assert (to_level.minimum, to_level.maximum, to_level.value) == (1, len(writer.levels), 3)
+    show = next(f.fn for f in fns if f.name == "show")
+    assert show(None, "level", 1) == ("", None, "pick or upload an image")
+    assert show(image, "length", 12.0)[:2] == (str(writer.caption_images(image, length=12)), 12)  # (a slider's float)
 
 
 CHROMIUM = shutil.which("chromium")
