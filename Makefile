@@ -15,6 +15,11 @@
 #               and ruff
 #   make test-fast   the tests not marked slow, for the edit-test loop (tests/README.md; 124 s on 2 cores at
 #               load 1 to 3, 2026-12-06); make test runs everything, the bad-input table included
+#   make app   the web page's optional install (python -m clid.app; docs/running.md): pyproject.toml's app extra
+#               (gradio) into .venv, with torch held at its pin; gradio needs pillow < 13, so it replaces
+#               requirements.txt's pillow 13.0.0 by 12.3.0
+#   make app-check   make app, Debian's chromium (apt, as root, where missing), then the page's tests
+#               (tests/caption/test_app.py: its HTTP API and a screenshot in headless Chromium)
 #   make slurm-check   the SLURM recipe (slurm/) on a real one-machine Slurm, started and stopped here: as root,
 #               installs Debian's slurmctld, slurmd, slurm-client and munge where missing (tests/system/slurm/check.sh;
 #               CHECK_NODES=0 leaves out its 2-node training runs, CHECK_KILL=0 the one whose rank 1 is killed)
@@ -37,7 +42,7 @@ export TOKENIZERS_PARALLELISM := false
 
 CSRC   := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu') setup.py pyproject.toml
 
-.PHONY: all venv test test-fast lint slurm-check demo demo-paragraph demo-compare checkpoint cuda-check clean
+.PHONY: all venv test test-fast lint app app-check slurm-check demo demo-paragraph demo-compare checkpoint cuda-check clean
 
 all: test
 
@@ -58,6 +63,23 @@ test-fast: $(STAMP) lint
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check .
+
+APP_STAMP := $(VENV)/.app-installed
+
+app: $(APP_STAMP)
+
+# (the extra alone, read from pyproject.toml: `pip install -e .[app]` would build clid._C again)
+$(APP_STAMP): $(STAMP) pyproject.toml
+	grep '^torch==' requirements.txt > $(VENV)/torch-pin.txt
+	$(PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['app'])" \
+		| xargs $(VENV)/bin/pip install --quiet -c $(VENV)/torch-pin.txt
+	$(VENV)/bin/pip check
+	touch $(APP_STAMP)
+
+app-check: app
+	command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] || { echo "error: installing chromium needs root" >&2; exit 1; }; \
+		apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
+	$(PY) -m pytest -q -rs tests/caption/test_app.py
 
 slurm-check: $(STAMP)
 	bash tests/system/slurm/check.sh

@@ -47,12 +47,8 @@ def extension():
                 extra_compile_args={"cxx": cxx, "nvcc": nvcc}, extra_link_args=link)
 
 
-setup(
-    name="clid",
-    version="0.1.0",
-    description="CLID: Controlled-Length Image Descriptions with Limited Data (reference implementation)",
+setup(  # (name, version and the app extra: pyproject.toml's [project])
     packages=find_packages(include=["clid", "clid.*"]),
-    python_requires=">=3.10",
     ext_modules=[extension()],
     cmdclass={"build_ext": BuildExtension},
 )

@@ -3,6 +3,7 @@
 What the numbered stage scripts share, in layers that import only downward (``pyproject.toml``'s
 import-linter contract; ``docs/method.md`` has the code map):
 
+- the web page: ``app`` (``python -m clid.app``, an optional install);
 - commands and applications: ``caption/`` (captions for any features or images, the gallery;
   ``python -m clid.caption``), ``features/``, ``captions``, ``stats``, ``shard``, ``emlnet`` (the ``python -m``
   commands of the same names), ``demo/`` (the demo world's simulator and its ground truth);

@@ -124,7 +124,7 @@ def wide_help(monkeypatch):
 
 def test_command_lines_are_found():
     assert "02_scenegraph_captions.py" in SCRIPTS and "bench/bench_sampler.py" in SCRIPTS
-    assert {"clid.stats", "clid.shard", "clid.emlnet", "clid.captions", "clid.caption.__main__"} <= set(MODULES)
+    assert {"clid.stats", "clid.shard", "clid.emlnet", "clid.captions", "clid.caption.__main__", "clid.app"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
