@@ -252,7 +252,7 @@ def compute_features(args, listing: ImageList, path: Path) -> tuple[str, dict | 
         if features.up_to_date(fargs, listing, writers=(CAPTION, features.COMMAND)):
             print(f"{path}: the region features of these images are up to date")
             for line in skip_summary([tuple(s) for s in earlier.get("skipped", [])], len(earlier.get("images", {}))
-                                     + len(earlier.get("skipped", []))):
+                                     + len(earlier.get("skipped", [])), listed_in=runs.record_path(path)):
                 print(line)
             return str(path), earlier
         if earlier is None or earlier.get("command") != CAPTION:

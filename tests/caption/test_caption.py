@@ -260,6 +260,47 @@ def test_api_reads_files_pil_images_and_arrays_as_the_command_reads_them(world, 
         writer.caption_images(photo, grid=2.5)
 
 
+def test_api_accounts_for_every_file_as_the_command_does(world, tmp_path):
+    """image_files lists a folder as --images does (every other entry in .skipped, with its reason, and one
+    warning); caption_images refuses a file it cannot read in one ValueError naming it, and reads an animation's
+    first frame with a warning."""
+    import struct
+    import warnings
+    import zlib
+
+    from PIL import Image
+
+    from clid.caption import CaptionWriter, image_files
+
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    Image.new("RGB", (32, 24), (200, 30, 30)).save(folder / " lead.png")
+    Image.new("RGB", (32, 24), (20, 30, 200)).save(folder / "..png", "PNG")
+    (folder / "gone.png").symlink_to(folder / "nope.png")
+    frames = [Image.new("RGB", (32, 24), (60 * k, 0, 0)) for k in range(3)]
+    frames[0].save(folder / "anim.gif", save_all=True, append_images=frames[1:])
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    (folder / "huge.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 30000, 30000, 8, 2, 0, 0, 0))
+                                      + chunk(b"IEND", b""))
+    with pytest.warns(UserWarning, match="image_files: 2 entries are not read as images"):
+        found = image_files(folder)
+    assert [p.name for p in found] == [" lead.png", "anim.gif", "huge.png"]
+    assert [name for name, _ in found.skipped] == ["..png", "gone.png"]
+    writer = CaptionWriter.from_checkpoint(world / "ck", "cpu")
+    writer.encoder = PixelEncoder()
+    for bad, says in ((folder / "huge.png", "huge.png: too large to read"),
+                      (folder / "gone.png", "gone.png: a symbolic link that points nowhere")):
+        with pytest.raises(ValueError, match=says):
+            writer.caption_images(bad, levels=[1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        captions = writer.caption_images(found[:2], levels=[1])
+    assert len(captions) == 2 and any("anim.gif: animated (3 frames): its first frame taken" in str(w.message) for w in caught)
+
+
 def test_rows_and_gallery_cards_keep_the_file_name_beside_the_id(world, tmp_path):
     """Zero-padded names are read as COCO ids (--image-ids auto, as the README states); --images takes a file
     and a glob together; each caption line and gallery card names the file."""
