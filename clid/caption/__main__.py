@@ -379,7 +379,7 @@ def main(argv=None) -> None:
         if args.length is not None:  # the badge: green when the caption has the length asked for
             own = {key: {**r, "in_range": r.get("length") == args.length} for key, r in own.items()}
             title = f"Captions of exactly {args.length} tokens"
-        notes = [f"warning: {writer.checkpoint_state.warning()}"] if writer.unfinished else []
+        notes = [f"warning: {writer.checkpoint_state.warning(page_name(args.checkpoint, args.gallery))}"] if writer.unfinished else []
         notes += [f"{len(seen)} images; {asked}"]
         notes += [f"{n}: {page_name(path, args.gallery)}" for n, _, path in (e.partition("=") for e in args.compare)]
         notes += [f"{name}: {page_name(args.checkpoint, args.gallery)}"

@@ -450,6 +450,54 @@ def test_the_page_holds_no_folder_of_this_machine_and_no_photos_metadata(world, 
     assert b"private" not in data and not {"comment", "exif", "icc_profile"} & set(Image.open(io.BytesIO(data)).info)
 
 
+def test_the_page_bytes_hold_nothing_private(world, tmp_path):
+    """Every path given absolute (an unfinished --checkpoint, --features, --ids, --compare, --images and the page
+    itself), photos holding a JPEG comment, EXIF (a GPS position), XMP, an ICC profile and PNG text: the page's
+    bytes hold none of them, nor any folder of this machine; its thumbnails are pixels alone."""
+    import base64
+    import io
+    import json
+    import re
+    import shutil
+
+    from PIL import Image, PngImagePlugin
+
+    checkpoint = tmp_path / "my runs" / "ck"
+    shutil.copytree(world / "ck", checkpoint)
+    state = json.loads((checkpoint / "train_state.json").read_text())
+    (checkpoint / "train_state.json").write_text(json.dumps(dict(state, step=1)))  # unfinished: a warning in the page
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    exif = Image.Exif()
+    exif[0x010E] = "SECRET-EXIF"  # ImageDescription
+    exif[0x8825] = {1: "N", 2: (51.0, 30.0, 0.0)}  # GPS
+    Image.open(world / "images" / "45.png").convert("RGB").save(
+        photos / "45.jpg", comment=b"SECRET-COMMENT", exif=exif.tobytes(), icc_profile=b"SECRET-ICC" + b"\0" * 128,
+        xmp=b"<x:xmpmeta>SECRET-XMP</x:xmpmeta>")
+    text = PngImagePlugin.PngInfo()
+    text.add_text("Comment", "SECRET-PNG-TEXT")
+    Image.open(world / "images" / "46.png").save(photos / "46.png", pnginfo=text)
+    (tmp_path / "ids.txt").write_text("45\n46\n")
+    base = tmp_path / "earlier" / "base.jsonl"
+    base.parent.mkdir()
+    caption_main(*common(world, base, "--ids", tmp_path / "ids.txt", "--levels", "1"))
+    page = tmp_path / "pages" / "g.html"
+    caption_main("--checkpoint", checkpoint.resolve(), "--features", (world / "features.h5").resolve(), "--device", "cpu",
+                 "--out", tmp_path / "pages" / "c.jsonl", "--ids", (tmp_path / "ids.txt").resolve(), "--levels", "1",
+                 "--gallery", page.resolve(), "--images", (photos / "45.jpg").resolve(), f"{photos.resolve()}/*.png",
+                 "--compare", f"earlier={base.resolve()}")
+    data = page.read_bytes()
+    assert b"SECRET" not in data and b"is unfinished" in data
+    for folder in (tmp_path, tmp_path.resolve(), world, Path.home()):
+        assert str(folder).encode() not in data, folder
+    assert b"<p>earlier: base.jsonl</p>" in data and b"warning: ck is unfinished" in data
+    thumbnails = re.findall(rb'src="data:image/jpeg;base64,([^"]+)"', data)
+    assert len(thumbnails) == 2
+    for encoded in thumbnails:
+        raw = base64.b64decode(encoded)
+        assert b"SECRET" not in raw and not {"comment", "exif", "icc_profile", "xmp"} & set(Image.open(io.BytesIO(raw)).info)
+
+
 CHROMIUM = Path("/usr/bin/chromium")
 
 
