@@ -403,7 +403,7 @@ IMAGE_READERS = {  # stage -> its command line of an --images path
 
 for stage, args in IMAGE_READERS.items():
     for name, folder, fragment, kind in IMAGE_FOLDER_CASES:
-        row(stage, f"images-{name}", lambda w, d, args=args, folder=folder: args(w, d, folder(d)), fragment, kind)
+        row(stage, f"images-folder-{name}", lambda w, d, args=args, folder=folder: args(w, d, folder(d)), fragment, kind)
 
 
 @pytest.mark.parametrize("row", table.params())
