@@ -11,7 +11,8 @@ nothing of clid at its top.
 A recipe's tables: ``[train]``, flags of 04 and 06 (their argparse names) that become those stages' defaults;
 ``[trusted]``, ``[extended]``, ``[scoring]``, ``[selection]``, flags of one model only (04 --data trusted, 04
 --data extended, 04 --continue-from, 06); ``[resolved]``, what 04 and 06 work out for each run (the steps, the
-cosine's horizon, 06's eta, the output shortlist). ``extends = "NAME"`` starts from another recipe. The tables of
+cosine's horizon, 06's eta, the output shortlist). ``extends = "NAME"`` starts from another recipe (a .toml file: named
+from the folder of the recipe that extends it). The tables of
 :data:`SHELL_TABLES` are read by the shell scripts only.
 
 A recipe is checked as flags are: a value of a flag table goes through that flag's own parser (04 and 06 check them
