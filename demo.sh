@@ -42,10 +42,12 @@ if [ -n "$COMPARE" ] && [ "$TASK" != caption ]; then echo "error: COMPARE=1 runs
 if [ -n "$QUICK" ] && { [ -n "$COMPARE" ] || [ "$SEEDS" != 1 ]; }; then echo "error: QUICK=1 trains one model of one seed"; exit 2; fi
 
 # A setting of the recipe; a variable given wins. (The reader runs as a file: `python -m` would load torch.)
-recipe() { $PY clid/run/recipes.py get "$RECIPE" "$1"; }
-recipe_eta() { $PY clid/run/recipes.py eta "$RECIPE"; }
-[ -x "${PY%% *}" ] || { echo "error: ${PY%% *} not found: run \`make venv\` first, or set PY"; exit 2; }
-$PY clid/run/recipes.py check "$RECIPE"      # every setting, as 04 and 06 will check it, before anything runs
+recipe() { "${PYTHON[@]}" clid/run/recipes.py get "$RECIPE" "$1"; }
+recipe_eta() { "${PYTHON[@]}" clid/run/recipes.py eta "$RECIPE"; }
+# PY as a command: a path to python (spaces allowed), or python and its first arguments (PY="python -X dev")
+if [ -x "$PY" ]; then PYTHON=("$PY"); else read -ra PYTHON <<< "$PY"; fi
+[ -x "${PYTHON[0]:-}" ] || { echo "error: ${PYTHON[0]:-PY (empty)} not found: run \`make venv\` first, or set PY"; exit 2; }
+"${PYTHON[@]}" clid/run/recipes.py check "$RECIPE"      # every setting, as 04 and 06 will check it, before anything runs
 if [ -n "$SMALL" ]; then                        # the tests' tiny world, either task
     STEPS=${STEPS_SMALL:-$(recipe small.steps)}; ETA=${ETA_SMALL:-$(recipe small.eta)}
     FT_STEPS=${FT_SMALL:-$(recipe small.scoring_steps)}
@@ -69,9 +71,14 @@ if [ "$TASK" = paragraph ]; then world+=(--paragraphs); decode_extra=(--decode-s
 # evaluate a variable's text, running what it holds) and before any stage runs
 for setting in SEEDS STEPS ETA FT_STEPS PER_IMAGE BATCH ${N_TRAIN:+N_TRAIN} ${CURATE_EVERY:+CURATE_EVERY} \
                ${EXT_HORIZON:+EXT_HORIZON} ${CLID_DEMO_STEPS:+CLID_DEMO_STEPS}; do
-    [[ ${!setting} =~ ^[1-9][0-9]{0,8}$ ]] || { echo "error: $setting must be a positive whole number, not '${!setting}'"; exit 2; }
+    [[ ${!setting} =~ ^[1-9][0-9]{0,8}$ ]] || { echo "error: $setting must be a positive whole number (digits, at most 9), not ${!setting@Q}"; exit 2; }
 done
-[[ $LR =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] || { echo "error: LR must be a positive number, not '$LR'"; exit 2; }
+[[ $LR =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]{1,2})?$ && ${LR%%[eE]*} =~ [1-9] ]] || {
+    echo "error: LR must be a positive number (as 2e-3), not ${LR@Q}"; exit 2; }
+case ${PARAPHRASER:-rules} in  # 03 --model: the offline ones, or a Pegasus folder
+  rules|sentences) ;;
+  *) [ -d "$PARAPHRASER" ] || { echo "error: PARAPHRASER must be rules, sentences or a model folder, not ${PARAPHRASER@Q}"; exit 2; } ;;
+esac
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 CURATE_EVERY=${CURATE_EVERY:-$(( STEPS / 10 ))}  # COMPARE: ten loss curations in a run, as their ten epochs (docs/running.md)
 # M_theta~'s cosine, which the scoring model continues: the authors' proportions, the recipe's extended_horizon
@@ -95,18 +102,18 @@ eval_extra=(--long-refs "$DEMO/long_refs.json")
 if [ "$TASK" = paragraph ]; then CAPTIONS=$DEMO/paragraphs/paragraphs_v1.json; eval_extra=("${decode_extra[@]}"); fi
 mkdir -p "$RUNS"
 banner "00 demo world: rendered scenes, scene graphs, trusted captions, region features"
-$PY 00_demo_data.py --out "$DEMO" --preview 16 "${world[@]}" --seed "$SEED"
-$PY -m clid.stats "$CAPTIONS" --split train "${levels[@]}"
+"${PYTHON[@]}" 00_demo_data.py --out "$DEMO" --preview 16 "${world[@]}" --seed "$SEED"
+"${PYTHON[@]}" -m clid.stats "$CAPTIONS" --split train "${levels[@]}"
 
 banner "01 saliency (spectral residual)"
-$PY 01_saliency.py --images "$DEMO/images" --list "$CAPTIONS" --out "$RUNS/saliency.h5" \
+"${PYTHON[@]}" 01_saliency.py --images "$DEMO/images" --list "$CAPTIONS" --out "$RUNS/saliency.h5" \
     --preview 8 --scene-graphs "$DEMO/scene_graphs.json" --image-data "$DEMO/image_data.json"
 
 # with COMPARE, each caption records what it states wrongly against the world's true graphs (its 'truth')
 truth=(); include_trusted=()
 if [ -n "$COMPARE" ]; then truth=(--clean-graphs "$DEMO/scene_graphs_clean.json"); include_trusted=(--include-trusted); fi
 banner "02 self-generated captions from the scene graphs (saliency-guided walks)"
-$PY 02_scenegraph_captions.py --scene-graphs "$DEMO/scene_graphs.json" --image-data "$DEMO/image_data.json" \
+"${PYTHON[@]}" 02_scenegraph_captions.py --scene-graphs "$DEMO/scene_graphs.json" --image-data "$DEMO/image_data.json" \
     --saliency "$RUNS/saliency.h5" --out "$RUNS/selfgen.jsonl" --per-image "$PER_IMAGE" --seed "$SEED" "${levels[@]}" \
     ${truth[@]+"${truth[@]}"}
 
@@ -116,7 +123,7 @@ default_paraphraser=rules
 if [ -n "$QUICK" ]; then default_paraphraser=$(recipe quick.paraphraser); fi
 PARAPHRASER=${PARAPHRASER:-$default_paraphraser}   # 03 --model: rules or sentences
 banner "03 paraphrase (rule-based, offline: --model $PARAPHRASER)"
-$PY 03_paraphrase.py --in "$RUNS/selfgen.jsonl" --out "$RUNS/paraphrased.jsonl" --model "$PARAPHRASER" --seed "$SEED" "${levels[@]}"
+"${PYTHON[@]}" 03_paraphrase.py --in "$RUNS/selfgen.jsonl" --out "$RUNS/paraphrased.jsonl" --model "$PARAPHRASER" --seed "$SEED" "${levels[@]}"
 
 if [ -n "$QUICK" ]; then
     # one thread: this tiny model's matrices are small, and a second thread costs more than it gives
@@ -125,7 +132,7 @@ if [ -n "$QUICK" ]; then
     quick_steps=${CLID_DEMO_STEPS:-$(recipe quick.steps)}
     quick_horizon=$(( quick_steps * $(recipe quick.lr_horizon) / $(recipe quick.steps) ))
     banner "04 a quick checkpoint: M_theta~ on trusted + self-generated captions, --recipe demo, $quick_steps steps"
-    OMP_NUM_THREADS=1 $PY 04_train_base.py --recipe demo --captions "$CAPTIONS" --features "$DEMO/features.h5" --data extended \
+    OMP_NUM_THREADS=1 "${PYTHON[@]}" 04_train_base.py --recipe demo --captions "$CAPTIONS" --features "$DEMO/features.h5" --data extended \
         --selfgen "$RUNS/paraphrased.jsonl" --out "$RUNS/model" --seed "$SEED" "${levels[@]}" \
         --max-steps "$quick_steps" --lr-horizon "$quick_horizon"
     return
@@ -147,17 +154,17 @@ evaluate=(07_eval.py --refs "$CAPTIONS" --features "$DEMO/features.h5" --selfgen
           --out "$RUNS/eval" --threads 1 "${eval_extra[@]}")
 banner "04 trusted-only baseline (M_theta of the paper, trusted captions alone): in the background, log $RUNS/trusted.log"
 ( export OMP_NUM_THREADS=1
-  $PY 04_train_base.py --captions "$CAPTIONS" --data trusted --out "$RUNS/trusted" "${train[@]}"
-  $PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --name "$baseline_name" ) > "$RUNS/trusted.log" 2>&1 &
+  "${PYTHON[@]}" 04_train_base.py --captions "$CAPTIONS" --data trusted --out "$RUNS/trusted" "${train[@]}"
+  "${PYTHON[@]}" "${evaluate[@]}" --checkpoint "$RUNS/trusted" --name "$baseline_name" ) > "$RUNS/trusted.log" 2>&1 &
 baseline=$!
 
 # M_theta~'s cosine (EXT_HORIZON) is the one schedule the scoring model continues, as in the authors' code
 banner "04 M_theta~ on trusted + self-generated captions (also the extended-only baseline)"
-OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$CAPTIONS" --data extended \
+OMP_NUM_THREADS=1 "${PYTHON[@]}" 04_train_base.py --captions "$CAPTIONS" --data extended \
     --selfgen "$RUNS/paraphrased.jsonl" --out "$RUNS/extended" "${train[@]}" --lr-horizon "$EXT_HORIZON"
 
 banner "04 scoring model M_theta: M_theta~ continued on the trusted captions (the authors' code)"
-OMP_NUM_THREADS=1 $PY 04_train_base.py --captions "$CAPTIONS" --data trusted --continue-from "$RUNS/extended" \
+OMP_NUM_THREADS=1 "${PYTHON[@]}" 04_train_base.py --captions "$CAPTIONS" --data trusted --continue-from "$RUNS/extended" \
     --out "$RUNS/trusted_ft" "${train[@]}" --max-steps $(( STEPS + FT_STEPS ))
 await "$baseline" "$RUNS/trusted.log" "the trusted-only baseline"
 grep -E "^checkpoint|already trained" "$RUNS/trusted.log" || true
@@ -166,26 +173,26 @@ banner "05 quality scores u = log p(y|x; theta) - log p(y|x; theta~), two shards
 score=(05_score_quality.py --trusted "$RUNS/trusted_ft" --extended "$RUNS/extended" --selfgen "$RUNS/paraphrased.jsonl"
        --features "$DEMO/features.h5" --captions "$CAPTIONS" --out "$RUNS/quality.h5" --num-shards 2 --seed "$SEED"
        ${include_trusted[@]+"${include_trusted[@]}"})
-OMP_NUM_THREADS=1 $PY "${score[@]}" --shard-id 1 > "$RUNS/quality.log" 2>&1 &
+OMP_NUM_THREADS=1 "${PYTHON[@]}" "${score[@]}" --shard-id 1 > "$RUNS/quality.log" 2>&1 &
 shard1=$!
-OMP_NUM_THREADS=1 $PY "${score[@]}" --shard-id 0
+OMP_NUM_THREADS=1 "${PYTHON[@]}" "${score[@]}" --shard-id 0
 await "$shard1" "$RUNS/quality.log" "05 shard 1"
-[ -f "$RUNS/quality.h5" ] || $PY -m clid.shard merge "$RUNS/quality.h5" --num-shards 2
+[ -f "$RUNS/quality.h5" ] || "${PYTHON[@]}" -m clid.shard merge "$RUNS/quality.h5" --num-shards 2
 
 selection=(06_train_selection.py --captions "$CAPTIONS" --selfgen "$RUNS/paraphrased.jsonl" --quality "$RUNS/quality.h5"
         --eta "$ETA" "${train[@]}" --lr-horizon "$STEPS")
 if [ -n "$COMPARE" ]; then compare_seed; return; fi
 banner "06 CLID: training with gradual data selection (c=2, s=1, eta=$ETA)"
-OMP_NUM_THREADS=1 $PY "${selection[@]}" --out "$RUNS/clid"
+OMP_NUM_THREADS=1 "${PYTHON[@]}" "${selection[@]}" --out "$RUNS/clid"
 
 banner "07 evaluation: $baseline_name vs extended-only vs CLID"
-$PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended" --checkpoint "$RUNS/clid" \
+"${PYTHON[@]}" "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended" --checkpoint "$RUNS/clid" \
     --name "$baseline_name" --name extended-only --name CLID
 
 banner "gallery: $baseline_name and CLID side by side on 8 test images ($RUNS/gallery.html)"
 gallery=(--features "$DEMO/features.h5" --ids "$CAPTIONS" --split test --limit 8 --threads 1 "${decode_extra[@]}")
-$PY -m clid.caption --checkpoint "$RUNS/trusted" "${gallery[@]}" --out "$RUNS/gallery/$baseline_name.jsonl"
-$PY -m clid.caption --checkpoint "$RUNS/clid" --name CLID "${gallery[@]}" --out "$RUNS/gallery/CLID.jsonl" \
+"${PYTHON[@]}" -m clid.caption --checkpoint "$RUNS/trusted" "${gallery[@]}" --out "$RUNS/gallery/$baseline_name.jsonl"
+"${PYTHON[@]}" -m clid.caption --checkpoint "$RUNS/clid" --name CLID "${gallery[@]}" --out "$RUNS/gallery/CLID.jsonl" \
     --gallery "$RUNS/gallery.html" --images "$DEMO/images" --compare "$baseline_name=$RUNS/gallery/$baseline_name.jsonl"
 }
 
@@ -196,24 +203,24 @@ $PY -m clid.caption --checkpoint "$RUNS/clid" --name CLID "${gallery[@]}" --out 
 compare_seed() {
 banner "06 in two lanes: CLID, loss-remove, extended-only | loss-replacecap, curriculum (lane 2 log: $RUNS/lane2.log)"
 ( export OMP_NUM_THREADS=1
-  $PY "${selection[@]}" --strategy loss-replacecap --curate-every "$CURATE_EVERY" --out "$RUNS/loss-replacecap"
-  $PY "${selection[@]}" --strategy curriculum --difficulty "bootstrap:$RUNS/trusted" --out "$RUNS/curriculum"
+  "${PYTHON[@]}" "${selection[@]}" --strategy loss-replacecap --curate-every "$CURATE_EVERY" --out "$RUNS/loss-replacecap"
+  "${PYTHON[@]}" "${selection[@]}" --strategy curriculum --difficulty "bootstrap:$RUNS/trusted" --out "$RUNS/curriculum"
 ) > "$RUNS/lane2.log" 2>&1 &
 lane2=$!
-OMP_NUM_THREADS=1 $PY "${selection[@]}" --out "$RUNS/clid"
-OMP_NUM_THREADS=1 $PY "${selection[@]}" --strategy loss-remove --curate-every "$CURATE_EVERY" --out "$RUNS/loss-remove"
-OMP_NUM_THREADS=1 $PY "${selection[@]}" --strategy none --out "$RUNS/extended-06"
+OMP_NUM_THREADS=1 "${PYTHON[@]}" "${selection[@]}" --out "$RUNS/clid"
+OMP_NUM_THREADS=1 "${PYTHON[@]}" "${selection[@]}" --strategy loss-remove --curate-every "$CURATE_EVERY" --out "$RUNS/loss-remove"
+OMP_NUM_THREADS=1 "${PYTHON[@]}" "${selection[@]}" --strategy none --out "$RUNS/extended-06"
 await "$lane2" "$RUNS/lane2.log" "lane 2 (loss-replacecap, curriculum)"
 grep -E "^curation time|^checkpoint|already trained" "$RUNS/lane2.log" || true
 
 banner "07 evaluation: $baseline_name, extended-only, CLID, loss-remove, loss-replacecap, curriculum"
-$PY "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended-06" --checkpoint "$RUNS/clid" \
+"${PYTHON[@]}" "${evaluate[@]}" --checkpoint "$RUNS/trusted" --checkpoint "$RUNS/extended-06" --checkpoint "$RUNS/clid" \
     --checkpoint "$RUNS/loss-remove" --checkpoint "$RUNS/loss-replacecap" --checkpoint "$RUNS/curriculum" \
     --name "$baseline_name" --name "extended-only (06 --strategy none)" --name CLID --name loss-remove \
     --name loss-replacecap --name curriculum
 
 banner "ground truth: every scorer and every run against the captions known to be wrong"
-$PY -m clid.demo.truth --selfgen "$RUNS/paraphrased.jsonl" --quality "$RUNS/quality.h5" --seed "$SEED" \
+"${PYTHON[@]}" -m clid.demo.truth --selfgen "$RUNS/paraphrased.jsonl" --quality "$RUNS/quality.h5" --seed "$SEED" \
     --difficulty "$RUNS/curriculum/difficulty.h5" --run "CLID=$RUNS/clid" --run "loss-remove=$RUNS/loss-remove" \
     --run "loss-replacecap=$RUNS/loss-replacecap" --run "curriculum=$RUNS/curriculum" \
     --run "extended-only (06 --strategy none)=$RUNS/extended-06" --out "$RUNS/truth"
@@ -232,9 +239,9 @@ if [ -n "$QUICK" ]; then
 fi
 if (( SEEDS > 1 )); then
     banner "07 the $SEEDS seeds together: each method's mean ± standard deviation, 95% intervals and the claims"
-    $PY 07_eval.py --combine "${evals[@]}" --out "$RUNS_DIR/eval-seeds" ${TABLES:+--tables "$TABLES"}
+    "${PYTHON[@]}" 07_eval.py --combine "${evals[@]}" --out "$RUNS_DIR/eval-seeds" ${TABLES:+--tables "$TABLES"}
     report="$RUNS_DIR/eval-seeds/report.md"
-    if [ -n "$COMPARE" ]; then $PY -m clid.demo.truth --combine "${truths[@]}" --out "$RUNS_DIR/truth-seeds"
+    if [ -n "$COMPARE" ]; then "${PYTHON[@]}" -m clid.demo.truth --combine "${truths[@]}" --out "$RUNS_DIR/truth-seeds"
                                report="$report and $RUNS_DIR/truth-seeds/truth.md"; fi
 elif [ -n "$COMPARE" ]; then report="$report and $RUNS_DIR/truth/truth.md"
 fi

@@ -25,9 +25,20 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # torchrun's restarted workers meet in a fresh store, not the dead workers' one (--max-restarts works only so)
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
-[ -x "${PY%% *}" ] || { echo "error: ${PY%% *} not found: run \`make venv\` in $CLID_ROOT first, or set PY" >&2; exit 1; }
+# PY as a command: a path to python (spaces allowed, as in a checkout under "my dir"), or python and its first
+# arguments (PY="python -X faulthandler"); the recipe reader runs python alone
+if [ -x "$PY" ]; then PYTHON=("$PY"); else read -ra PYTHON <<< "$PY"; fi
+[ -x "${PYTHON[0]:-}" ] || { echo "error: ${PYTHON[0]:-PY (empty)} not found: run \`make venv\` in $CLID_ROOT first, or set PY" >&2; exit 1; }
 # A setting of a recipe, recipes/NAME.toml (run as a file: `python -m clid...` would load torch for one number)
-recipe() { "${PY%% *}" "$CLID_ROOT/clid/run/recipes.py" get "$@"; }
+recipe() { "${PYTHON[0]}" "$CLID_ROOT/clid/run/recipes.py" get "$@"; }
+# Check that the variable NAME holds a whole number of at most 9 digits, without a leading 0, from LOW (0 or 1), before
+# the shell computes with it (inside $(( )) the shell would evaluate its text, running what it holds): one error line
+# naming it, else. Usage: whole_number NAME LOW
+whole_number() {
+    [[ ${!1} =~ ^(0|[1-9][0-9]{0,8})$ ]] && (( ${!1} >= $2 )) && return 0
+    local what="a whole number"; (( $2 < 1 )) || what="a positive whole number"
+    echo "error: $1 must be $what (digits, at most 9), not ${!1@Q}" >&2; exit 1
+}
 
 # Each stage's own settings. coco: the paper's models and the authors' schedule, recipes/coco.toml (the global
 # batch, M_theta~'s cosine, M_theta's steps). demo: the demo world's offline stand-ins for COCO's models, with
@@ -50,9 +61,7 @@ demo)
     BATCH=${BATCH:-$(recipe demo train.batch_size)}
     : "${LOG_EVERY:=20}"                        # a train_log.jsonl line every N steps
     SAVE_EVERY=${SAVE_EVERY:-$(recipe demo train.save_every)}  # a checkpoint every N steps
-    for setting in STEPS BATCH LOG_EVERY SAVE_EVERY; do
-        [[ ${!setting} =~ ^[1-9][0-9]*$ ]] || { echo "error: $setting must be a positive whole number, not '${!setting}'" >&2; exit 1; }
-    done
+    for setting in STEPS BATCH LOG_EVERY SAVE_EVERY; do whole_number "$setting" 1; done
     SALIENCY=(--scene-graphs "$DATA/scene_graphs.json" --image-data "$DATA/image_data.json")
     GRAPHS=(--scene-graphs "$DATA/scene_graphs.json" --image-data "$DATA/image_data.json" --levels caption)
     PARAPHRASER=(--model rules --levels caption)
@@ -63,9 +72,7 @@ demo)
     EVAL=(--long-refs "$DATA/long_refs.json") ;;
 *) echo "error: WORLD must be coco or demo, not '$WORLD'" >&2; exit 1 ;;
 esac
-for setting in SHARDS NODES GPUS MAX_RESTARTS; do
-    [[ ${!setting} =~ ^[0-9]+$ ]] || { echo "error: $setting must be a whole number, not '${!setting}'" >&2; exit 1; }
-done
+for setting in SHARDS NODES GPUS MAX_RESTARTS; do whole_number "$setting" 0; done
 (( SHARDS >= 1 && NODES >= 1 )) || { echo "error: SHARDS and NODES must be at least 1 (SHARDS=$SHARDS, NODES=$NODES)" >&2; exit 1; }
 [ -z "$STAGE" ] || [ -d "$STAGE" ] || { echo "error: STAGE=$STAGE is not a folder (the node-local copy of the features goes there)" >&2; exit 1; }
 mkdir -p "$RUNS/logs"                           # the jobs' logs (sbatch does not create the folder)
@@ -132,7 +139,7 @@ run_training() {
     port=$((20000 + SLURM_JOB_ID % 20000))       # one port per job: two jobs on one node do not meet
     stage_features
     run_requeueable srun --ntasks-per-node=1 --ntasks="$SLURM_NNODES" --kill-on-bad-exit=1 \
-        $PY slurm/torchrun.py --nnodes "$SLURM_NNODES" --nproc_per_node "$nproc" \
+        "${PYTHON[@]}" slurm/torchrun.py --nnodes "$SLURM_NNODES" --nproc_per_node "$nproc" \
         --rdzv-backend c10d --rdzv-endpoint "${host:-$first}:$port" --rdzv-id "$SLURM_JOB_ID" \
         --max-restarts "$MAX_RESTARTS" --shutdown-timeout 300 "$@" --features "$FEATURES"
 }

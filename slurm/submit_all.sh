@@ -22,12 +22,29 @@ if (( ! DRY_RUN )) && ! command -v sbatch > /dev/null; then
     echo "error: sbatch not found: run this on a SLURM login node (or see the jobs with --dry-run)" >&2; exit 1
 fi
 # the recipe's settings, checked as 04 and 06 will check them, before a job is planned (a dry run fails alike)
-"${PY%% *}" "$CLID_ROOT/clid/run/recipes.py" check "$WORLD" || exit 1
+"${PYTHON[0]}" "$CLID_ROOT/clid/run/recipes.py" check "$WORLD" || exit 1
 read -ra TRAINING <<< "$(training_job_flags | tr '\n' ' ')"
 ONE_GPU=(); if (( GPUS > 0 )); then ONE_GPU=(--gres=gpu:1); fi
 declare -A ID
 RECORD=$RUNS/logs/submitted.tsv
-(( DRY_RUN )) || printf 'name\tjob\tafter\tcommand\n' > "$RECORD.part"
+SUBMITTED=0
+# However the script ends (sbatch failing, Ctrl-C), the jobs already submitted are in $RECORD; with none, an earlier
+# record stays as it was
+keep_record() {
+    [ -f "$RECORD.part" ] || return 0
+    if (( SUBMITTED > 0 )); then mv "$RECORD.part" "$RECORD"; else rm -f "$RECORD.part"; fi
+}
+stopped() {
+    keep_record
+    echo "error: stopped by $1 after submitting $SUBMITTED of the 16 jobs$( (( SUBMITTED == 0 )) || echo \
+         ", which are in $RECORD: cancel them (scancel) before submitting again")" >&2
+    exit 1
+}
+STOP=""  # a signal's name: the script stops once the job being submitted is recorded
+if (( ! DRY_RUN )); then
+    trap keep_record EXIT; trap 'STOP=SIGINT' INT; trap 'STOP=SIGTERM' TERM; trap 'STOP=SIGHUP' HUP
+    printf 'name\tjob\tafter\tcommand\n' > "$RECORD.part"
+fi
 
 # submit NAME "DEPENDENCY NAMES" [sbatch flags] SCRIPT [ARGS]: the job's id goes to ID[NAME]
 submit() {
@@ -39,15 +56,22 @@ submit() {
         ID[$name]=$name
         printf '%-18s after %-28s %s\n' "$name" "${after:--}" "${command[*]}"
     else
-        local status=0
-        ID[$name]=$("${command[@]}") || status=$?
-        if (( status != 0 )) || [ -z "${ID[$name]}" ]; then  # keep the record of the jobs already submitted
-            mv "$RECORD.part" "$RECORD"
-            echo "error: sbatch failed on job $name (exit $status); the $(( $(wc -l < "$RECORD") - 1 )) jobs" \
-                 "submitted before it are in $RECORD: cancel them (scancel) before submitting again" >&2
+        local status=0 answer
+        answer=$("${command[@]}") || status=$?
+        ID[$name]=${answer%%;*}                      # (--parsable: the job id, then ";CLUSTER" on a federation)
+        if (( status != 0 )) && [ -n "$STOP" ]; then stopped "$STOP"; fi
+        if (( status != 0 )) || ! [[ ${ID[$name]} =~ ^[0-9]+$ ]]; then
+            local why="exit $status"
+            (( status != 0 )) || why="it answered ${answer@Q}, not a job id"
+            (( status != 127 )) || why="sbatch not found"
+            keep_record
+            echo "error: sbatch failed on job $name ($why); $( (( SUBMITTED == 0 )) && echo "no job was submitted" \
+                 || echo "the $SUBMITTED jobs submitted before it are in $RECORD: cancel them (scancel) before submitting again")" >&2
             exit 1
         fi
         printf '%s\t%s\t%s\t%s\n' "$name" "${ID[$name]}" "$after" "${command[*]}" >> "$RECORD.part"
+        SUBMITTED=$(( SUBMITTED + 1 ))
+        [ -z "$STOP" ] || stopped "$STOP"
     fi
 }
 job() { submit "$1" "$2" --output="$RUNS/logs/%x-%j.out" "${@:3}"; }
@@ -73,7 +97,7 @@ if (( DRY_RUN )); then
     echo "dry run: 16 jobs, not submitted ($NODES node(s) x $GPUS GPU(s) a training job, $SHARDS shards; logs would go to $RUNS/logs)"
     exit 0
 fi
-mv "$RECORD.part" "$RECORD"
+keep_record
 echo "submitted: 00=${ID[convert]} features=${ID[features]},${ID[features-merge]} 01=${ID[saliency]} 02=${ID[captions]}" \
      "03=${ID[paraphrase]} 04=${ID[trusted]},${ID[extended]},${ID[scoring]} 05=${ID[score]} 06=${ID[selection]}" \
      "07=${ID[eval]} (logs and $(basename "$RECORD") in $RUNS/logs)"

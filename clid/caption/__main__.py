@@ -252,7 +252,7 @@ def compute_features(args, listing: ImageList, path: Path) -> tuple[str, dict | 
         if features.up_to_date(fargs, listing, writers=(CAPTION, features.COMMAND)):
             print(f"{path}: the region features of these images are up to date")
             for line in skip_summary([tuple(s) for s in earlier.get("skipped", [])], len(earlier.get("images", {}))
-                                     + len(earlier.get("skipped", []))):
+                                     + len(earlier.get("skipped", [])), listed_in=runs.record_path(path)):
                 print(line)
             return str(path), earlier
         if earlier is None or earlier.get("command") != CAPTION:
@@ -380,7 +380,7 @@ def main(argv=None) -> None:
         if args.length is not None:  # the badge: green when the caption has the length asked for
             own = {key: {**r, "in_range": r.get("length") == args.length} for key, r in own.items()}
             title = f"Captions of exactly {args.length} tokens"
-        notes = [f"warning: {writer.checkpoint_state.warning()}"] if writer.unfinished else []
+        notes = [f"warning: {writer.checkpoint_state.warning(page_name(args.checkpoint, args.gallery))}"] if writer.unfinished else []
         notes += [f"{len(seen)} images; {asked}"]
         notes += [f"{n}: {page_name(path, args.gallery)}" for n, _, path in (e.partition("=") for e in args.compare)]
         notes += [f"{name}: {page_name(args.checkpoint, args.gallery)}"

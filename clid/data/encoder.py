@@ -202,8 +202,8 @@ def grid_regions(files: list[ImageFile], n: int, to_id=keep_key) -> tuple[list, 
     (:func:`collision`). (Boxes are made from the image's size when it is read.)"""
     items, skipped, seen = [], [], {}
     for f in files:
-        image_id = to_id(f.path.name)
-        if problem := name_problem(image_id):
+        image_id = to_id(f.path.name)  # (a backslash in the name is no folder here: "a\\b.png" is no id, not "b")
+        if problem := name_problem(keep_key(f.path.name)) or name_problem(image_id):
             skipped.append((f.name, problem))
             continue
         if image_id in seen:

@@ -389,9 +389,11 @@ def _walk(found: ImageList, seen: set, folder: Path, prefix: str) -> None:
             _add(found, seen, Path(entry.path), name, top=False)
 
 
-def skip_summary(skipped: list[tuple[str, str]], total: int, shown_first: int = 10, noun: str = "files") -> list[str]:
+def skip_summary(skipped: list[tuple[str, str]], total: int, shown_first: int = 10, noun: str = "files",
+                 listed_in=None) -> list[str]:
     """The lines that account for skipped entries: the first ``shown_first`` with their reasons, then how many
-    of the ``total`` ``noun`` were skipped, by reason (each name and reason on one line)."""
+    of the ``total`` ``noun`` were skipped, by reason (each name and reason on one line), and the file that
+    names them all (``listed_in``), where more were skipped than shown."""
     if not skipped:
         return []
     lines = [f"skipped {shown(name)}: {shown(reason)}" for name, reason in skipped[:shown_first]]
@@ -399,7 +401,9 @@ def skip_summary(skipped: list[tuple[str, str]], total: int, shown_first: int = 
     for _, reason in skipped:
         kind = re.split(r" \(|:| from ", reason, maxsplit=1)[0]  # (the reason without its particulars)
         kinds[kind] = kinds.get(kind, 0) + 1
-    more = " (the first above)" if len(skipped) > shown_first else ""
+    more = ""
+    if len(skipped) > shown_first:
+        more = f" (the first above{f'; all in {shown(listed_in)}' if listed_in else ''})"
     lines.append(f"skipped {len(skipped)} of {total} {noun}{more}: "
                  + "; ".join(f"{count} {kind}" for kind, count in kinds.items()))
     return lines

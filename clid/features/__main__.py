@@ -242,7 +242,7 @@ def compute(args, listing: ImageList, writer: str = COMMAND) -> dict:
     count = write_features(args.out, regions(), KIND)
     record.update(images=written, skipped=[list(s) for s in skipped], notes=[list(n) for n in notes])
     runs.write_own_record(args.out, record, writer)
-    for line in skip_summary(skipped, total, noun=noun):
+    for line in skip_summary(skipped, total, noun=noun, listed_in=runs.record_path(args.out)):
         print(line)
     for name, note in notes:
         print(f"note: {shown(name)}: {note}")

@@ -456,14 +456,15 @@ class CheckpointState:
             return f"step {self.step:,}: " + ("unfinished (no model card)" if self.unfinished else "finished")
         return steps_done(self.step, self.planned)
 
-    def warning(self) -> str:
-        """The one line the caption command prints for an unfinished checkpoint."""
+    def warning(self, name: str | None = None) -> str:
+        """The one line the caption command prints for an unfinished checkpoint, naming it ``name`` (default: its
+        folder as given; a page names it relative to itself)."""
         steps = f"step {self.step:,} of {self.planned:,}" if self.planned is not None else \
             f"step {self.step:,} and no model card"
         parts = Path(self.folder).resolve().parts
         resume = "`make checkpoint` resumes it" if parts[-3:] == ("runs", "quick", "model") else \
             "the same training command resumes it"
-        return f"{self.folder} is unfinished: {steps}; {resume}"
+        return f"{self.folder if name is None else name} is unfinished: {steps}; {resume}"
 
     def to_json(self) -> dict:
         """For a captions file's run record: ``{"step", "planned_steps", "unfinished"}``."""

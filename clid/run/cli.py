@@ -245,7 +245,10 @@ def torchrun_rank() -> int | None:
 
 def error_exit(line: str) -> None:
     """Exit with status 1 after printing ``line`` to stderr; under torchrun only rank 0 prints it (the
-    other ranks meet the same error in the same files), so a job shows it once."""
+    other ranks meet the same error in the same files), so a job shows it once. Control characters and bytes of a
+    file name that are not UTF-8 are escaped (``\\n``, ``\\x01``, ``\\udcff``): the line stays one line, and printable."""
     if torchrun_rank() in (None, 0):
+        line = "".join(c if c.isprintable() or c == "\t" else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                       for c in str(line).rstrip("\n"))
         print(line, file=sys.stderr, flush=True)
     sys.exit(1)

@@ -11,7 +11,8 @@ nothing of clid at its top.
 A recipe's tables: ``[train]``, flags of 04 and 06 (their argparse names) that become those stages' defaults;
 ``[trusted]``, ``[extended]``, ``[scoring]``, ``[selection]``, flags of one model only (04 --data trusted, 04
 --data extended, 04 --continue-from, 06); ``[resolved]``, what 04 and 06 work out for each run (the steps, the
-cosine's horizon, 06's eta, the output shortlist). ``extends = "NAME"`` starts from another recipe. The tables of
+cosine's horizon, 06's eta, the output shortlist). ``extends = "NAME"`` starts from another recipe (a .toml file: named
+from the folder of the recipe that extends it). The tables of
 :data:`SHELL_TABLES` are read by the shell scripts only.
 
 A recipe is checked as flags are: a value of a flag table goes through that flag's own parser (04 and 06 check them
@@ -117,8 +118,19 @@ def _tables(name: str, table: str, seen: tuple) -> list[tuple[Path, dict]]:
     path = recipe_path(name)
     raw = _read(path)
     base = raw.get("extends")
-    out = _tables(str(base), table, (*seen, name)) if isinstance(base, str) and name not in seen else []
+    out = _tables(base_name(path, base), table, (*seen, name)) if isinstance(base, str) and not seen_before(name, seen) else []
     return out + ([(path, raw[table])] if isinstance(raw.get(table), dict) else [])
+
+
+def base_name(path: Path, base: str) -> str:
+    """The recipe that ``extends = "BASE"`` in the file ``path`` names: a recipe's name, or a .toml file, relative to
+    ``path``'s folder."""
+    return str(path.parent / base) if base.endswith(".toml") else base
+
+
+def seen_before(name: str, seen: tuple) -> bool:
+    """Whether the recipe ``name`` is one of ``seen``, however each is spelled (a file by two paths)."""
+    return any(other == name or recipe_path(other).resolve() == recipe_path(name).resolve() for other in seen)
 
 
 def recipe_names() -> list[str]:
@@ -158,13 +170,13 @@ def _read(path: Path) -> dict:
 
 def _load(name: str, seen: tuple) -> dict:
     path = recipe_path(name)
-    if name in seen:
+    if seen_before(name, seen):
         raise ValueError(f"{path} extends itself (through {' -> '.join(seen)})")
     recipe = copy.deepcopy(_read(path))
     base = recipe.pop("extends", None)
     if base is None:
         return recipe
-    merged = _load(str(base), (*seen, name))
+    merged = _load(base_name(path, str(base)), (*seen, name))
     for key, value in recipe.items():
         merged[key] = {**merged[key], **value} if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
     return merged
@@ -250,7 +262,9 @@ def recipe_flag_values(p, name: str, model: str) -> dict:
     for path, table, key, value in flag_settings(name, model):
         where = f"{path}: [{table}] {key} = {shown(value)}"
         if key not in actions:
-            raise ValueError(f"{path}: [{table}] {key} is not a flag of this stage")
+            near = key.strip().lower().lstrip("-").replace("-", "_")  # (--max-steps, max-steps, Max_Steps)
+            hint = f" (the flag {actions[near].option_strings[0]} is written {near} here)" if near in actions else ""
+            raise ValueError(f"{path}: [{table}] {key} is not a flag of this stage{hint}")
         try:
             values[key] = recipe_value(actions[key], value)
         except (ValueError, TypeError, argparse.ArgumentTypeError) as err:

@@ -139,15 +139,16 @@ def model_spec(model):
     return spec
 
 
-def converted(name: str, load_model) -> Path:
+def converted(name: str, load_model, again: str | None = None) -> Path:
     """The CTranslate2 copy of the checkpoint ``name``, converted now if it is not there yet: a folder
     ``ctranslate2-DIGEST`` beside the model, written under a temporary name and renamed when whole
     (a killed conversion leaves only its temporary folder, which the next run replaces).
-    ``load_model()`` gives the transformers model (on the CPU) when a conversion is needed."""
+    ``load_model()`` gives the transformers model (on the CPU) when a conversion is needed. ``again``: why the
+    converted copy there is converted again (CTranslate2 could not load it)."""
     folder = model_folder(name)
     target = folder / f"ctranslate2-{checkpoint_digest(folder)[:16]}"
     if (target / "model.bin").exists():
-        problem = conversion_problem(target)
+        problem = again or conversion_problem(target)
         if problem is None:
             return target
         print(f"warning: {target}: {problem}; converting the checkpoint again", file=sys.stderr)

@@ -384,6 +384,11 @@ def reorder_self_attention_only(model):
     return model
 
 
+def first_line(err: Exception) -> str:
+    """An exception's message on one short line."""
+    return (str(err).splitlines() or [type(err).__name__])[0][:200]
+
+
 class ModelParaphraser:
     """A transformers seq2seq paraphraser (Pegasus and the like), beam search, batched.
 
@@ -417,13 +422,24 @@ class ModelParaphraser:
                     self.generation_config = GenerationConfig.from_pretrained(name)
                 except OSError:  # (none saved: the model config's defaults, as transformers does)
                     self.generation_config = GenerationConfig.from_model_config(self.config)
-                self.translator = ct2_pegasus.Translator(path, device, precision, torch.get_num_threads())
+                try:
+                    self.translator = ct2_pegasus.Translator(path, device, precision, torch.get_num_threads())
+                except Exception as err:  # a copy that does not load (cut short, converted before sizes were recorded)
+                    path = ct2_pegasus.converted(name, load, again=f"CTranslate2 cannot load it ({first_line(err)})")
+                    try:
+                        self.translator = ct2_pegasus.Translator(path, device, precision, torch.get_num_threads())
+                    except Exception as err:
+                        raise DataError(path, None, f"CTranslate2 cannot load this copy of the paraphraser '{name}', "
+                                                    f"converted again just now ({first_line(err)}): give --engine "
+                                                    "transformers") from None
             else:
                 self.model = AutoModelForSeq2SeqLM.from_pretrained(name).to(device).eval()
                 self.config = self.model.config
                 reorder_self_attention_only(self.model)
                 if runtime.device_plan(device).gpu:  # (on the CPU the padding would only cost time)
                     pad_vocabulary(self.model)
+        except DataError:
+            raise
         except Exception as err:  # OSError (not found), ValueError / ImportError (cannot convert)
             from clid.base.hub import is_local, load_problem
 

@@ -227,11 +227,34 @@ RECIPE_CASES = [
     ("extends-a-number", "extends = 3", "extends = 3: must be a recipe's name"),
     ("extends-missing", 'extends = "nope"', "no recipe"),
     ("sets-no-flag", "[train]\nrate = 1", "[train] rate is not a flag of this stage"),
+    ("flag-as-on-the-command-line", '[train]\n"--max-steps" = 3', "[train] --max-steps is not a flag of this stage (the flag "
+                                                                  "--max-steps is written max_steps here)"),
+    ("flag-with-hyphens", '[train]\nbatch-size = 3', "[train] batch-size is not a flag of this stage (the flag --batch-size"),
+    ("steps-text", '[resolved]\nsteps = "1000"', "[resolved] steps must be a positive integer, got \"1000\""),
+    ("steps-zero", "[resolved]\nsteps = 0", "[resolved] steps must be a positive integer, got 0"),
+    ("steps-inf", "[resolved]\nsteps = inf", "[resolved] steps must be a positive integer, got inf"),
+    ("eta-span-zero", "[resolved]\neta_span = 0", "[resolved] eta_span must be a number in (0, 1]"),
+    ("eta-span-nan", "[resolved]\neta_span = nan", "[resolved] eta_span must be a number in (0, 1]"),
+    ("world-n-train-float", "[world]\nn_train = 1e3", "[world] n_train must be a positive integer, got 1000.0"),
+    ("quick-paraphraser-unknown", '[quick]\nparaphraser = "pegasus"', "[quick] paraphraser must be one of rules, sentences"),
+    ("preset-upper-case", '[train]\npreset = "TINY"', "[train] preset = \"TINY\": must be one of tiny"),
+    ("dropout-negative", "[train]\ndropout = -0.1", "[train] dropout = -0.1: must be a probability"),
+    ("max-steps-1e30", "[train]\nmax_steps = 1e30", "[train] max_steps = 1e+30"),
+    ("model-table-a-list", "trusted = [1, 2]", "trusted = [1, 2]: must be a table"),
+    ("extends-itself", 'extends = "mine.toml"', "extends itself"),  # (a file is named from the folder of the one that extends it)
+    ("extends-itself-by-another-path", 'extends = "./sub/../mine.toml"', "extends itself"),
+    ("extends-a-file-beside-it", 'extends = "base.toml"', "[train] batch_size = 0: must be a positive integer"),
     ("not-utf8", b"[train]\nlr = 1e-3 # \xff\n", "is not utf-8"),
 ]
 
+def recipe_file(d: Path, text) -> Path:
+    """``mine.toml`` holding ``text``, beside ``base.toml``, a recipe of a value 04 refuses, and a folder ``sub``."""
+    write(d, "base.toml", "[train]\nbatch_size = 0\n")
+    (d / "sub").mkdir()
+    return write(d, "mine.toml", text)
+
 for name, text, fragment in RECIPE_CASES:
-    row("04", f"recipe-{name}", lambda w, d, text=text: w.train_args(d / "out", "--recipe", write(d, "mine.toml", text)), fragment)
+    row("04", f"recipe-{name}", lambda w, d, text=text: w.train_args(d / "out", "--recipe", recipe_file(d, text)), fragment)
 
 row("04", "recipe-a-folder", lambda w, d: w.train_args(d / "out", "--recipe", (d / "r.toml").mkdir() or d / "r.toml"),
     "is a folder, not a recipe file")

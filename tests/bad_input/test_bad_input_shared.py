@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -311,6 +312,98 @@ for stage, args in (("04", lambda w, d, *x: w.train_args(d / "out", *x)), ("05",
                             ("", "must be auto or a size")):
         row(stage, f"region-cache-{value or 'empty'}", lambda w, d, args=args, value=value: args(w, d, "--region-cache", value),
             f"argument --region-cache: {fragment}")
+
+
+# -- every file under --images captioned or counted and named with its reason (clid.features, clid.caption --images) --
+def encoder_checkpoint(w: World) -> Path:
+    """A checkpoint trained (2 steps) on features this package computes from pixels (the demo world's), so that
+    clid.caption --images computes them: made once per pytest worker, beside its world."""
+    folder = w.root / "encoder-world"
+    if not (folder / "ck" / "config.json").exists():
+        from badinput import _must, run_stage
+
+        _must(run_stage("00", ["--out", folder / "demo", "--n-train", "8", "--n-val", "2", "--n-test", "2",
+                               "--workers", "1"]))
+        _must(run_stage("04", ["--captions", folder / "demo" / "captions.json", "--features", folder / "demo" / "features.h5",
+                               "--out", folder / "ck", "--preset", "tiny", "--max-steps", "2", "--warmup", "1",
+                               "--batch-size", "4", "--eval-every", "0"]))
+    return folder / "ck"
+
+def odd_folder(d: Path, *names, make=None) -> Path:
+    """A folder of small PNG photos: 1.png and ``names``; ``make(folder)`` adds what else it holds."""
+    from PIL import Image
+
+    folder = d / "photos"
+    folder.mkdir()
+    for k, name in enumerate(["1.png", *names]):
+        Image.fromarray(np.full((24, 32, 3), 30 * k, np.uint8)).save(folder / name)
+    if make:
+        make(folder)
+    return folder
+
+def an_animation(folder: Path) -> None:
+    from PIL import Image
+
+    frames = [Image.new("RGB", (40, 32), (60 * k, 0, 0)) for k in range(3)]
+    frames[0].save(folder / "anim.gif", save_all=True, append_images=frames[1:], duration=100)
+
+def a_bomb(folder: Path) -> None:
+    """A PNG whose header says 30,000 x 30,000 pixels (more than Pillow opens), in a few bytes."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    (folder / "huge.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 30000, 30000, 8, 2, 0, 0, 0))
+                                      + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+
+def copy_of_1(name: str):
+    return lambda folder: (folder / name).write_bytes((folder / "1.png").read_bytes())
+
+IMAGE_FOLDER_CASES = [  # (name, folder(d) -> the --images path, fragment, kind)
+    ("animated-gif", lambda d: odd_folder(d, make=an_animation), "note: anim.gif: animated (3 frames): its first frame taken", "ok"),
+    ("link-that-points-nowhere", lambda d: odd_folder(d, make=lambda f: (f / "gone.png").symlink_to(f / "nope.png")),
+     "skipped gone.png: a symbolic link that points nowhere", "skip"),
+    ("link-in-a-loop", lambda d: odd_folder(d, make=lambda f: (f / "loop.png").symlink_to(f / "loop.png")),
+     "skipped loop.png: a symbolic link in a loop", "skip"),
+    ("a-fifo", lambda d: odd_folder(d, make=lambda f: os.mkfifo(f / "pipe.png")), "skipped pipe.png: not a regular file", "skip"),
+    ("decompression-bomb", lambda d: odd_folder(d, make=a_bomb), "skipped huge.png: too large to read", "skip"),
+    ("cut-short", lambda d: odd_folder(d, make=lambda f: (f / "cut.png").write_bytes((f / "1.png").read_bytes()[:40])),
+     "skipped cut.png: cannot be read as an image", "skip"),
+    ("leading-space", lambda d: odd_folder(d, " lead.png"), "2 of 2 files read|region features of 2 images", "ok"),
+    ("trailing-space", lambda d: odd_folder(d, "x .png"), "2 of 2 files read|region features of 2 images", "ok"),
+    ("one-id-by-spaces", lambda d: odd_folder(d, " 1.png"), "their names differ only in the extension or the spaces", "error"),
+    ("dot-dot-png", lambda d: odd_folder(d, make=copy_of_1("..png")), "skipped ..png: hidden", "skip"),
+    ("dot-dot-dot-png", lambda d: odd_folder(d, make=copy_of_1("...png")), "skipped ...png: hidden", "skip"),
+    ("dot-dot-png-named-alone", lambda d: odd_folder(d, make=copy_of_1("..png")) / "..png",
+     "..png: a name that cannot be an id: its id would be '.'", "error"),
+    ("hidden-glob", lambda d: str(odd_folder(d, make=copy_of_1("...png"))) + "/.*.png",
+     "...png: a name that cannot be an id: its id would be '..'", "error"),
+    ("superscript-digits", lambda d: odd_folder(d, "room101\u00b2.png"), "2 of 2 files read|region features of 2 images", "ok"),
+    ("unicode-name", lambda d: odd_folder(d, "\u65e5\u672c.jpg", "\u00fcn\u00ef.png"), "3 of 3 files read|region features of 3 images", "ok"),
+    ("decomposed-unicode-name", lambda d: odd_folder(d, "u\u0308n.png"), "2 of 2 files read|region features of 2 images", "ok"),
+    ("control-character", lambda d: odd_folder(d, "a\x01b.png"),
+     "skipped a\\x01b.png: a name that cannot be an id: it holds a control character", "skip"),
+    ("newline-in-name", lambda d: odd_folder(d, "a\nb.png"), "skipped a\\nb.png: a name that cannot be an id", "skip"),
+    ("tab-in-name", lambda d: odd_folder(d, "a\tb.png"), "skipped a\\tb.png: a name that cannot be an id", "skip"),
+    ("backslash-in-name", lambda d: odd_folder(d, "a\\b.png"), "the id 'a\\\\b' holds a path separator", "skip"),
+    ("name-too-long", lambda d: odd_folder(d, "\u00e9" * 120 + ".png"), "the id is longer than 200 bytes", "skip"),
+    ("name-not-utf8", lambda d: odd_folder(d, make=lambda f: (Path(os.fsdecode(bytes(f) + b"/caf\xe9.png"))).write_bytes(
+        (f / "1.png").read_bytes())), "skipped caf\\udce9.png: a name that cannot be an id: it holds bytes that are not utf-8", "skip"),
+    ("more-skipped-than-shown", lambda d: odd_folder(d, make=lambda f: [(f / f"note{k}.txt").write_text("x") for k in range(12)]),
+     "skipped 12 of 13 files (the first above; all in ", "skip"),
+]
+
+IMAGE_READERS = {  # stage -> its command line of an --images path
+    "features": lambda w, d, images: ["--images", images, "--boxes", "grid", "2", "--out", d / "f.h5", "--device", "cpu"],
+    "caption": lambda w, d, images: ["--checkpoint", encoder_checkpoint(w), "--images", images, "--out", d / "c.jsonl",
+                                     "--device", "cpu", "--decode-steps", "1", "--levels", "1", "--grid", "2"],
+}
+
+for stage, args in IMAGE_READERS.items():
+    for name, folder, fragment, kind in IMAGE_FOLDER_CASES:
+        row(stage, f"images-folder-{name}", lambda w, d, args=args, folder=folder: args(w, d, folder(d)), fragment, kind)
 
 
 @pytest.mark.parametrize("row", table.params())

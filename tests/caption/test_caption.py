@@ -260,6 +260,47 @@ def test_api_reads_files_pil_images_and_arrays_as_the_command_reads_them(world, 
         writer.caption_images(photo, grid=2.5)
 
 
+def test_api_accounts_for_every_file_as_the_command_does(world, tmp_path):
+    """image_files lists a folder as --images does (every other entry in .skipped, with its reason, and one
+    warning); caption_images refuses a file it cannot read in one ValueError naming it, and reads an animation's
+    first frame with a warning."""
+    import struct
+    import warnings
+    import zlib
+
+    from PIL import Image
+
+    from clid.caption import CaptionWriter, image_files
+
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    Image.new("RGB", (32, 24), (200, 30, 30)).save(folder / " lead.png")
+    Image.new("RGB", (32, 24), (20, 30, 200)).save(folder / "..png", "PNG")
+    (folder / "gone.png").symlink_to(folder / "nope.png")
+    frames = [Image.new("RGB", (32, 24), (60 * k, 0, 0)) for k in range(3)]
+    frames[0].save(folder / "anim.gif", save_all=True, append_images=frames[1:])
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    (folder / "huge.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 30000, 30000, 8, 2, 0, 0, 0))
+                                      + chunk(b"IEND", b""))
+    with pytest.warns(UserWarning, match="image_files: 2 entries are not read as images"):
+        found = image_files(folder)
+    assert [p.name for p in found] == [" lead.png", "anim.gif", "huge.png"]
+    assert [name for name, _ in found.skipped] == ["..png", "gone.png"]
+    writer = CaptionWriter.from_checkpoint(world / "ck", "cpu")
+    writer.encoder = PixelEncoder()
+    for bad, says in ((folder / "huge.png", "huge.png: too large to read"),
+                      (folder / "gone.png", "gone.png: a symbolic link that points nowhere")):
+        with pytest.raises(ValueError, match=says):
+            writer.caption_images(bad, levels=[1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        captions = writer.caption_images(found[:2], levels=[1])
+    assert len(captions) == 2 and any("anim.gif: animated (3 frames): its first frame taken" in str(w.message) for w in caught)
+
+
 def test_rows_and_gallery_cards_keep_the_file_name_beside_the_id(world, tmp_path):
     """Zero-padded names are read as COCO ids (--image-ids auto, as the README states); --images takes a file
     and a glob together; each caption line and gallery card names the file."""
@@ -407,6 +448,54 @@ def test_the_page_holds_no_folder_of_this_machine_and_no_photos_metadata(world, 
     assert {"comment", "exif", "icc_profile"} <= set(Image.open(photo).info)
     data = base64.b64decode(thumbnail(photo, "1").split(",", 1)[1])
     assert b"private" not in data and not {"comment", "exif", "icc_profile"} & set(Image.open(io.BytesIO(data)).info)
+
+
+def test_the_page_bytes_hold_nothing_private(world, tmp_path):
+    """Every path given absolute (an unfinished --checkpoint, --features, --ids, --compare, --images and the page
+    itself), photos holding a JPEG comment, EXIF (a GPS position), XMP, an ICC profile and PNG text: the page's
+    bytes hold none of them, nor any folder of this machine; its thumbnails are pixels alone."""
+    import base64
+    import io
+    import json
+    import re
+    import shutil
+
+    from PIL import Image, PngImagePlugin
+
+    checkpoint = tmp_path / "my runs" / "ck"
+    shutil.copytree(world / "ck", checkpoint)
+    state = json.loads((checkpoint / "train_state.json").read_text())
+    (checkpoint / "train_state.json").write_text(json.dumps(dict(state, step=1)))  # unfinished: a warning in the page
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    exif = Image.Exif()
+    exif[0x010E] = "SECRET-EXIF"  # ImageDescription
+    exif[0x8825] = {1: "N", 2: (51.0, 30.0, 0.0)}  # GPS
+    Image.open(world / "images" / "45.png").convert("RGB").save(
+        photos / "45.jpg", comment=b"SECRET-COMMENT", exif=exif.tobytes(), icc_profile=b"SECRET-ICC" + b"\0" * 128,
+        xmp=b"<x:xmpmeta>SECRET-XMP</x:xmpmeta>")
+    text = PngImagePlugin.PngInfo()
+    text.add_text("Comment", "SECRET-PNG-TEXT")
+    Image.open(world / "images" / "46.png").save(photos / "46.png", pnginfo=text)
+    (tmp_path / "ids.txt").write_text("45\n46\n")
+    base = tmp_path / "earlier" / "base.jsonl"
+    base.parent.mkdir()
+    caption_main(*common(world, base, "--ids", tmp_path / "ids.txt", "--levels", "1"))
+    page = tmp_path / "pages" / "g.html"
+    caption_main("--checkpoint", checkpoint.resolve(), "--features", (world / "features.h5").resolve(), "--device", "cpu",
+                 "--out", tmp_path / "pages" / "c.jsonl", "--ids", (tmp_path / "ids.txt").resolve(), "--levels", "1",
+                 "--gallery", page.resolve(), "--images", (photos / "45.jpg").resolve(), f"{photos.resolve()}/*.png",
+                 "--compare", f"earlier={base.resolve()}")
+    data = page.read_bytes()
+    assert b"SECRET" not in data and b"is unfinished" in data
+    for folder in (tmp_path, tmp_path.resolve(), world, Path.home()):
+        assert str(folder).encode() not in data, folder
+    assert b"<p>earlier: base.jsonl</p>" in data and b"warning: ck is unfinished" in data
+    thumbnails = re.findall(rb'src="data:image/jpeg;base64,([^"]+)"', data)
+    assert len(thumbnails) == 2
+    for encoded in thumbnails:
+        raw = base64.b64decode(encoded)
+        assert b"SECRET" not in raw and not {"comment", "exif", "icc_profile", "xmp"} & set(Image.open(io.BytesIO(raw)).info)
 
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -44,3 +44,29 @@ def test_a_string_default_is_checked_too():
     parser = argparse.ArgumentParser()
     parser.add_argument("--shard-id", type=non_negative_int, default="4")
     assert parser.parse_args([]).shard_id == 4
+
+
+def test_a_hub_that_accepts_and_never_answers_is_given_up_in_seconds(monkeypatch, capsys):
+    """--allow-download (here abbreviated) against a hub that accepts the connection and never answers: one warning
+    line after HUB_TIMEOUT seconds, and the run goes on offline (a model that is not on disk is then one error line)."""
+    import os
+    import socket
+    import time
+
+    from clid.run import cli
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)  # (the kernel accepts the connection; nothing ever answers it)
+    try:
+        monkeypatch.setattr(cli, "HUB_TIMEOUT", 1)
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+        started = time.monotonic()
+        assert cli.stay_offline(["--model", "some-org/some-model", "--allow-d"]) is True
+        assert time.monotonic() - started < 5 and os.environ["HF_HUB_OFFLINE"] == "1"
+        warning = capsys.readouterr().err
+        assert warning.count("\n") == 1 and "did not answer within 1 s: going on offline" in warning
+    finally:
+        server.close()

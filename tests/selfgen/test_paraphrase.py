@@ -331,6 +331,27 @@ def test_ctranslate2_conversion_is_reused_and_resumes(tmp_path, tiny_pegasus, ca
     assert ct2_pegasus.converted(str(folder), load).name != first.name
 
 
+def test_a_converted_copy_that_does_not_load_is_converted_again(tmp_path, tiny_pegasus, capsys):
+    """A model.bin cut short in a copy converted before its sizes were recorded (no clid-written.json): CTranslate2
+    cannot load it, so it is converted again, with a warning, never taken as it is nor answered with --model rules."""
+    pytest.importorskip("ctranslate2")
+    from clid.selfgen import ct2_pegasus
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_pegasus, folder, ignore=shutil.ignore_patterns("ctranslate2-*", ".ctranslate2-*"))
+    first = paraphrase.ModelParaphraser(str(folder), "cpu", num_beams=1, batch_size=8, max_length=24, engine="ctranslate2")
+    copy = next(folder.glob("ctranslate2-*"))
+    whole = (copy / "model.bin").read_bytes()
+    (copy / ct2_pegasus.WRITTEN).unlink()
+    (copy / "model.bin").write_bytes(whole[: len(whole) // 3])
+    again = paraphrase.ModelParaphraser(str(folder), "cpu", num_beams=1, batch_size=8, max_length=24, engine="ctranslate2")
+    assert (copy / "model.bin").read_bytes() == whole and (copy / ct2_pegasus.WRITTEN).exists()
+    err = capsys.readouterr().err
+    assert "CTranslate2 cannot load it" in err and "converting the checkpoint again" in err and "--model rules" not in err
+    pieces = ["a red car on the road", "a dog near a tree"]
+    assert again(pieces) == first(pieces)
+
+
 def test_engine_choice(monkeypatch):
     """auto takes CTranslate2 on the CPU where it runs, transformers on a GPU or where it does not; a named engine that cannot run is one line."""
     from clid.selfgen import ct2_pegasus

@@ -522,6 +522,12 @@ def test_the_recipe_checker_checks_every_setting_as_the_stages_will(tmp_path):
     ("N_TRAIN", "1e3", "N_TRAIN must be a positive whole number"),
     ("CURATE_EVERY", "$(touch {marker})", "CURATE_EVERY must be a positive whole number"),
     ("LR", "fast", "LR must be a positive number"),
+    ("LR", "0", "LR must be a positive number"),
+    ("LR", "1e999", "LR must be a positive number"),
+    ("STEPS", "0009", "STEPS must be a positive whole number"),
+    ("STEPS", "3\n4", "STEPS must be a positive whole number (digits, at most 9), not $'3\\n4'"),
+    ("SEEDS", "99999999999", "SEEDS must be a positive whole number"),
+    ("PARAPHRASER", "pegasus", "PARAPHRASER must be rules, sentences or a model folder"),
 ])
 def test_demo_sh_checks_its_numbers_before_anything_runs(tmp_path, setting, value, says):
     """A variable given to demo.sh is checked before the shell computes with it (no text of it evaluated) and before
@@ -533,6 +539,19 @@ def test_demo_sh_checks_its_numbers_before_anything_runs(tmp_path, setting, valu
     assert done.returncode == 2 and not marker.exists(), done.stdout + done.stderr
     assert done.stdout.strip().startswith("error: ") and says in done.stdout and done.stdout.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_demo_sh_takes_a_python_whose_path_holds_a_space(tmp_path):
+    """PY is a path with a space (a checkout under "my dir"): it runs whole, not cut at the space."""
+    folder = tmp_path / "my dir"
+    folder.mkdir()
+    (folder / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # (a link would lose the venv)
+    (folder / "python").chmod(0o755)
+    env = dict(os.environ, STEPS="many", PY=str(folder / "python"))
+    done = subprocess.run(["bash", "demo.sh", str(tmp_path / "data"), str(tmp_path / "runs")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and done.stdout.strip() == "error: STEPS must be a positive whole number (digits, at " \
+                                                          "most 9), not 'many'", done.stdout + done.stderr
 
 
 def test_each_setting_is_written_in_its_recipe_only():

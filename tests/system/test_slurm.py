@@ -215,6 +215,12 @@ def test_dry_run_prints_the_jobs_and_their_dependencies_and_submits_nothing(tmp_
     ("BATCH", "8x", "BATCH must be a positive whole number"),
     ("LOG_EVERY", "-5", "LOG_EVERY must be a positive whole number"),
     ("SAVE_EVERY", "0", "SAVE_EVERY must be a positive whole number"),
+    ("SHARDS", "08", "SHARDS must be a whole number (digits, at most 9), not '08'"),  # (bash would read octal)
+    ("SHARDS", "99999999999999999999", "SHARDS must be a whole number"),  # (bash's arithmetic would wrap round)
+    ("GPUS", "1\n2", "GPUS must be a whole number (digits, at most 9), not $'1\\n2'"),
+    ("NODES", "HOME[$(touch x)]", "NODES must be a whole number"),
+    ("STEPS", "99999999999", "STEPS must be a positive whole number"),
+    ("PY", "  ", "PY (empty) not found"),
 ])
 def test_a_bad_setting_is_one_line_and_submits_nothing(tmp_path, setting, value, says):
     demo = {"WORLD": "demo"} if setting in ("STEPS", "BATCH", "LOG_EVERY", "SAVE_EVERY") else {}  # (the demo world's settings)
@@ -361,3 +367,65 @@ def test_a_training_job_reads_the_staged_copy_and_removes_it_at_its_end(tmp_path
     _, script = torchrun_and_script(call)
     assert script[script.index("--features") + 1] == str(stage / "clid-job-1234" / "features.h5")
     assert list(stage.iterdir()) == []
+
+
+def test_a_checkout_and_a_python_whose_paths_hold_a_space(tmp_path):
+    """CLID_ROOT and PY with a space ("my dir"): read whole, not cut at the space."""
+    folder = tmp_path / "my dir"
+    folder.mkdir()
+    (folder / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # (a link would lose the venv)
+    (folder / "python").chmod(0o755)
+    (folder / "checkout").symlink_to(ROOT)
+    done, calls = submit(tmp_path, "--dry-run", PY=str(folder / "python"), CLID_ROOT=str(folder / "checkout"))
+    assert done.returncode == 0 and "dry run: 16 jobs" in done.stdout, done.stderr
+
+
+def submit_with(tmp_path, sbatch: str, earlier: str | None = "an earlier submission's record\n"):
+    """submit_all.sh with a stand-in sbatch (a bash body), and an earlier run's submitted.tsv there."""
+    logs = tmp_path / "runs" / "logs"
+    logs.mkdir(parents=True)
+    if earlier is not None:
+        (logs / "submitted.tsv").write_text(earlier)
+    env = fake_commands(tmp_path, sbatch=sbatch)
+    env.update(RUNS=str(tmp_path / "runs"))
+    done = subprocess.run(["bash", "slurm/submit_all.sh"], env=env, cwd=ROOT, capture_output=True, text=True)
+    return done, (logs / "submitted.tsv").read_text().splitlines(), sorted(p.name for p in logs.iterdir())
+
+
+def test_sbatch_failing_at_once_keeps_the_earlier_record(tmp_path):
+    done, record, files = submit_with(tmp_path, 'echo "sbatch: error: Invalid account" >&2; exit 1')
+    assert done.returncode == 1 and done.stderr.splitlines()[-1] == "error: sbatch failed on job convert (exit 1); " \
+                                                                    "no job was submitted"
+    assert record == ["an earlier submission's record"] and files == ["submitted.tsv"]
+
+
+def test_sbatch_answering_no_job_id_is_one_line(tmp_path):
+    """sbatch that exits 0 without a job id (a wrapper's chatter): no dependency is built on it."""
+    done, record, files = submit_with(tmp_path, 'echo "Submitted batch job 12"')
+    assert done.returncode == 1 and done.stderr.strip() == "error: sbatch failed on job convert (it answered " \
+                                                           "'Submitted batch job 12', not a job id); no job was submitted"
+    assert files == ["submitted.tsv"]
+
+
+def test_a_federation_job_id_and_its_cluster(tmp_path):
+    done, record, _ = submit_with(tmp_path, 'echo "$RANDOM;cluster-a"')
+    assert done.returncode == 0, done.stderr
+    assert len(record) == 17 and all(re.fullmatch(r"[0-9]+", line.split("\t")[1]) for line in record[1:])
+
+
+def test_sbatch_vanishing_midway_is_one_line_of_the_script_and_the_record_kept(tmp_path):
+    count = tmp_path / "count"
+    done, record, files = submit_with(tmp_path, f'echo x >> {count}; (( $(wc -l < {count}) < 2 )) || rm "$0"; echo $RANDOM')
+    assert done.returncode == 1 and done.stderr.splitlines()[-1].startswith(
+        "error: sbatch failed on job features-merge (sbatch not found); the 2 jobs submitted before it are in ")
+    assert [line.split("\t")[0] for line in record] == ["name", "convert", "features"] and files == ["submitted.tsv"]
+
+
+def test_a_stopped_submission_keeps_the_record_of_its_jobs(tmp_path):
+    """SIGTERM (or Ctrl-C) between two sbatch calls: one line, and submitted.tsv names the jobs submitted."""
+    count = tmp_path / "count"
+    done, record, files = submit_with(tmp_path, f'echo x >> {count}; (( $(wc -l < {count}) < 3 )) || kill -TERM $PPID; '
+                                                'echo $RANDOM')
+    assert done.returncode == 1 and done.stderr.strip().startswith("error: stopped by SIGTERM after submitting 3 of the "
+                                                                   "16 jobs, which are in ")
+    assert len(record) == 4 and files == ["submitted.tsv"]
