@@ -41,7 +41,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clid.base.files import DataError, check_not_input, check_output_folder, natural_key
+from clid.base.files import DataError, check_output_folder, check_outputs, natural_key
 from clid.base.text import LEVEL_SETS, get_levels, load_tokenizer
 from clid.caption import add_decoding_args
 from clid.data.store import FeatureStore, add_bad_features_arg
@@ -174,6 +174,20 @@ def collect_captions(runs, ids, args, image_ids, out: Path):
     return levels, {run: captions[run] for run in ids}, sources, skips, image_ids
 
 
+def eval_outputs(args, out: Path, runs, ids) -> dict:
+    """What 07 writes, by what names it (for :func:`clid.base.files.check_outputs`): --out and its files, each
+    checkpoint run's captions and their cache record in generated/."""
+    if args.combine:
+        return {"--out": out}
+    outputs = {"--out": out, **{f"--out's {name}": out / name for name in ("metrics.json", "report.md", PER_IMAGE,
+                                                                          *FIGURES)}}
+    for run, (_, kind, _) in zip(ids, runs):
+        if kind == "checkpoint":
+            outputs[f"run {run}'s captions"] = out / "generated" / f"{run}.jsonl"
+            outputs[f"run {run}'s cache record"] = out / "generated" / f"{run}.meta.json"
+    return outputs
+
+
 # ---------------------------------------------------------------------------------------------
 
 def main(argv=None) -> None:
@@ -183,14 +197,18 @@ def main(argv=None) -> None:
     matplotlib.use("Agg")
     out = Path(args.out)
     runs = [] if args.combine else run_list(args)  # (the runs' names, checked first: they name files in --out)
-    check_not_input(out, {"--combine": args.combine or []})
+    ids = run_ids(runs)
+    check_outputs(eval_outputs(args, out, runs, ids), {
+        "--refs": args.refs, "--features": args.features, "--long-refs": args.long_refs, "--selfgen": args.selfgen,
+        "--test-ids": args.test_ids, "--combine": args.combine or [],
+        "--checkpoint": [path for _, kind, path in runs if kind == "checkpoint"],
+        "--generated": [path for _, kind, path in runs if kind == "generated"]})
     check_output_folder(out, eval_files(out), args.force,
                         writes={"generated", "metrics.json", "report.md", PER_IMAGE, *FIGURES})
     if args.tables and not args.combine:
         raise SystemExit("error: --tables writes 07 --combine's tables: give it with --combine")
     if args.combine:
         return combine(args.combine, out, args.tables)
-    ids = run_ids(runs)
     if args.checkpoint and args.features is None:
         raise SystemExit("error: --checkpoint needs --features")
     inputs = [("--refs", args.refs), ("--features", args.features), ("--long-refs", args.long_refs),

@@ -22,6 +22,7 @@ from badinput import (
     h5_changed,
     held,
     jsonl_lines,
+    link_to,
     paragraphs,
     truncated,
     unfinished,
@@ -224,6 +225,14 @@ row("06", "dropout-draws-unknown", lambda w, d: w.selection_args(d / "out", "--d
 row("06", "dist-timeout-nan", lambda w, d: w.selection_args(d / "out", "--dist-timeout", "nan"), "argument --dist-timeout")
 
 row("06", "dist-timeout-1e308", lambda w, d: w.selection_args(d / "out", "--dist-timeout", "1e308"), "a number of minutes in (0, 10080]")
+
+
+# -- an --out that is an input by another name ----------------------------------------------------------------
+row("06", "out-a-link-to-init", lambda w, d: w.selection_args(link_to(d, "out", checkpoint_copy(w.trusted, d, name="ck")),
+                                                              "--init", d / "ck"), "is also the input --init")
+
+row("06", "out-holds-the-quality-file-as-its-log", lambda w, d: w.selection_args(d / "out", "--quality", write(
+    d / "out", "difficulty.h5", w.quality.read_bytes()), "--force"), "is also the input --quality")
 
 
 @pytest.mark.parametrize("row", table.params())

@@ -13,12 +13,14 @@ from badinput import (
     Table,
     World,
     check_row,
+    checkpoint_copy,
     coco_captions,
     first,
     first_group,
     h5_changed,
     jsonl_lines,
     karpathy,
+    link_to,
     poke,
     sentence,
     set_in,
@@ -246,6 +248,34 @@ def test_07_cache_is_keyed_by_the_features_file(world: World, tmp_path, capsys):
         generate_cached(world.trusted, cache, args, image_ids, store, None)
         store.close()
         assert expected in capsys.readouterr().out
+
+
+# -- an output that is an input: a checkpoint run writes generated/RUN.jsonl and RUN.meta.json in --out ---------
+def generated_in_out(w: World, d: Path, name: str, how=lambda d, p: p) -> list:
+    """07's arguments with a checkpoint run "ck" and the user's --generated file at d/eval/generated/``name``,
+    given as ``how(d, path)``."""
+    mine = write(d / "eval" / "generated", name, w.generated.read_text())
+    return ["--refs", w.captions, "--features", w.features, "--checkpoint", f"ck={w.trusted}", "--generated",
+            f"mine={how(d, mine)}", "--out", d / "eval", "--spice", "off", "--decode-steps", "1"]
+
+row("07", "generated-is-a-checkpoint-runs-captions", lambda w, d: generated_in_out(w, d, "ck.jsonl"),
+    "run ck's captions")
+
+row("07", "generated-is-a-checkpoint-runs-cache-record", lambda w, d: generated_in_out(w, d, "ck.meta.json"),
+    "run ck's cache record")
+
+row("07", "generated-a-link-to-a-checkpoint-runs-captions", lambda w, d: generated_in_out(
+    w, d, "ck.jsonl", lambda d, p: link_to(d, "mine.jsonl", p)), "run ck's captions")
+
+row("07", "generated-a-hard-link-to-a-checkpoint-runs-captions", lambda w, d: generated_in_out(
+    w, d, "ck.jsonl", lambda d, p: link_to(d, "mine.jsonl", p, hard=True)), "run ck's captions")
+
+row("07", "out-is-the-checkpoint", lambda w, d: ["--refs", w.captions, "--features", w.features, "--checkpoint",
+                                                 (ck := checkpoint_copy(w.trusted, d, name="ck")), "--out", ck / ".." / "ck"],
+    "is also the input --checkpoint")
+
+row("07", "out-metrics-is-the-refs", lambda w, d: w.eval_args(d / "eval", "--refs", write(
+    d / "eval", "metrics.json", w.captions.read_text())), "is also the input --refs")
 
 
 @pytest.mark.parametrize("row", table.params())
