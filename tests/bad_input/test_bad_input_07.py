@@ -12,6 +12,8 @@ from badinput import (
     Row,
     Table,
     World,
+    _must,
+    after,
     check_row,
     checkpoint_copy,
     coco_captions,
@@ -22,6 +24,7 @@ from badinput import (
     karpathy,
     link_to,
     poke,
+    run_stage,
     sentence,
     set_in,
     user_file,
@@ -276,6 +279,23 @@ row("07", "out-is-the-checkpoint", lambda w, d: ["--refs", w.captions, "--featur
 
 row("07", "out-metrics-is-the-refs", lambda w, d: w.eval_args(d / "eval", "--refs", write(
     d / "eval", "metrics.json", w.captions.read_text())), "is also the input --refs")
+
+
+# -- --force replaces only what 07 wrote: a file of its folder edited since (written.json holds each one's digest) --
+def eval_edited(w: World, d: Path, name: str, *extra) -> list:
+    """07's arguments of an evaluation already written to d/eval, whose file ``name`` the user has since edited."""
+    _must(run_stage("07", w.eval_args(d / "eval")))
+    with open(d / "eval" / name, "ab") as f:
+        f.write(b"\nMy notes on the table above.\n")
+    return w.eval_args(d / "eval", *extra)
+
+for name in ("report.md", "metrics.json", "control_precision.png"):
+    for force in ((), ("--force",)):
+        row("07", f"rerun-keeps-an-edited-{name.split('.')[0]}{'-force' if force else ''}",
+            lambda w, d, name=name, force=force: eval_edited(w, d, name, *force), f"{name}: was edited since 07 wrote it")
+
+row("07", "rerun-over-its-own-folder", lambda w, d: after("07", w.eval_args(d / "eval"), w.eval_args(d / "eval")),
+    "wrote", "ok")
 
 
 @pytest.mark.parametrize("row", table.params())
