@@ -108,7 +108,7 @@ row("01", "rerun-after-an-image-in-a-subfolder-changed", images_changed_in_a_sub
 
 # -- image ids that are paths: an id names its HDF5 group ("a/b" would be a group b in a group a) and its preview file
 ID_PATHS = {"up-one": "../x", "up-two": "../../escaped", "slash": "a/b", "backslash": "a\\b", "dot-dot": "..",
-            "dot": ".", "control": "x\x01y", "newline": "x\ny"}
+            "dot": ".", "control": "x\x01y", "newline": "x\ny", "nul": "x\x00y", "backslash-up": "..\\x"}
 
 for which, image_id in ID_PATHS.items():
     row("01", f"image-data-id-{which}", lambda w, d, image_id=image_id: [

@@ -168,7 +168,7 @@ def bad_names(d: Path) -> dict:
     """Names that are no file name of their own, by a short id (the absolute one inside ``d``, where the row looks)."""
     return {"up-two": "../../escaped", "up-three": "../../../escaped2", "slash": "a/b", "backslash": "a\\b",
             "absolute": str(d / "abs"), "dot-dot": "..", "dot": ".", "newline": "x\ny", "control": "x\x01y",
-            "del": "x\x7fy", "trailing-slash": "escaped/", "too-long": "n" * 240}
+            "del": "x\x7fy", "nul": "x\x00y", "trailing-slash": "escaped/", "too-long": "n" * 240}
 
 
 def named_runs(how: str, name: str, w: World, d: Path) -> list:
