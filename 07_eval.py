@@ -215,6 +215,7 @@ def main(argv=None) -> None:
     if args.tables and not args.combine:
         raise SystemExit("error: --tables writes 07 --combine's tables: give it with --combine")
     if args.combine:
+        (out / WRITTEN).unlink(missing_ok=True)  # (a run stopped while it writes leaves no digests of the last one)
         combine(args.combine, out, args.tables)
         return record_written(out)
     if args.checkpoint and args.features is None:
@@ -285,6 +286,7 @@ def main(argv=None) -> None:
             "long_refs": args.long_refs, "skipped": skipped,
             "runs": {run: {"method": name, "source": sources[run], "skipped": run_skips[run]}
                      for run, (name, _, _) in zip(ids, runs)}}
+    (out / WRITTEN).unlink(missing_ok=True)  # (a run stopped while it writes leaves no digests of the last one)
     write_outputs(out, meta, methods, results, {run: c[0] for run, c in captions.items()}, refs, long_refs,
                   levels, histograms, args.examples, image_ids)
     record_written(out)
