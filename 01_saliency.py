@@ -138,9 +138,10 @@ def main(argv=None) -> int:
 
     record = runs.run_record(args, inputs=("images", "list", "weights"), settings=(
         "images", "method", "emlnet_size", "sigma", "border", "map_side"))
+    items = read_items(args)
+    check_paths(args, items)
     job = shard.Job(args.out, shard.Shard.from_args(args), args.chunk_size, record, args.restart, (".h5", ".hdf5"))
     started = time.time()
-    items = read_items(args)
     by_id = {item.image_id: item for item in items}
 
     # the saliency function: a batch of loaded images -> [B, H, W] maps
@@ -202,13 +203,36 @@ def read_items(args) -> list[Item]:
     return items
 
 
+def preview_folder(args) -> Path:
+    """Where the previews go: --preview-dir, or beside --out (``OUT_preview``)."""
+    out = Path(args.out)
+    return Path(args.preview_dir) if args.preview_dir else out.with_name(out.stem + "_preview")
+
+
+def check_paths(args, items: list[Item]) -> None:
+    """Refuse, before any work, an output (--out, its side files, the preview folder and the previews) that is an
+    input (--images, an image, --list, --weights, the previews' scene graphs) or another output, links followed;
+    and a preview folder inside --images, whose previews the next run would read as images."""
+    out = Path(args.out)
+    outputs = {"--out": out, **{f"(--out's {name})": shard.side_path(out, name) for name in ("run.json", "failed.tsv")}}
+    if args.preview:
+        folder = preview_folder(args)
+        outputs["the preview folder"] = folder
+        outputs.update({f"the preview of image {item.image_id}": folder / f"{item.image_id}.png" for item in items})
+        if files.resolved(folder).is_relative_to(files.resolved(args.images)):
+            raise files.DataError(None, None, f"the preview folder {folder} is inside --images {args.images}: the next "
+                                              "run would read the previews as images; give --preview-dir elsewhere")
+    files.check_outputs(outputs, {"--images": [args.images, *(item.path for item in items)], "--list": args.list,
+                                  "--weights": args.weights, "--scene-graphs": args.scene_graphs,
+                                  "--image-data": args.image_data})
+
+
 class Previews:
     """PNG previews of the first ``--preview`` images (in the order they are computed)."""
 
     def __init__(self, args):
         self.requested = self.left = args.preview
-        out = Path(args.out)
-        self.folder = Path(args.preview_dir) if args.preview_dir else out.with_name(out.stem + "_preview")
+        self.folder = preview_folder(args)
         self.boxes = preview_boxes(args.scene_graphs, args.image_data) if args.preview and args.scene_graphs else {}
 
     def add(self, item: Item, smap: np.ndarray) -> None:

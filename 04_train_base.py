@@ -39,7 +39,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from clid.base.files import DataError, check_not_input, read_json
+from clid.base.files import DataError, check_outputs, read_json
 from clid.data.inputs import CaptionFiles, report_skipped, training_examples, training_items
 from clid.data.store import FeatureStore, RegionCache, cache_bytes, check_features_match
 from clid.run.cli import HelpFormatter, run_main
@@ -85,7 +85,7 @@ def parse_args(argv=None):
     if args.region_init and (args.continue_from or args.init_from):
         p.error("--region-init sets a new model's first region layer; a checkpoint (--init-from, --continue-from) "
                 "brings its own")
-    check_not_input(args.out, {"--continue-from": args.continue_from, "--init-from": args.init_from})
+    check_outputs({"--out": args.out}, {"--continue-from": args.continue_from, "--init-from": args.init_from})
     if args.continue_from:
         continued_schedule(args)
     else:  # --recipe demo: M_theta~'s cosine spans 3x its steps (the authors' proportions), so a scoring model can continue it

@@ -12,7 +12,8 @@ Out: --out DIR holding metrics.json (every number, per run and per method), repo
      plots, example captions), control_precision.png, quality_vs_control.png, length_histograms.png,
      per_image.jsonl (per run, level and test image: in range or not, its CIDEr), and for checkpoint runs
      generated/<run>.jsonl (each caption with its length as counted; reused by a re-run while the
-     checkpoint and the decoding are unchanged).
+     checkpoint and the decoding are unchanged), and written.json (the digest of each file written, so that
+     a file edited since is never replaced).
      --combine DIR ...: the folders (e.g. one per seed) reported together: each method's mean ± std over
      its runs and, from the folders' per_image.jsonl, its mean with a 95% interval (a bootstrap over the
      seeds and their test images, 2,000 resamples, seed 0), its difference against CLID paired by seed
@@ -41,7 +42,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clid.base.files import DataError, check_not_input, check_output_folder, natural_key
+from clid.base.files import DataError, check_output_folder, check_outputs, natural_key
 from clid.base.text import LEVEL_SETS, get_levels, load_tokenizer
 from clid.caption import add_decoding_args
 from clid.data.store import FeatureStore, add_bad_features_arg
@@ -60,9 +61,12 @@ from clid.evaluation.metrics import (
 from clid.evaluation.report import (
     FIGURES,
     PER_IMAGE,
+    WRITTEN,
     combine,
+    edited_files,
     eval_files,
     length_histograms,
+    record_written,
     report_coverage,
     run_ids,
     run_list,
@@ -174,6 +178,20 @@ def collect_captions(runs, ids, args, image_ids, out: Path):
     return levels, {run: captions[run] for run in ids}, sources, skips, image_ids
 
 
+def eval_outputs(args, out: Path, runs, ids) -> dict:
+    """What 07 writes, by what names it (for :func:`clid.base.files.check_outputs`): --out and its files, each
+    checkpoint run's captions and their cache record in generated/."""
+    if args.combine:
+        return {"--out": out}
+    outputs = {"--out": out, **{f"--out's {name}": out / name for name in ("metrics.json", "report.md", PER_IMAGE,
+                                                                          WRITTEN, *FIGURES)}}
+    for run, (_, kind, _) in zip(ids, runs):
+        if kind == "checkpoint":
+            outputs[f"run {run}'s captions"] = out / "generated" / f"{run}.jsonl"
+            outputs[f"run {run}'s cache record"] = out / "generated" / f"{run}.meta.json"
+    return outputs
+
+
 # ---------------------------------------------------------------------------------------------
 
 def main(argv=None) -> None:
@@ -183,14 +201,23 @@ def main(argv=None) -> None:
     matplotlib.use("Agg")
     out = Path(args.out)
     runs = [] if args.combine else run_list(args)  # (the runs' names, checked first: they name files in --out)
-    check_not_input(out, {"--combine": args.combine or []})
+    ids = run_ids(runs)
+    check_outputs(eval_outputs(args, out, runs, ids), {
+        "--refs": args.refs, "--features": args.features, "--long-refs": args.long_refs, "--selfgen": args.selfgen,
+        "--test-ids": args.test_ids, "--combine": args.combine or [],
+        "--checkpoint": [path for _, kind, path in runs if kind == "checkpoint"],
+        "--generated": [path for _, kind, path in runs if kind == "generated"]})
+    if edited := edited_files(out):  # (a report the user has edited is theirs now: never replaced)
+        raise DataError(out / edited[0], None, f"was edited since 07 wrote it (its digest is not the one in {WRITTEN}): "
+                                               "it is kept; move it out of --out, or give another --out")
     check_output_folder(out, eval_files(out), args.force,
-                        writes={"generated", "metrics.json", "report.md", PER_IMAGE, *FIGURES})
+                        writes={"generated", "metrics.json", "report.md", PER_IMAGE, WRITTEN, *FIGURES})
     if args.tables and not args.combine:
         raise SystemExit("error: --tables writes 07 --combine's tables: give it with --combine")
     if args.combine:
-        return combine(args.combine, out, args.tables)
-    ids = run_ids(runs)
+        (out / WRITTEN).unlink(missing_ok=True)  # (a run stopped while it writes leaves no digests of the last one)
+        combine(args.combine, out, args.tables)
+        return record_written(out)
     if args.checkpoint and args.features is None:
         raise SystemExit("error: --checkpoint needs --features")
     inputs = [("--refs", args.refs), ("--features", args.features), ("--long-refs", args.long_refs),
@@ -259,8 +286,10 @@ def main(argv=None) -> None:
             "long_refs": args.long_refs, "skipped": skipped,
             "runs": {run: {"method": name, "source": sources[run], "skipped": run_skips[run]}
                      for run, (name, _, _) in zip(ids, runs)}}
+    (out / WRITTEN).unlink(missing_ok=True)  # (a run stopped while it writes leaves no digests of the last one)
     write_outputs(out, meta, methods, results, {run: c[0] for run, c in captions.items()}, refs, long_refs,
                   levels, histograms, args.examples, image_ids)
+    record_written(out)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from clid.base.files import check_not_input, write_json, write_jsonl
+from clid.base.files import check_outputs, write_json, write_jsonl
 from clid.data.splits import convert_coco
 from clid.run import runs
 from clid.run.cli import HelpFormatter, WrappedHelpFormatter, add_levels_arg, non_negative_int, run_main
@@ -47,7 +47,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if args.command == "convert-ssa":
         return convert_ssa(args)
-    check_not_input(args.out, {"--captions": args.captions, "--karpathy": args.karpathy})
+    check_outputs({"--out": args.out}, {"--captions": args.captions, "--karpathy": args.karpathy})
     command = "python -m clid.captions convert-coco"
     runs.check_own_output(args.out, command, args.force)
     data, notes = convert_coco(args.captions, args.karpathy, args.val_size)
@@ -63,7 +63,7 @@ def convert_ssa(args) -> None:
     from clid.data.stats import format_table, length_stats
 
     command, notes = "python -m clid.captions convert-ssa", []
-    check_not_input(args.out, {"--ssa": [*args.ssa, *ssa_files(args.ssa)]})
+    check_outputs({"--out": args.out}, {"--ssa": [*args.ssa, *ssa_files(args.ssa)]})
     runs.check_own_output(args.out, command, args.force)
     records, skipped, problems = load_ssa(args.ssa, args.levels, notes=notes)
     write_jsonl(args.out, records)

@@ -20,14 +20,14 @@ def convert(source, out, trust_pickle: bool, force: bool = False) -> int:
     import torch  # (here, as the other imports: --help answers without loading torch)
     from safetensors.torch import save_file
 
-    from clid.base.files import DataError, atomic_path, check_not_input
+    from clid.base.files import DataError, atomic_path, check_outputs
     from clid.run.runs import check_own_output, file_state, write_own_record
     from clid.selfgen.emlnet import tensors_of
 
     source = Path(source)
     if not source.is_file():
         raise DataError(source, None, f"{'a folder, not a checkpoint file' if source.is_dir() else 'not found'}")
-    check_not_input(out, {"SOURCE": source})
+    check_outputs({"--out": out}, {"SOURCE": source})
     check_own_output(out, CONVERT, force)
     with open(source, "rb") as f:
         pickled = f.read(1) == b"\x80"  # a pickle's protocol mark (torch's legacy format)

@@ -630,6 +630,18 @@ def coco_annotations(w: World, d: Path, change) -> Path:
     return write(d, "coco.json", data)
 
 
+# one file by another name: a symbolic link, or a hard link (one inode, two names)
+def link_to(d: Path, name: str, target: Path, hard: bool = False) -> Path:
+    """``d/name``, a link to ``target``."""
+    link = d / name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if hard:
+        os.link(target, link)
+    else:
+        link.symlink_to(Path(target).resolve())
+    return link
+
+
 # symlink loops, 00's --out a file, a feature group that is a dataset
 def loop(d: Path, name: str) -> Path:
     (d / name).symlink_to(d / name)

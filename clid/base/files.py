@@ -133,14 +133,43 @@ def resolved(path) -> Path:
         raise DataError(path, None, "a symbolic link that leads back to itself (a loop)") from None
 
 
-def check_not_input(out, inputs: dict, flag: str = "--out") -> None:
-    """Refuse an output path that is one of the stage's inputs (``inputs``: flag -> path or list of paths)."""
-    target = resolved(out)
-    for name, paths in inputs.items():
+def file_key(path) -> tuple:
+    """What names one file however it is spelled: its path with links followed, and its (device, inode) where it
+    exists (a hard link shares the inode)."""
+    try:
+        stat = os.stat(path)
+    except (OSError, ValueError):
+        return resolved(path), None
+    return resolved(path), (stat.st_dev, stat.st_ino)
+
+
+def check_outputs(outputs: dict, inputs: dict) -> None:
+    """Refuse, before anything is written, an output that is one of the command's inputs or another of its
+    outputs: two spellings of one path, a symbolic link and a hard link all name the same file.
+
+    ``outputs``: what names an output (its flag, or words for a side file) -> its path; ``inputs``: flag -> a
+    path or a list of paths. A None path is left out."""
+    read: dict = {}  # a path with its links followed, and a (device, inode): the input it names
+    for flag, paths in inputs.items():
         for path in paths if isinstance(paths, (list, tuple)) else [paths]:
-            if path is not None and resolved(path) == target:
-                raise DataError(None, None, f"{flag} {out} is also the input {name}: "
-                                            "a stage never writes over its own input; give another path")
+            if path is not None:
+                for key in file_key(path):
+                    if key is not None:
+                        read.setdefault(key, (flag, path))
+    written: dict = {}
+    for what, path in outputs.items():
+        if path is None:
+            continue
+        keys = [key for key in file_key(path) if key is not None]
+        if given := next((read[key] for key in keys if key in read), None):
+            flag, spelled = given
+            also = "" if str(spelled) == str(path) else f" ({spelled})"
+            raise DataError(None, None, f"{what} {path} is also the input {flag}{also}: a command never writes "
+                                        "over its own input; give another path")
+        if other := next((written[key] for key in keys if key in written), None):
+            raise DataError(path, None, f"is both {other} and {what}: one run never writes two outputs to one "
+                                        "file; give another path")
+        written.update({key: what for key in keys})
 
 
 def write_json(path, obj, indent: int | None = None) -> None:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clid.base.files import DataError, check_not_input, natural_key, read_jsonl, resolved, write_jsonl
+from clid.base.files import DataError, check_outputs, natural_key, read_jsonl, resolved, write_jsonl
 from clid.caption import BLOCK_NGRAM, CaptionWriter, add_decoding_args, caption_records, decode_steps, describe_levels
 from clid.caption.gallery import THUMBNAIL_SIDE, is_gallery, match_files, page_name, thumbnail, write_gallery
 from clid.data.images import IMAGE_SUFFIXES, ImageList, find_images, shown, skip_summary
@@ -186,27 +186,20 @@ def features_path(out) -> Path:
     return Path(out).with_suffix(".features.h5")
 
 
-def check_outputs(args, listing: ImageList | None, computed: Path | None) -> None:
+def check_paths(args, listing: ImageList | None, computed: Path | None) -> None:
     """Refuse, before anything is written, an output (``--out``, ``--gallery``, the features file computed
-    beside ``--out``) that is an input (the checkpoint and its files, ``--features``, ``--ids``, ``--compare``,
-    an image or an ``--images`` folder) or another output, links followed; and a gallery that a later
-    ``--images`` search would read as an image."""
-    outputs = [("--out", Path(args.out))]
-    if args.gallery:
-        outputs.append(("--gallery", Path(args.gallery)))
-    if computed is not None:
-        outputs.append((f"(the features file this run computes beside --out {args.out})", computed))
+    beside ``--out``, the run records beside them) that is an input (the checkpoint and its files, ``--features``,
+    ``--ids``, ``--compare``, an image or an ``--images`` folder) or another output, links followed; and a gallery
+    that a later ``--images`` search would read as an image."""
+    outputs = {"--out": Path(args.out), "--gallery": args.gallery and Path(args.gallery),
+               f"(the features file this run computes beside --out {args.out})": computed,
+               "(the run record of --out)": runs.record_path(args.out),
+               "(the run record of the features file)": computed and runs.record_path(computed)}
     checkpoint = Path(args.checkpoint)
     inputs = {"--checkpoint": [checkpoint] + (sorted(checkpoint.iterdir()) if checkpoint.is_dir() else []),
               "--features": args.features, "--ids": args.ids, "--compare": [e.partition("=")[2] for e in args.compare],
               "--images": list(args.images or []) + [f.path for f in (listing.files if listing else [])]}
-    for flag, path in outputs:
-        check_not_input(path, inputs, flag if flag.startswith("--") else f"{flag}: {path}")
-    for k, (flag, path) in enumerate(outputs):
-        for other, there in outputs[k + 1:]:
-            if resolved(path) == resolved(there):
-                raise DataError(there, None, f"is both {flag} and {other}: one run never writes two outputs to one "
-                                             "file; give another path")
+    check_outputs(outputs, inputs)
     if args.gallery and args.images and Path(args.gallery).name.lower().endswith(IMAGE_SUFFIXES):
         folders = [resolved(i) for i in args.images if Path(i).is_dir()]
         if any(resolved(args.gallery).is_relative_to(f) for f in folders):
@@ -255,15 +248,17 @@ def compute_features(args, listing: ImageList, path: Path) -> tuple[str, dict | 
                                      + len(earlier.get("skipped", [])), listed_in=runs.record_path(path)):
                 print(line)
             return str(path), earlier
+        why = ""
+        if earlier is not None:
+            fresh = features.features_record(fargs, listing)
+            changes = [image_changes(earlier.get("inputs", {}).get("--images", {}), fresh["inputs"]["--images"])]
+            changes += [d for d in record_differences({**earlier, "inputs": {}}, {**fresh, "inputs": {}})]
+            why = "; ".join(c for c in changes if c) or "other images or settings"
         if earlier is None or earlier.get("command") != CAPTION:
-            who = f"{earlier.get('command') or 'another command'} wrote it" if earlier else "it has no run record"
+            who = f"{earlier.get('command') or 'another command'} wrote it, and it differs: {why}" if earlier else "it has no run record"
             raise DataError(path, None, f"exists and this command did not write it ({who}): it computes the features "
                                         f"of --images there, and never replaces a file it did not write; give another "
                                         f"--out, or caption with --features {path}")
-        fresh = features.features_record(fargs, listing)
-        changes = [image_changes(earlier.get("inputs", {}).get("--images", {}), fresh["inputs"]["--images"])]
-        changes += [d for d in record_differences({**earlier, "inputs": {}}, {**fresh, "inputs": {}})]
-        why = "; ".join(c for c in changes if c) or "other images or settings"
         if not args.restart:
             raise DataError(path, None, f"holds the features of an earlier run's images or settings ({why}): --restart "
                                         "computes them again, and the captions")
@@ -281,7 +276,7 @@ def main(argv=None) -> None:
     out = Path(args.out)
     listing = find_images(args.images) if args.images else None
     computed = None if args.features else features_path(out)
-    check_outputs(args, listing, computed)
+    check_paths(args, listing, computed)
     if args.gallery:
         if Path(args.gallery).is_dir():
             raise DataError(None, None, f"--gallery {args.gallery} is a folder; give the HTML file to write")

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clid.base.files import DataError, check_not_input
+from clid.base.files import DataError, check_outputs
 from clid.data.encoder import (
     MAX_GRID,
     RegionFeatures,
@@ -181,9 +181,12 @@ def up_to_date(args, listing: ImageList, writers=(COMMAND,)) -> bool:
             and all(record.get(key) == fresh[key] for key in ("inputs", "settings")))
 
 
-def check_not_an_image(out, listing: ImageList, flag: str = "--out") -> None:
-    """Refuse an output path that is one of the image files read."""
-    check_not_input(out, {"--images": [f.path for f in listing.files]}, flag)
+def check_paths(args, listing: ImageList) -> None:
+    """Refuse, before any work, an output (--out, its run record) that is an input (an image, --images, the boxes'
+    files) or the other output, links followed."""
+    check_outputs({"--out": args.out, "(the run record of --out)": runs.record_path(args.out)},
+                  {"--images": [*args.images, *(f.path for f in listing.files)], "--scene-graphs": args.scene_graphs,
+                   "--image-data": args.image_data, "--detections": args.detections})
 
 
 def id_line(items, ids: str) -> str:
@@ -263,8 +266,7 @@ def main(argv=None) -> None:
         return convert_main(argv[1:])
     args = parse_args(argv)
     listing = find_images(args.images)
-    features_record(args, listing)  # (an --out that is an input is refused here, before any work)
-    check_not_an_image(args.out, listing)
+    check_paths(args, listing)
     runs.check_own_output(args.out, COMMAND, args.force)
     compute(args, listing)
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from clid.base.files import DataError, check_not_input, read_json, resolved, write_json
+from clid.base.files import DataError, check_outputs, read_json, resolved, write_json
 
 
 def flag_name(dest: str) -> str:
@@ -38,7 +38,7 @@ def run_record(args, inputs: Sequence[str] = (), settings: Sequence[str] = ()) -
     the inputs is refused here, before any work."""
     written = getattr(args, "out", None)
     if written:
-        check_not_input(written, {flag_name(name): getattr(args, name) for name in inputs})
+        check_outputs({"--out": written}, {flag_name(name): getattr(args, name) for name in inputs})
         written = resolved(written)
 
     def own(p: Path) -> bool:  # the output, its side files, chunks, parts and lock, in an input folder

@@ -5,7 +5,7 @@ from __future__ import annotations
 import weakref
 from pathlib import Path
 
-from clid.base.files import DataError, check_not_input, check_output_folder, read_json
+from clid.base.files import DataError, check_output_folder, check_outputs, read_json
 from clid.run.recipes import DEMO_STEPS_ENV
 from clid.run.runs import flag_name, record_differences, run_record
 
@@ -73,8 +73,8 @@ def check_resume(args, rank: int, world: int) -> None:
     )
 
     out = Path(args.out)
-    check_not_input(out, {flag_name(name): getattr(args, name)
-                          for name in (*INPUT_FLAGS, "continue_from") if getattr(args, name, None)})
+    check_outputs({"--out": out, **{f"--out's {name}": out / name for name in (*CHECKPOINT_NAMES, *STAGE_FILES, CARD_NAME)}},
+                  {flag_name(name): getattr(args, name) for name in INPUT_FLAGS if getattr(args, name, None)})
     # (a model card the stage did not write, or one edited since, is kept beside the checkpoint and named at its save)
     check_output_folder(out, checkpoint_files(out) | {CARD_NAME}, args.force, writes=CHECKPOINT_NAMES + STAGE_FILES)
     if not checkpoint_exists(out):

@@ -18,6 +18,7 @@ from badinput import (
     graph,
     image_folder,
     karpathy,
+    link_to,
     run_stage,
     scene_graphs,
     set_in,
@@ -107,7 +108,7 @@ row("01", "rerun-after-an-image-in-a-subfolder-changed", images_changed_in_a_sub
 
 # -- image ids that are paths: an id names its HDF5 group ("a/b" would be a group b in a group a) and its preview file
 ID_PATHS = {"up-one": "../x", "up-two": "../../escaped", "slash": "a/b", "backslash": "a\\b", "dot-dot": "..",
-            "dot": ".", "control": "x\x01y", "newline": "x\ny"}
+            "dot": ".", "control": "x\x01y", "newline": "x\ny", "nul": "x\x00y", "backslash-up": "..\\x"}
 
 for which, image_id in ID_PATHS.items():
     row("01", f"image-data-id-{which}", lambda w, d, image_id=image_id: [
@@ -127,6 +128,31 @@ for which in ("up-one", "slash", "dot-dot"):
 for name, which in (("..png", "dot"), ("...png", "dot-dot")):  # the stem of "..png" is ".", of "...png" ".."
     row("01", f"image-file-named-{which}-png", lambda w, d, name=name: [
         "--images", image_folder(d, w, {name: (w.images / "1.png").read_bytes()}), "--out", d / "out.h5"], "the image id")
+
+
+# -- outputs over inputs: the previews are written as ID.png, over the photo of that name in --images ------------
+def previews_into(w: World, d: Path, where) -> list:
+    """01's arguments with previews written into ``where(images)``, a copy of the world's images at d/images."""
+    images = image_folder(d, w, {})
+    return ["--images", images, "--out", d / "out.h5", "--preview", "2", "--preview-dir", where(images)]
+
+row("01", "preview-dir-is-images", lambda w, d: previews_into(w, d, lambda i: i), "is inside --images")
+
+row("01", "preview-dir-is-images-another-spelling", lambda w, d: previews_into(w, d, lambda i: i / ".." / "images"),
+    "is inside --images")
+
+row("01", "preview-dir-a-link-to-images", lambda w, d: previews_into(w, d, lambda i: link_to(d, "link", i)), "is inside --images")
+
+row("01", "preview-dir-inside-images", lambda w, d: previews_into(w, d, lambda i: i / "previews"), "is inside --images")
+
+row("01", "out-a-hard-link-to-an-image", lambda w, d: ["--images", (i := image_folder(d, w, {})), "--out",
+                                                       link_to(d, "out.h5", i / "1.png", hard=True)], "is also the input --images")
+
+row("01", "out-a-link-to-the-list", lambda w, d: ["--images", w.images, "--list", (lst := write(d, "l.json", [{"image_id": 1, "file_name": "1.png"}])),
+                                                  "--out", link_to(d, "out.h5", lst)], "is also the input --list")
+
+row("01", "out-the-run-record-of-itself", lambda w, d: ["--images", w.images, "--list", write(d, "l.h5.run.json", [{"image_id": 1, "file_name": "1.png"}]),
+                                                        "--out", d / "l.h5"], "is also the input --list")
 
 
 @pytest.mark.parametrize("row", table.params())

@@ -30,6 +30,7 @@ from badinput import (
     jsonl_lines,
     karpathy,
     late_bad_byte,
+    link_to,
     loop,
     many_regions,
     paragraphs,
@@ -340,6 +341,17 @@ row("04", "features-bfloat16-tag-on-float32", lambda w, d: w.train_args(d / "out
     w.features, d, bf16_tag("bfloat16"))), "is float32 with the attribute dtype = 'bfloat16'")
 
 row("04", "dist-timeout-1e308", lambda w, d: w.train_args(d / "out", "--dist-timeout", "1e308"), "a number of minutes in (0, 10080]")
+
+
+# -- an --out that is an input by another name ----------------------------------------------------------------
+row("04", "out-a-link-to-init-from", lambda w, d: w.train_args(link_to(d, "out", checkpoint_copy(w.trusted, d, name="ck")),
+                                                               "--init-from", d / "ck"), "is also the input --init-from")
+
+row("04", "out-init-from-another-spelling", lambda w, d: w.train_args(d / "ck", "--init-from", checkpoint_copy(w.trusted, d, name="ck")
+                                                                      / ".." / "ck"), "is also the input --init-from")
+
+row("04", "captions-inside-out-named-as-its-log", lambda w, d: w.train_args(d / "out", "--captions", write(
+    d / "out", "train_log.jsonl", w.captions.read_text()), "--force"), "is also the input --captions")
 
 
 @pytest.mark.parametrize("row", table.params())

@@ -14,6 +14,7 @@ from badinput import (
     Row,
     Table,
     World,
+    _must,
     check_row,
     checkpoint_copy,
     edit_config,
@@ -22,7 +23,9 @@ from badinput import (
     h5_changed,
     held,
     jsonl_lines,
+    link_to,
     paragraphs,
+    run_stage,
     truncated,
     unfinished,
     user_folder,
@@ -224,6 +227,28 @@ row("06", "dropout-draws-unknown", lambda w, d: w.selection_args(d / "out", "--d
 row("06", "dist-timeout-nan", lambda w, d: w.selection_args(d / "out", "--dist-timeout", "nan"), "argument --dist-timeout")
 
 row("06", "dist-timeout-1e308", lambda w, d: w.selection_args(d / "out", "--dist-timeout", "1e308"), "a number of minutes in (0, 10080]")
+
+
+# -- an --out that is an input by another name ----------------------------------------------------------------
+row("06", "out-a-link-to-init", lambda w, d: w.selection_args(link_to(d, "out", checkpoint_copy(w.trusted, d, name="ck")),
+                                                              "--init", d / "ck"), "is also the input --init")
+
+row("06", "out-holds-the-quality-file-as-its-log", lambda w, d: w.selection_args(d / "out", "--quality", write(
+    d / "out", "difficulty.h5", w.quality.read_bytes()), "--force"), "is also the input --quality")
+
+
+# -- --force replaces only what 06 wrote: a model card the user edited is kept, and named ---------------------------
+def card_edited(w: World, d: Path, *extra) -> list:
+    """06's arguments of a run trained into d/out whose MODEL_CARD.md the user has since edited."""
+    _must(run_stage("06", w.selection_args(d / "out")))
+    card = d / "out" / "MODEL_CARD.md"
+    card.write_text(card.read_text() + "\nMy notes: trained for the March report.\n")
+    return w.selection_args(d / "out", *extra)
+
+for extra in (("--restart", "--force"), ("--restart",)):
+    row("06", "keeps-an-edited-model-card" + "".join(extra).replace("--", "-"),
+        lambda w, d, extra=extra: card_edited(w, d, *extra),
+        "MODEL_CARD.md was not written by a training stage (or was edited since): it is kept", "ok")
 
 
 @pytest.mark.parametrize("row", table.params())

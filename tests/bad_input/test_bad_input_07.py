@@ -12,14 +12,19 @@ from badinput import (
     Row,
     Table,
     World,
+    _must,
+    after,
     check_row,
+    checkpoint_copy,
     coco_captions,
     first,
     first_group,
     h5_changed,
     jsonl_lines,
     karpathy,
+    link_to,
     poke,
+    run_stage,
     sentence,
     set_in,
     user_file,
@@ -163,7 +168,7 @@ def bad_names(d: Path) -> dict:
     """Names that are no file name of their own, by a short id (the absolute one inside ``d``, where the row looks)."""
     return {"up-two": "../../escaped", "up-three": "../../../escaped2", "slash": "a/b", "backslash": "a\\b",
             "absolute": str(d / "abs"), "dot-dot": "..", "dot": ".", "newline": "x\ny", "control": "x\x01y",
-            "del": "x\x7fy", "trailing-slash": "escaped/", "too-long": "n" * 240}
+            "del": "x\x7fy", "nul": "x\x00y", "trailing-slash": "escaped/", "too-long": "n" * 240}
 
 
 def named_runs(how: str, name: str, w: World, d: Path) -> list:
@@ -246,6 +251,51 @@ def test_07_cache_is_keyed_by_the_features_file(world: World, tmp_path, capsys):
         generate_cached(world.trusted, cache, args, image_ids, store, None)
         store.close()
         assert expected in capsys.readouterr().out
+
+
+# -- an output that is an input: a checkpoint run writes generated/RUN.jsonl and RUN.meta.json in --out ---------
+def generated_in_out(w: World, d: Path, name: str, how=lambda d, p: p) -> list:
+    """07's arguments with a checkpoint run "ck" and the user's --generated file at d/eval/generated/``name``,
+    given as ``how(d, path)``."""
+    mine = write(d / "eval" / "generated", name, w.generated.read_text())
+    return ["--refs", w.captions, "--features", w.features, "--checkpoint", f"ck={w.trusted}", "--generated",
+            f"mine={how(d, mine)}", "--out", d / "eval", "--spice", "off", "--decode-steps", "1"]
+
+row("07", "generated-is-a-checkpoint-runs-captions", lambda w, d: generated_in_out(w, d, "ck.jsonl"),
+    "run ck's captions")
+
+row("07", "generated-is-a-checkpoint-runs-cache-record", lambda w, d: generated_in_out(w, d, "ck.meta.json"),
+    "run ck's cache record")
+
+row("07", "generated-a-link-to-a-checkpoint-runs-captions", lambda w, d: generated_in_out(
+    w, d, "ck.jsonl", lambda d, p: link_to(d, "mine.jsonl", p)), "run ck's captions")
+
+row("07", "generated-a-hard-link-to-a-checkpoint-runs-captions", lambda w, d: generated_in_out(
+    w, d, "ck.jsonl", lambda d, p: link_to(d, "mine.jsonl", p, hard=True)), "run ck's captions")
+
+row("07", "out-is-the-checkpoint", lambda w, d: ["--refs", w.captions, "--features", w.features, "--checkpoint",
+                                                 (ck := checkpoint_copy(w.trusted, d, name="ck")), "--out", ck / ".." / "ck"],
+    "is also the input --checkpoint")
+
+row("07", "out-metrics-is-the-refs", lambda w, d: w.eval_args(d / "eval", "--refs", write(
+    d / "eval", "metrics.json", w.captions.read_text())), "is also the input --refs")
+
+
+# -- --force replaces only what 07 wrote: a file of its folder edited since (written.json holds each one's digest) --
+def eval_edited(w: World, d: Path, name: str, *extra) -> list:
+    """07's arguments of an evaluation already written to d/eval, whose file ``name`` the user has since edited."""
+    _must(run_stage("07", w.eval_args(d / "eval")))
+    with open(d / "eval" / name, "ab") as f:
+        f.write(b"\nMy notes on the table above.\n")
+    return w.eval_args(d / "eval", *extra)
+
+for name in ("report.md", "metrics.json", "control_precision.png"):
+    for force in ((), ("--force",)):
+        row("07", f"rerun-keeps-an-edited-{name.split('.')[0]}{'-force' if force else ''}",
+            lambda w, d, name=name, force=force: eval_edited(w, d, name, *force), f"{name}: was edited since 07 wrote it")
+
+row("07", "rerun-over-its-own-folder", lambda w, d: after("07", w.eval_args(d / "eval"), w.eval_args(d / "eval")),
+    "wrote", "ok")
 
 
 @pytest.mark.parametrize("row", table.params())

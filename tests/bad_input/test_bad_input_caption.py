@@ -13,6 +13,7 @@ from badinput import (
     Row,
     Table,
     World,
+    _must,
     after,
     big_endian,
     check_row,
@@ -23,7 +24,9 @@ from badinput import (
     image_folder,
     jsonl_lines,
     karpathy,
+    link_to,
     poke,
+    run_stage,
     write,
 )
 
@@ -242,6 +245,50 @@ def unfinished_checkpoint(w: World, d: Path) -> Path:
 row("caption", "checkpoint-unfinished", lambda w, d: w.caption_args(d, "--levels", "1", "--checkpoint",
                                                                       unfinished_checkpoint(w, d)),
     "is unfinished: step 1 of 2; the same training command resumes it", "ok")
+
+
+# -- the features --images computes beside --out: one the user made, or of photos changed since, is never replaced -
+def grid_checkpoint(d: Path) -> Path:
+    """An untrained tiny checkpoint on the features clid.features computes (4 colour bins), whose captions do not
+    matter here: the caption command computes the features of --images for it."""
+    import torch
+
+    from clid.data.encoder import RegionEncoder
+    from clid.features.__main__ import KIND
+    from clid.model.captioner import build_model, preset_config
+    from clid.model.checkpoints import save_model
+
+    torch.manual_seed(0)
+    dim = RegionEncoder.dim + 2 * 4 ** 3
+    save_model(build_model(preset_config("tiny", region_dim=dim)), d / "ck", {"feature_kind": KIND, "feature_dim": dim})
+    return d / "ck"
+
+def of_photos(d: Path, images: Path, *extra) -> list:
+    return ["--checkpoint", grid_checkpoint(d) if not (d / "ck").exists() else d / "ck", "--images", images,
+            "--out", d / "c.jsonl", "--device", "cpu", "--decode-steps", "1", "--levels", "1", *extra]
+
+row("caption", "images-beside-grid-2-features-the-user-made", lambda w, d: after(
+    "features", ["--images", w.images, "--boxes", "grid", "2", "--out", d / "c.features.h5"], of_photos(d, w.images)),
+    "c.features.h5: exists and this command did not write it (python -m clid.features wrote it, and it differs: --boxes")
+
+def photo_added_since(w: World, d: Path) -> list:
+    """The caption command's arguments for a folder of photos captioned once, then given one more photo."""
+    images = image_folder(d, w, {})
+    _must(run_stage("caption", of_photos(d, images)))
+    write(images, "3.png", (images / "1.png").read_bytes())
+    return of_photos(d, images)
+
+row("caption", "images-a-photo-added-since-the-features", photo_added_since, "images 1 added (3.png)")
+
+row("caption", "gallery-a-hard-link-to-an-image", lambda w, d: of_photos(d, (i := image_folder(d, w, {})), "--gallery",
+                                                                         link_to(d, "g.html", i / "1.png", hard=True)),
+    "is also the input --images")
+
+row("caption", "out-a-link-to-the-ids", lambda w, d: w.caption_args(d, "--ids", (ids := write(d, "ids.txt", "11\n")), "--out",
+                                                                    link_to(d, "c.jsonl", ids)), "is also the input --ids")
+
+row("caption", "gallery-the-run-record-of-out", lambda w, d: w.caption_args(d, "--gallery", d / "captions.jsonl.run.json"),
+    "is both (the run record of --out) and --gallery|is both --gallery and (the run record of --out)")
 
 
 @pytest.mark.parametrize("row", table.params())

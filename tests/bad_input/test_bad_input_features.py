@@ -17,6 +17,7 @@ from badinput import (
     check_row,
     copy_to,
     image_data,
+    link_to,
     run_stage,
     scene_graphs,
     write,
@@ -477,6 +478,22 @@ row("features", "images-an-animated-gif", lambda w, d: ["--images", with_extra(d
 
 row("features", "images-a-decompression-bomb", lambda w, d: ["--images", with_extra(d, lambda f: huge_png(f, "huge.png")),
                                                              *GRID_2, "--out", d / "f.h5"], "huge.png: too large", "skip")
+
+
+# -- an --out that is an input by another name: a hard link, a symbolic link, another spelling, the run record ------
+row("features", "out-a-hard-link-to-an-image", lambda w, d: ["--images", with_odd_file(w, d, "3.txt", lambda p: None), *GRID_2,
+                                                            "--out", link_to(d, "f.h5", d / "images" / "1.png", hard=True)],
+    "is also the input --images")
+
+row("features", "out-a-link-to-the-scene-graphs", lambda w, d: ["--images", w.images, "--scene-graphs", (p := scene_graphs(
+    d, lambda g: None)), "--out", link_to(d, "f.h5", p)], "is also the input --scene-graphs")
+
+row("features", "out-the-scene-graphs-another-spelling", lambda w, d: ["--images", w.images, "--scene-graphs", (p := scene_graphs(
+    d, lambda g: None)), "--out", d / "." / "sub" / ".." / p.name], "is also the input --scene-graphs")
+
+row("features", "out-record-is-the-image-data", lambda w, d: ["--images", w.images, "--scene-graphs", VG_SAMPLE, "--image-data",
+                                                              image_data(d, lambda x: None).replace(d / "f.h5.run.json"), "--out", d / "f.h5"],
+    "is also the input --image-data")
 
 
 @pytest.mark.parametrize("row", table.params())

@@ -119,3 +119,23 @@ def test_natural_order_of_digits_that_are_no_numbers():
     scripts' digits sort as text."""
     names = ["room101\u00b2", "room2", "room10", "\u0661\u0662"]
     assert sorted(names, key=files.natural_key) == ["room2", "room10", "room101\u00b2", "\u0661\u0662"]
+
+
+def test_an_output_is_never_an_input_or_another_output_by_any_name(tmp_path):
+    """check_outputs follows links: two spellings, a symbolic link, a hard link and a linked folder name one file."""
+    import os
+
+    data = tmp_path / "data.json"
+    data.write_text("{}")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.json").symlink_to(data)
+    os.link(data, tmp_path / "hard.json")
+    (tmp_path / "folder").symlink_to(tmp_path)
+    for out in (data, tmp_path / "sub" / ".." / "data.json", tmp_path / "link.json", tmp_path / "hard.json",
+                tmp_path / "folder" / "data.json"):
+        with pytest.raises(files.DataError, match=f"--out {out} is also the input --in"):
+            files.check_outputs({"--out": out}, {"--in": [tmp_path / "other.json", data]})
+    with pytest.raises(files.DataError, match="is both --out and --side"):
+        files.check_outputs({"--out": tmp_path / "new.h5", "--side": tmp_path / "sub" / ".." / "new.h5"}, {"--in": data})
+    files.check_outputs({"--out": tmp_path / "new.h5", "--side": tmp_path / "new.h5.run.json", "unused": None},
+                        {"--in": [data, None], "--none": None})  # (nothing shared: no refusal)
