@@ -59,8 +59,7 @@ from clid.evaluation.metrics import (
     write_generated,
 )
 from clid.evaluation.report import (
-    FIGURES,
-    PER_IMAGE,
+    OWN_FILES,
     WRITTEN,
     combine,
     edited_files,
@@ -183,8 +182,7 @@ def eval_outputs(args, out: Path, runs, ids) -> dict:
     checkpoint run's captions and their cache record in generated/."""
     if args.combine:
         return {"--out": out}
-    outputs = {"--out": out, **{f"--out's {name}": out / name for name in ("metrics.json", "report.md", PER_IMAGE,
-                                                                          WRITTEN, *FIGURES)}}
+    outputs = {"--out": out, **{f"--out's {name}": out / name for name in (*OWN_FILES, WRITTEN)}}
     for run, (_, kind, _) in zip(ids, runs):
         if kind == "checkpoint":
             outputs[f"run {run}'s captions"] = out / "generated" / f"{run}.jsonl"
@@ -211,7 +209,7 @@ def main(argv=None) -> None:
         raise DataError(out / edited[0], None, f"was edited since 07 wrote it (its digest is not the one in {WRITTEN}): "
                                                "it is kept; move it out of --out, or give another --out")
     check_output_folder(out, eval_files(out), args.force,
-                        writes={"generated", "metrics.json", "report.md", PER_IMAGE, WRITTEN, *FIGURES})
+                        writes={"generated", *OWN_FILES, WRITTEN})
     if args.tables and not args.combine:
         raise SystemExit("error: --tables writes 07 --combine's tables: give it with --combine")
     if args.combine:
