@@ -117,6 +117,21 @@ def load_items(args, files: CaptionFiles, tokenizer) -> tuple[Examples, Counter]
     return items, found.skipped
 
 
+def drop_outside_vocab(items: Examples, skipped: Counter, output_vocab) -> Examples:
+    """The captions whose every token the models can predict: a model trained with an output shortlist
+    (04 ``--output-vocab``, ``--recipe demo``) gives a word outside it no probability, so such a caption
+    is counted in ``skipped`` and left out (--max-left-out then stops a run that would lose too many)."""
+    if output_vocab is None:
+        return items
+    predictable = np.zeros(max(int(items.token_ids.max(initial=0)), max(output_vocab)) + 1, dtype=bool)
+    predictable[output_vocab] = True
+    row = np.repeat(np.arange(len(items)), items.lengths)  # (the caption of each token)
+    outside = np.bincount(row[~predictable[items.token_ids]], minlength=len(items)) > 0
+    for source, n in Counter(items.sources[k] for k in np.flatnonzero(outside)).items():
+        skipped[f"{source}: a word outside the models' output vocabulary"] += n
+    return items.select(~outside)
+
+
 def same_weights(a, b) -> bool:
     """Whether two models hold identical weights (the same checkpoint given twice, or a copy of it)."""
     import torch
@@ -218,6 +233,7 @@ def main(argv=None):
     # the captions, tokenised as the models read them: with the scoring model's tokenizer and levels
     levels, tokenizer = saved_config(args.trusted).levels, load_tokenizer(str(args.trusted))
     items, skipped = load_items(args, CaptionFiles(levels, args.token_cache), tokenizer)
+    items = drop_outside_vocab(items, skipped, saved_config(args.trusted).output_vocab)
     features = FeatureStore(args.features, bad=args.bad_features)
     check_items_left_out(items, skipped, features, args)
     rows = range(len(items))  # (the job's items: rows of items)

@@ -22,6 +22,7 @@ from badinput import (
     late_bad_byte,
     loop,
     other_kind,
+    run_stage,
     set_in,
     write,
 )
@@ -95,6 +96,41 @@ row("05", "selfgen-non-utf8-on-line-1500", lambda w, d: w.score_args(d / "q.h5",
     "line 1500: not utf-8")
 
 row("05", "region-cache-auto", lambda w, d: w.score_args(d / "q.h5", "--region-cache", "auto"), "16 scored captions", "ok")
+
+
+def shortlisted(w: World) -> tuple[Path, Path]:
+    """A trusted and an extended model whose heads predict only the words of the world's caption files (04
+    ``--output-vocab``), trained once for the rows that need them."""
+    trusted, extended = w.root / "shortlisted" / "trusted", w.root / "shortlisted" / "extended"
+    if not (extended / "model.safetensors").exists():
+        for out, extra in ((trusted, []), (extended, ["--data", "extended", "--selfgen", w.selfgen])):
+            outcome = run_stage("04", w.train_args(out, "--output-vocab", w.captions, w.selfgen, *extra))
+            assert outcome.code == 0, outcome.text[-2000:]
+    return trusted, extended
+
+
+def selfgen_with_words(w: World, d: Path, words: dict[int, str]) -> Path:
+    """The world's self-generated captions, caption k's text given by ``words`` where it names one."""
+    lines = w.selfgen.read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    for k, text in words.items():
+        records[k]["caption"] = text
+    return write(d, "selfgen.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+
+
+def score_shortlisted(w: World, d: Path, words: dict[int, str], *extra) -> list:
+    trusted, extended = shortlisted(w)
+    return w.score_args(d / "q.h5", "--trusted", trusted, "--extended", extended,
+                        "--selfgen", selfgen_with_words(w, d, words), *extra)
+
+
+row("05", "selfgen-word-outside-a-shortlist",  # one caption of 16 the models cannot predict: a counted skip
+    lambda w, d: score_shortlisted(w, d, {3: "a zebra juggles seven kumquats"}, "--max-left-out", "0.1"),
+    "selfgen: a word outside the models' output vocabulary", "skip")
+
+row("05", "selfgen-every-word-outside-a-shortlist",  # captions of another caption file: stopped before scoring
+    lambda w, d: score_shortlisted(w, d, {k: "a zebra juggles seven kumquats" for k in range(16)}),
+    "16 of 16 selfgen captions (100%) would be left out")
 
 
 @pytest.mark.parametrize("row", table.params())
