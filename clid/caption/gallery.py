@@ -35,15 +35,19 @@ def match_files(image_ids, listing, names: dict[str, str] | None = None, ids: st
     gives (from a captions file) when it is there, else the file whose name without extension is the id,
     else the one whose name ``--ids auto`` reads as the id (:func:`~clid.data.images.auto_key`: a COCO file
     name or a zero-padded number) unless ``ids`` is "keep". An id without a file is one DataError."""
-    from clid.data.images import auto_key, keep_key, shown
+    from clid.data.images import auto_key, keep_key, name_problem, shown
 
     names = names or {}
+    # a file whose name cannot be an id ("a\\b.png": the backslash is no folder here) is matched by its whole name only
+    no_id = [(f.name, problem) for f in listing.files if (problem := name_problem(keep_key(f.path.name)))]
+    unnamed = {name for name, _ in no_id}
     by_key: dict[str, object] = {}
     for readers in ([lambda f: f.name, lambda f: f.path.name], [lambda f: keep_key(f.path.name)],
                     [lambda f: auto_key(f.path.name)] if ids == "auto" else []):
         for f in listing.files:
             for read in readers:
-                by_key.setdefault(read(f), f)
+                if f.name not in unnamed or read(f) in (f.name, f.path.name):
+                    by_key.setdefault(read(f), f)
     found = {}
     for image_id in image_ids:
         wanted = names.get(image_id)
@@ -51,7 +55,7 @@ def match_files(image_ids, listing, names: dict[str, str] | None = None, ids: st
         hit = hit or (by_key.get(Path(wanted).name) if wanted else None) or by_key.get(image_id)
         if hit is None:
             named = f"neither {wanted} (as the captions file names it) nor " if wanted else ""
-            skipped = [f"; {shown(name)} was skipped: {shown(reason)}" for name, reason in listing.skipped
+            skipped = [f"; {shown(name)} was skipped: {shown(reason)}" for name, reason in listing.skipped + no_id
                        if image_id in (Path(name).stem, keep_key(Path(name).name),
                                        auto_key(Path(name).name) if ids == "auto" else None)]
             raise DataError("--images", f"image {image_id}", f"no image file: {named}{image_id}.jpg, {image_id}.png, "

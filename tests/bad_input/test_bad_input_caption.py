@@ -210,6 +210,11 @@ row("caption", "gallery-image-broken-link", lambda w, d: gallery_of(w, d, [odd_i
     d / "gone.png")})]), "image 1: no image file: 1.jpg, 1.png, ... (an image's id is its file name without extension); "
                          "1.png was skipped: a symbolic link that points nowhere")
 
+row("caption", "gallery-image-backslash-name",  # "0\\1.png" is no image 1: the backslash is no folder here
+    lambda w, d: gallery_of(w, d, [odd_images(d, **{"0\\1_png": lambda p: copy_to(w.images / "1.png", p.parent, p.name)})]),
+    "image 1: no image file: 1.jpg, 1.png, ... (an image's id is its file name without extension); 0\\1.png was skipped: "
+    "a name that cannot be an id")
+
 row("caption", "gallery-image-text-file", lambda w, d: gallery_of(w, d, [odd_images(d, **{"1_txt": lambda p: p.write_text("hi")})]),
     "1.txt was skipped: not an image by its name")
 
