@@ -67,6 +67,7 @@ def write_preview(path: Path, image_path: Path, smap: np.ndarray, boxes=None) ->
     """PNG: the image, and the image under its heat map with the objects' boxes."""
     from matplotlib import colormaps
     from PIL import Image, ImageDraw
+    from PIL.PngImagePlugin import PngInfo
 
     with Image.open(image_path) as img:
         img = img.convert("RGB")
@@ -85,9 +86,31 @@ def write_preview(path: Path, image_path: Path, smap: np.ndarray, boxes=None) ->
     canvas = Image.new("RGB", (img.size[0] * 2 + 8, img.size[1]), (255, 255, 255))
     canvas.paste(img, (0, 0))
     canvas.paste(overlay, (img.size[0] + 8, 0))
+    mark = PngInfo()  # the digest of its pixels: how a later run tells its own preview from a file of the user's
+    mark.add_text(PREVIEW_MARK, pixel_digest(canvas))
     path.parent.mkdir(parents=True, exist_ok=True)
     with files.atomic_path(path) as tmp:
-        canvas.save(tmp, format="PNG")
+        canvas.save(tmp, format="PNG", pnginfo=mark)
+
+
+PREVIEW_MARK = "clid-01-preview"  # a preview's PNG text: the sha256 of its RGB pixels
+
+
+def pixel_digest(image) -> str:
+    import hashlib
+
+    return hashlib.sha256(image.convert("RGB").tobytes()).hexdigest()
+
+
+def own_preview(path: Path) -> bool:
+    """Whether ``path`` is a preview 01 wrote, its pixels unchanged since (a file of the user's is not)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            return img.format == "PNG" and img.text.get(PREVIEW_MARK) == pixel_digest(img)
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,6 +245,11 @@ def check_paths(args, items: list[Item]) -> None:
         if files.resolved(folder).is_relative_to(files.resolved(args.images)):
             raise files.DataError(None, None, f"the preview folder {folder} is inside --images {args.images}: the next "
                                               "run would read the previews as images; give --preview-dir elsewhere")
+        for item in items:  # (a file there of the user's, or a preview changed since, is theirs: never replaced)
+            preview = folder / f"{item.image_id}.png"
+            if (preview.exists() or preview.is_symlink()) and not own_preview(preview):
+                raise files.DataError(preview, None, "is not a preview this stage wrote (or was changed since): it is "
+                                                     "kept; give another --preview-dir, or move the file away yourself")
     files.check_outputs(outputs, {"--images": [args.images, *(item.path for item in items)], "--list": args.list,
                                   "--weights": args.weights, "--scene-graphs": args.scene_graphs,
                                   "--image-data": args.image_data})

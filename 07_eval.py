@@ -42,7 +42,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clid.base.files import DataError, check_output_folder, check_outputs, natural_key
+from clid.base.files import WRITTEN, DataError, check_output_folder, check_outputs, natural_key, record_written
 from clid.base.text import LEVEL_SETS, get_levels, load_tokenizer
 from clid.caption import add_decoding_args
 from clid.data.store import FeatureStore, add_bad_features_arg
@@ -60,18 +60,17 @@ from clid.evaluation.metrics import (
 )
 from clid.evaluation.report import (
     OWN_FILES,
-    WRITTEN,
     combine,
     edited_files,
     eval_files,
     length_histograms,
-    record_written,
     report_coverage,
     run_ids,
     run_list,
     selfgen_captions,
     write_outputs,
 )
+from clid.evaluation.tables import TABLES, check_tables_folder
 from clid.run import runtime
 from clid.run.cli import HelpFormatter, add_download_arg, add_tokenizer_arg, non_negative_int, run_main
 
@@ -181,7 +180,9 @@ def eval_outputs(args, out: Path, runs, ids) -> dict:
     """What 07 writes, by what names it (for :func:`clid.base.files.check_outputs`): --out and its files, each
     checkpoint run's captions and their cache record in generated/."""
     if args.combine:
-        return {"--out": out}
+        tables = {"--tables": Path(args.tables), **{f"--tables' {name}": Path(args.tables) / name
+                                                    for name in (*TABLES, WRITTEN)}} if args.tables else {}
+        return {"--out": out, **{f"--out's {name}": out / name for name in (*OWN_FILES, WRITTEN)}, **tables}
     outputs = {"--out": out, **{f"--out's {name}": out / name for name in (*OWN_FILES, WRITTEN)}}
     for run, (_, kind, _) in zip(ids, runs):
         if kind == "checkpoint":
@@ -198,6 +199,10 @@ def main(argv=None) -> None:
 
     matplotlib.use("Agg")
     out = Path(args.out)
+    if args.tables:  # (checked now: the tables are written last)
+        if not args.combine:
+            raise SystemExit("error: --tables writes 07 --combine's tables: give it with --combine")
+        check_tables_folder(args.tables)
     runs = [] if args.combine else run_list(args)  # (the runs' names, checked first: they name files in --out)
     ids = run_ids(runs)
     check_outputs(eval_outputs(args, out, runs, ids), {
@@ -210,12 +215,10 @@ def main(argv=None) -> None:
                                                "it is kept; move it out of --out, or give another --out")
     check_output_folder(out, eval_files(out), args.force,
                         writes={"generated", *OWN_FILES, WRITTEN})
-    if args.tables and not args.combine:
-        raise SystemExit("error: --tables writes 07 --combine's tables: give it with --combine")
     if args.combine:
         (out / WRITTEN).unlink(missing_ok=True)  # (a run stopped while it writes leaves no digests of the last one)
         combine(args.combine, out, args.tables)
-        return record_written(out)
+        return record_written(out, OWN_FILES)
     if args.checkpoint and args.features is None:
         raise SystemExit("error: --checkpoint needs --features")
     inputs = [("--refs", args.refs), ("--features", args.features), ("--long-refs", args.long_refs),
@@ -287,7 +290,7 @@ def main(argv=None) -> None:
     (out / WRITTEN).unlink(missing_ok=True)  # (a run stopped while it writes leaves no digests of the last one)
     write_outputs(out, meta, methods, results, {run: c[0] for run, c in captions.items()}, refs, long_refs,
                   levels, histograms, args.examples, image_ids)
-    record_written(out)
+    record_written(out, OWN_FILES)
 
 
 if __name__ == "__main__":

@@ -79,6 +79,12 @@ case ${PARAPHRASER:-rules} in  # 03 --model: the offline ones, or a Pegasus fold
   rules|sentences) ;;
   *) [ -d "$PARAPHRASER" ] || { echo "error: PARAPHRASER must be rules, sentences or a model folder, not ${PARAPHRASER@Q}"; exit 2; } ;;
 esac
+[[ -z ${OMP_NUM_THREADS:-} || $OMP_NUM_THREADS =~ ^[1-9][0-9]{0,3}$ ]] || {
+    echo "error: OMP_NUM_THREADS must be a positive whole number (threads, at most 4 digits), not ${OMP_NUM_THREADS@Q}"; exit 2; }
+if [ -n "$TABLES" ]; then  # 07 --combine --tables writes them at the very end: checked now, not after hours
+    [ "$SEEDS" -gt 1 ] || { echo "error: TABLES holds the tables of several seeds (07 --combine): give SEEDS=2 or more"; exit 2; }
+    said=$("${PYTHON[@]}" -m clid.tables --can-write "$TABLES" 2>&1) || { echo "${said##*$'\n'}"; exit 2; }
+fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 CURATE_EVERY=${CURATE_EVERY:-$(( STEPS / 10 ))}  # COMPARE: ten loss curations in a run, as their ten epochs (docs/running.md)
 # M_theta~'s cosine, which the scoring model continues: the authors' proportions, the recipe's extended_horizon

@@ -303,14 +303,11 @@ def table(columns: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main(argv=None) -> None:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--probe":
         return probe(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:])
     from clid.run.cli import HelpFormatter
+    from clid.run.measured import load_text
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--captions", type=int, required=True, help="self-generated captions N")
@@ -334,7 +331,7 @@ def main(argv=None) -> None:
         p.error(f"--work {args.work} holds files this benchmark did not write: give a new or empty folder")
     args.work.mkdir(parents=True, exist_ok=True)
     marker.touch()
-    print(f"load average before: {load_average()} ({os.cpu_count()} cores)", flush=True)
+    print(f"load average (1, 5, 15 min) before: {load_text()} ({os.cpu_count()} cores)", flush=True)
     started = time.time()
     world = write_world(args.work, args.images, args.captions)
     print(f"synthetic set: {args.images:,} train images, {5 * args.images:,} trusted and {args.captions:,} "
@@ -364,7 +361,7 @@ def main(argv=None) -> None:
         CaptionFiles("caption", cache=True).selfgen_table(world["selfgen"], load_tokenizer())
         columns["new, cache"] = measure(ROOT, "cache", world, args.work, args, checkpoints, True)
     print(f"\n{args.captions:,} self-generated + {5 * args.images:,} trusted captions; one thread per stage; "
-          f"load average after: {load_average()}; {time.time() - started:.0f} s in all\n")
+          f"load average (1, 5, 15 min) after: {load_text()}; {time.time() - started:.0f} s in all\n")
     print(table(columns))
     if args.json:
         args.json.write_text(json.dumps({"captions": args.captions, "images": args.images, "columns": columns}, indent=1))

@@ -28,7 +28,6 @@ def parse_args(argv=None):
                          help="take val (and restval) from the Karpathy split file (default: the 5,000 val2014 images "
                               "outside the test split with the smallest SHA-1 of their COCO id)")
     convert.add_argument("--val-size", type=non_negative_int, default=5000, help="validation images without --karpathy")
-    runs.add_force_arg(convert)
     ssa = commands.add_parser(
         "convert-ssa", help="CIC-BART-SSA's SSA captions (one JSON per image) -> self-generated captions JSONL",
         formatter_class=WrappedHelpFormatter,
@@ -39,7 +38,6 @@ def parse_args(argv=None):
     ssa.add_argument("--ssa", nargs="+", required=True, metavar="PATH", help="SSA JSON files or folders of them")
     ssa.add_argument("--out", required=True, help="the JSONL to write")
     add_levels_arg(ssa, "length levels for 'level'")
-    runs.add_force_arg(ssa)
     return parser.parse_args(argv)
 
 
@@ -49,8 +47,9 @@ def main(argv=None) -> None:
         return convert_ssa(args)
     check_outputs({"--out": args.out}, {"--captions": args.captions, "--karpathy": args.karpathy})
     command = "python -m clid.captions convert-coco"
-    runs.check_own_output(args.out, command, args.force)
+    runs.check_own_output(args.out, command)
     data, notes = convert_coco(args.captions, args.karpathy, args.val_size)
+    runs.claim_output(args.out, command)
     write_json(args.out, data)
     record = runs.run_record(args, inputs=("captions", "karpathy"), settings=("val_size",))
     runs.write_own_record(args.out, record, command)
@@ -64,8 +63,9 @@ def convert_ssa(args) -> None:
 
     command, notes = "python -m clid.captions convert-ssa", []
     check_outputs({"--out": args.out}, {"--ssa": [*args.ssa, *ssa_files(args.ssa)]})
-    runs.check_own_output(args.out, command, args.force)
+    runs.check_own_output(args.out, command)
     records, skipped, problems = load_ssa(args.ssa, args.levels, notes=notes)
+    runs.claim_output(args.out, command)
     write_jsonl(args.out, records)
     runs.write_own_record(args.out, runs.run_record(args, inputs=("ssa",), settings=("levels",)), command)
     for note in notes:

@@ -7,28 +7,27 @@ import pickle
 import zipfile
 from pathlib import Path
 
-from clid.run import runs
 from clid.run.cli import HelpFormatter, run_main
 
 CONVERT = "python -m clid.emlnet convert"  # the writer its run record names
 
 
-def convert(source, out, trust_pickle: bool, force: bool = False) -> int:
+def convert(source, out, trust_pickle: bool) -> int:
     """Write the tensors of a checkpoint as safetensors; returns their count. Unpickles the source
     (which can run code stored in it) only when ``trust_pickle`` is set. An existing ``out`` that this
-    command did not write is refused unless ``force`` (:func:`clid.run.runs.check_own_output`)."""
+    command did not write, or that changed since, is refused (:func:`clid.run.runs.check_own_output`)."""
     import torch  # (here, as the other imports: --help answers without loading torch)
     from safetensors.torch import save_file
 
     from clid.base.files import DataError, atomic_path, check_outputs
-    from clid.run.runs import check_own_output, file_state, write_own_record
+    from clid.run.runs import check_own_output, claim_output, file_state, write_own_record
     from clid.selfgen.emlnet import tensors_of
 
     source = Path(source)
     if not source.is_file():
         raise DataError(source, None, f"{'a folder, not a checkpoint file' if source.is_dir() else 'not found'}")
     check_outputs({"--out": out}, {"SOURCE": source})
-    check_own_output(out, CONVERT, force)
+    check_own_output(out, CONVERT)
     with open(source, "rb") as f:
         pickled = f.read(1) == b"\x80"  # a pickle's protocol mark (torch's legacy format)
     if not pickled and not zipfile.is_zipfile(source):
@@ -46,6 +45,7 @@ def convert(source, out, trust_pickle: bool, force: bool = False) -> int:
     except Exception as err:
         raise DataError(source, None, f"cannot read this file as a PyTorch checkpoint ({err})") from None
     tensors = {k: v.detach().contiguous() for k, v in tensors_of(state, source).items()}
+    claim_output(out, CONVERT)
     with atomic_path(out) as tmp:
         save_file(tensors, str(tmp))
     write_own_record(out, {"inputs": {"SOURCE": file_state(source)}, "settings": {}}, CONVERT)
@@ -63,9 +63,8 @@ def main(argv=None) -> None:
                    help="unpickle the source if it holds more than tensors (a pickled module): this runs code "
                         "stored in the file, so use it only for a file you trust (the official EML-Net files hold "
                         "plain tensors and load without it)")
-    runs.add_force_arg(c)
     args = parser.parse_args(argv)
-    count = convert(args.source, args.out, args.trust_pickle, args.force)
+    count = convert(args.source, args.out, args.trust_pickle)
     print(f"wrote {count} tensors to {args.out}; pass it to 01_saliency.py --weights")
 
 

@@ -2,6 +2,7 @@
 
     python -m clid.tables docs/measurements/<date>-demo     # the Markdown to paste between the README's markers
     python -m clid.tables --check README.md                 # exit 1 where a generated block differs
+    python -m clid.tables --can-write FOLDER                # exit 1 where 07 --tables could not write there
 
 The folder's files are written by ``07_eval.py --combine ... --tables FOLDER`` (clid/evaluation/tables.py).
 """
@@ -11,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from clid.base.files import DataError
-from clid.evaluation.tables import markdown, readme_blocks, readme_problems
+from clid.evaluation.tables import check_tables_folder, markdown, readme_blocks, readme_problems
 from clid.run.cli import HelpFormatter, run_main
 
 
@@ -21,9 +22,15 @@ def main(argv=None) -> None:
     parser.add_argument("folder", nargs="?", help="a measurement folder (07 --combine --tables, or a benchmark folder written by bench/*.py --out)")
     parser.add_argument("--check", metavar="README", help="compare the README's generated blocks with their folders "
                                                           "(relative to the README's folder)")
+    parser.add_argument("--can-write", metavar="FOLDER", help="check, before a long run, that 07 --combine --tables "
+                                                              "could write its tables into FOLDER")
     args = parser.parse_args(argv)
-    if bool(args.folder) == bool(args.check):
-        parser.error("give a measurement folder or --check README, one of them")
+    if sum(map(bool, (args.folder, args.check, args.can_write))) != 1:
+        parser.error("give a measurement folder, --check README or --can-write FOLDER, one of them")
+    if args.can_write:
+        check_tables_folder(args.can_write)
+        print(f"{args.can_write}: 07 --tables can write its tables here")
+        return
     if args.folder:
         print(f"<!-- tables: {args.folder} -->\n{markdown(args.folder)}<!-- end tables -->")
         return

@@ -290,6 +290,48 @@ def write_jsonl(path, records: Iterable[dict]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# What a command wrote into a folder: ``written.json`` holds the sha256 of each file it wrote there. A file it
+# does not name, or whose digest is another now (the user edited it), is the user's: never replaced.
+
+WRITTEN = "written.json"
+
+
+def file_digest(path) -> str:
+    """The sha256 of a file's bytes, in hex."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def record_written(folder, names) -> None:
+    """Write ``folder/written.json``: the digest of each of ``names`` there (those that are files), just written."""
+    folder = Path(folder)
+    write_json(folder / WRITTEN, {name: file_digest(folder / name) for name in names if (folder / name).is_file()},
+               indent=1)
+
+
+def written_record(folder) -> dict | None:
+    """``folder/written.json`` (name -> digest), or None: none there, or one not of that form."""
+    try:
+        record = read_json(Path(folder) / WRITTEN)
+    except (OSError, DataError):
+        return None
+    return record if isinstance(record, dict) and all(isinstance(v, str) for v in record.values()) else None
+
+
+def not_written(folder, names) -> list[str]:
+    """Those of ``names`` that lie in ``folder`` and were not written there, unchanged since, by the command whose
+    ``written.json`` is there: a file it does not name, or one edited since."""
+    folder, record = Path(folder), written_record(folder) or {}
+    return [name for name in names if (folder / name).exists()
+            and (name not in record or not (folder / name).is_file() or file_digest(folder / name) != record[name])]
+
+
+# ---------------------------------------------------------------------------------------------
 # Ordering shared by the writers and the shard merge, so 1 shard and N shards give equal files.
 
 def natural_key(value) -> tuple:

@@ -259,6 +259,10 @@ def compute_features(args, listing: ImageList, path: Path) -> tuple[str, dict | 
             raise DataError(path, None, f"exists and this command did not write it ({who}): it computes the features "
                                         f"of --images there, and never replaces a file it did not write; give another "
                                         f"--out, or caption with --features {path}")
+        if runs.changed_since(earlier, path):
+            raise DataError(path, None, "was changed since this command wrote it (its size or modification time is not "
+                                        f"the one its run record {runs.record_path(path).name} holds): it is kept; give "
+                                        f"another --out, or caption with --features {path}")
         if not args.restart:
             raise DataError(path, None, f"holds the features of an earlier run's images or settings ({why}): --restart "
                                         "computes them again, and the captions")
@@ -280,9 +284,9 @@ def main(argv=None) -> None:
     if args.gallery:
         if Path(args.gallery).is_dir():
             raise DataError(None, None, f"--gallery {args.gallery} is a folder; give the HTML file to write")
-        if Path(args.gallery).exists() and not is_gallery(args.gallery) and not args.restart:
+        if Path(args.gallery).exists() and not is_gallery(args.gallery):
             raise DataError(None, None, f"--gallery {args.gallery} exists and is not a gallery this command wrote: "
-                                        "give another file, or --restart to replace it")
+                                        "it is kept; give another file, or move it away yourself")
 
     # 1. the images, the checkpoint and the levels to decode, all checked before any work
     if computed is not None:

@@ -10,12 +10,20 @@ It also names 07's runs (:func:`run_list`, :func:`run_ids`), reports which image
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import statistics
 from pathlib import Path
 
-from clid.base.files import DataError, atomic_path, name_problem, natural_key, read_json, write_json
+from clid.base.files import (
+    WRITTEN,
+    DataError,
+    atomic_path,
+    name_problem,
+    natural_key,
+    not_written,
+    write_json,
+    written_record,
+)
 from clid.base.text import caption_lengths
 from clid.evaluation.metrics import QUALITY_METRICS
 
@@ -721,36 +729,13 @@ def run_ids(runs) -> list[str]:
 
 
 OWN_FILES = ("metrics.json", "report.md", PER_IMAGE, *FIGURES)  # 07's files in --out, beside generated/
-WRITTEN = "written.json"  # what 07 wrote into --out: each of OWN_FILES's sha256, to tell a file edited since
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def record_written(out: Path) -> None:
-    """Write ``written.json``: the digest of each file 07 has just written into ``out``."""
-    write_json(out / WRITTEN, {name: file_digest(out / name) for name in OWN_FILES if (out / name).is_file()}, indent=1)
-
-
-def written_record(out: Path) -> dict | None:
-    """``written.json`` of an earlier 07 run in ``out``, or None (none there, or one not of 07's form)."""
-    try:
-        record = read_json(out / WRITTEN)
-    except (OSError, DataError):
-        return None
-    return record if isinstance(record, dict) and all(isinstance(v, str) for v in record.values()) else None
+# what 07 wrote into --out: ``written.json`` (clid.base.files) holds each of OWN_FILES's sha256, to tell a file edited since
 
 
 def edited_files(out: Path) -> list[str]:
     """The files an earlier 07 run wrote into ``out`` that were changed since (their digest is not the recorded one)."""
     record = written_record(out) or {}
-    return [name for name in OWN_FILES if name in record and (out / name).is_file()
-            and file_digest(out / name) != record[name]]
+    return [name for name in not_written(out, OWN_FILES) if name in record]
 
 
 def eval_files(out: Path) -> set[str]:

@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from clid.base.files import DataError
+from clid.base.files import WRITTEN, DataError, atomic_path, not_written, record_written, written_record
 
 TABLES = {  # file: title
     "results.csv": "Mean ± standard deviation over the seeds (control precision in %, CIDEr x100)",
@@ -69,15 +69,32 @@ def demo_tables(metrics: dict) -> dict[str, list[list[str]]]:
     return tables
 
 
-def write_tables(metrics: dict, folder) -> list[Path]:
-    """Write :func:`demo_tables` into ``folder``; return the files."""
+def check_tables_folder(folder) -> None:
+    """Refuse, before any work, a ``--tables`` folder that 07 cannot write into: a file, or a folder holding a
+    table file that 07 did not write there or that was edited since (``written.json``, clid.base.files)."""
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise DataError(None, None, f"--tables {folder} is a file, not a folder")
+    foreign = not_written(folder, TABLES)
+    if (folder / WRITTEN).exists() and written_record(folder) is None:
+        foreign.insert(0, WRITTEN)
+    if foreign:
+        raise DataError(folder / foreign[0], None, "was not written by 07 --tables (or was edited since): it is kept; "
+                                                   "give another --tables folder, or move the file away yourself")
+
+
+def write_tables(metrics: dict, folder) -> list[Path]:
+    """Write :func:`demo_tables` into ``folder``, each file atomically, and their digests (``written.json``);
+    return the files."""
+    folder = Path(folder)
+    check_tables_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for name, rows in demo_tables(metrics).items():
-        with open(folder / name, "w", newline="", encoding="utf-8") as f:
+        with atomic_path(folder / name) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
             csv.writer(f, lineterminator="\n").writerows(rows)
         written.append(folder / name)
+    record_written(folder, TABLES)
     return written
 
 

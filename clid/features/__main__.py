@@ -115,7 +115,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                              f"{MAX_REGIONS} regions are read)")
     output = p.add_argument_group("output", "the region-feature file")
     output.add_argument("--out", required=True, help="the region-feature HDF5 to write")
-    runs.add_force_arg(output)
     encoder = p.add_argument_group("encoder", "what each region becomes (a checkpoint reads the settings it was "
                                               "trained on)")
     add_encoder_size_args(encoder, "boxes are resized to crop x crop for the encoder")
@@ -178,6 +177,7 @@ def up_to_date(args, listing: ImageList, writers=(COMMAND,)) -> bool:
     record = read_record(args.out)
     fresh = features_record(args, listing)
     return (Path(args.out).is_file() and record is not None and record.get("command") in writers
+            and not runs.changed_since(record, args.out)
             and all(record.get(key) == fresh[key] for key in ("inputs", "settings")))
 
 
@@ -242,6 +242,7 @@ def compute(args, listing: ImageList, writer: str = COMMAND) -> dict:
                     yield image_id, Regions(features, boxes, image.width, image.height, confidence=confidence)
                 bar.update(min(args.chunk, len(items) - start))
 
+    runs.claim_output(args.out, writer)
     count = write_features(args.out, regions(), KIND)
     record.update(images=written, skipped=[list(s) for s in skipped], notes=[list(n) for n in notes])
     runs.write_own_record(args.out, record, writer)
@@ -267,7 +268,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     listing = find_images(args.images)
     check_paths(args, listing)
-    runs.check_own_output(args.out, COMMAND, args.force)
+    runs.check_own_output(args.out, COMMAND)
     compute(args, listing)
 
 

@@ -84,7 +84,7 @@ def record_differences(old: dict, new: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# An output file is replaced only by the command that wrote it: its run record lies beside it
+# An output file is replaced only by the command that wrote it, unchanged since: its run record lies beside it
 
 
 def record_path(out) -> Path:
@@ -93,40 +93,57 @@ def record_path(out) -> Path:
     return out.with_name(f"{out.name}.run.json")
 
 
-FORCE_HELP = "replace an existing --out that this command did not write (without it, such a file is refused)"
+FORMER_NAMES = {  # a renamed command: what its earlier names wrote is its own
+    "python -m clid.captions convert-coco": ("python -m clid.data convert-coco",),
+    "python -m clid.captions convert-ssa": ("python -m clid.data convert-ssa",),
+    "python -m clid.emlnet convert": ("python -m clid.saliency.emlnet convert",),
+}
+
+WRITING = "being written"  # a record's "output" while the command writes the file (a kill then leaves it its own)
 
 
-def add_force_arg(parser) -> None:
-    """``--force``: let a command replace an --out it did not write (:func:`check_own_output`)."""
-    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
-
-
-def check_own_output(out, command: str, replace: bool, flag: str = "--force") -> None:
+def check_own_output(out, command: str) -> None:
     """Refuse an existing ``out`` that ``command`` did not write (no run record of it beside the file,
-    :func:`write_own_record`), unless ``replace`` (the user gave ``flag``). A folder is refused."""
+    :func:`write_own_record`), or that changed since it wrote it (its size or modification time is not the
+    recorded one): such a file is the user's, kept, and named in one line. A folder is refused."""
     out = Path(out)
     if out.is_dir():
         raise DataError(None, None, f"--out {out} is a folder; give the file to write")
-    if replace or not out.exists():
+    if not out.exists():
         return
     try:
         earlier = read_json(record_path(out))
     except (OSError, DataError):
         earlier = None
-    if not isinstance(earlier, dict) or earlier.get("command") != command:
+    keep = "it is kept: give another --out, or move the file away yourself"
+    if not isinstance(earlier, dict) or earlier.get("command") not in (command, *FORMER_NAMES.get(command, ())):
         if isinstance(earlier, dict):  # (another command's record: a sharded stage's names no command)
             writer = earlier.get("command") or "another command (a sharded stage, such as convert)"
             raise DataError(None, None, f"--out {out} exists and {writer} wrote it, not {command} (its run record "
-                                        f"{record_path(out).name} says so): give another --out, or {flag} to replace "
-                                        "it")
+                                        f"{record_path(out).name} says so); {keep}")
         raise DataError(None, None, f"--out {out} exists and {command} did not write it (no run record "
-                                    f"{record_path(out).name} of it beside the file): give another --out, or {flag} "
-                                    "to replace it")
+                                    f"{record_path(out).name} of it beside the file); {keep}")
+    if changed_since(earlier, out):
+        raise DataError(None, None, f"--out {out} was changed since {command} wrote it (its size or modification "
+                                    f"time is not the one its run record {record_path(out).name} holds); {keep}")
+
+
+def changed_since(record: dict, out) -> bool:
+    """Whether ``out`` changed since the command whose run record is ``record`` wrote it (a record of an earlier
+    version, without the output's state, cannot tell: False)."""
+    return record.get("output", WRITING) != WRITING and record["output"] != file_state(out)
+
+
+def claim_output(out, command: str) -> None:
+    """Mark ``out`` as ``command``'s before writing it (after :func:`check_own_output`): killed while it writes,
+    the command still knows the file for its own."""
+    write_json(record_path(out), {"command": command, "output": WRITING})
 
 
 def write_own_record(out, record: dict, command: str) -> None:
-    """Mark ``out``, just written, as ``command``'s output (:func:`check_own_output`)."""
-    write_json(record_path(out), {"command": command, **record})
+    """Mark ``out``, just written, as ``command``'s output, with its size and modification time
+    (:func:`check_own_output`)."""
+    write_json(record_path(out), {"command": command, **record, "output": file_state(out)})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -224,12 +224,12 @@ class Job:
                 return
             why = f"an earlier run with other inputs or settings left {'this output' if found else 'chunks'} here " \
                   f"({'; '.join(differences)})"
-        else:  # a file this stage did not write (or an output from before run records)
-            why = f"this stage did not write it (it has no run record {record_file.name})"
+        else:  # a file this stage did not write (or an output from before run records): never replaced
+            raise DataError(holder, None, f"this stage did not write it (it has no run record {record_file.name}): "
+                                          "it is kept; give another --out, or move the file away yourself")
         if not restart:
-            advice = ("run with the same settings to resume, or add --restart to discard it" if record_file.exists()
-                      else "give another --out, or add --restart to replace it")
-            raise DataError(holder if found else self.part, None, f"{why}; {advice}")
+            raise DataError(holder if found else self.part, None,
+                            f"{why}; run with the same settings to resume, or add --restart to discard it")
         print(f"--restart: discarding what is there: {why}")
         for p in self.own_files() + ([self.out] + sorted(self.out.parent.glob(f"{self.out.name}.*.tsv"))
                                      + [record_path(self.out)]) * self.out.exists():

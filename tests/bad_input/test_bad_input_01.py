@@ -92,7 +92,7 @@ row("01", "list-text-bom", lambda w, d: ["--images", w.images, "--list", write(d
 row("01", "out-unrelated-file", lambda w, d: ["--images", w.images, "--out", copy_to(w.saliency, d, "s.h5")], "did not write it")
 
 row("01", "out-unrelated-file-restart", lambda w, d: ["--images", w.images, "--out", copy_to(w.saliency, d, "s.h5"), "--restart"],
-    "2 images have a map", "ok")
+    "s.h5: this stage did not write it (it has no run record s.h5.run.json): it is kept")  # (--restart discards its own work only)
 
 def images_changed_in_a_subfolder(w: World, d: Path) -> list:
     """01 over a folder whose images are in a subfolder, done; then one image is redrawn."""
@@ -144,6 +144,39 @@ row("01", "preview-dir-is-images-another-spelling", lambda w, d: previews_into(w
 row("01", "preview-dir-a-link-to-images", lambda w, d: previews_into(w, d, lambda i: link_to(d, "link", i)), "is inside --images")
 
 row("01", "preview-dir-inside-images", lambda w, d: previews_into(w, d, lambda i: i / "previews"), "is inside --images")
+
+# -- a preview folder that holds files: 01 replaces only the previews it wrote, unchanged since ---------------
+def previews_again(w: World, d: Path, change=None) -> list:
+    """01 run once with two previews in d/previews; ``change`` (of the folder) applied; the row runs again into
+    another --out and the same folder."""
+    _must(run_stage("01", ["--images", w.images, "--out", d / "first.h5", "--preview", "2", "--preview-dir", d / "previews"]))
+    if change:
+        change(d / "previews")
+    return ["--images", w.images, "--out", d / "out.h5", "--preview", "2", "--preview-dir", d / "previews"]
+
+def repainted(folder: Path) -> None:
+    """The user's edit of a preview: one pixel painted black, its PNG text (the digest) kept."""
+    from PIL import Image
+
+    with Image.open(folder / "1.png") as img:
+        img.load()
+        text = dict(img.text)
+    img.putpixel((0, 0), (0, 0, 0))
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    for key, value in text.items():
+        info.add_text(key, value)
+    img.save(folder / "1.png", pnginfo=info)
+
+row("01", "preview-dir-its-own-previews", lambda w, d: previews_again(w, d), "previews in", "ok")
+
+row("01", "preview-dir-a-preview-edited-since", lambda w, d: previews_again(w, d, repainted),
+    "1.png: is not a preview this stage wrote (or was changed since): it is kept")
+
+row("01", "preview-dir-holds-the-users-1.png", lambda w, d: ["--images", w.images, "--out", d / "out.h5", "--preview", "2",
+                                                               "--preview-dir", image_folder(d, w, {})],
+    "1.png: is not a preview this stage wrote")
 
 row("01", "out-a-hard-link-to-an-image", lambda w, d: ["--images", (i := image_folder(d, w, {})), "--out",
                                                        link_to(d, "out.h5", i / "1.png", hard=True)], "is also the input --images")

@@ -232,6 +232,29 @@ for name, change, fragment in COMBINE_CASES:
 row("07", "tables-without-combine", lambda w, d: w.eval_args(d / "out", "--tables", d / "tables"), "give it with --combine")
 row("07", "combine-without-per-image", lambda w, d: combine_args(w, d, "DELETE"), "no intervals", "ok")
 
+# -- 07 --combine --tables FOLDER: it replaces only the tables it wrote there, unchanged since --------------------
+row("07", "combine-tables-a-file", lambda w, d: combine_args(w, d) + ["--tables", write(d, "t.csv", "mine\n")],
+    "is a file, not a folder")
+row("07", "combine-tables-the-out-folder", lambda w, d: combine_args(w, d) + ["--tables", d / "combined"],
+    "is both --out and --tables|is both --tables and --out")
+row("07", "combine-tables-holds-the-users-results", lambda w, d: combine_args(w, d) + [
+    "--tables", write(d / "tables", "results.csv", "model,mine\n").parent],
+    "results.csv: was not written by 07 --tables (or was edited since): it is kept")
+
+def tables_again(w: World, d: Path, change=None) -> list:
+    """07 --combine --tables run once into d/tables, ``change`` applied to the folder; the row runs it again."""
+    from badinput import _must, run_stage
+
+    args = combine_args(w, d) + ["--tables", d / "tables"]
+    _must(run_stage("07", args))
+    if change:
+        change(d / "tables")
+    return args
+
+row("07", "combine-tables-its-own-tables", lambda w, d: tables_again(w, d), "results.csv", "ok")
+row("07", "combine-tables-edited-since", lambda w, d: tables_again(w, d, lambda t: write(t, "results.csv", "model,edited\n")),
+    "results.csv: was not written by 07 --tables (or was edited since): it is kept")
+
 def test_07_cache_is_keyed_by_the_features_file(world: World, tmp_path, capsys):
     """Captions generated from one feature file are not reused after --features changes."""
     from conftest import import_script

@@ -114,7 +114,8 @@ row("caption", "out-unrelated-captions", lambda w, d: w.caption_args(d) if copy_
     "this stage did not write it")
 
 row("caption", "out-unrelated-captions-restart", lambda w, d: w.caption_args(d, "--restart")
-    if copy_to(w.generated, d, "captions.jsonl") else None, "captions of 13 images", "ok")
+    if copy_to(w.generated, d, "captions.jsonl") else None, "captions.jsonl: this stage did not write it (it has no run "
+    "record captions.jsonl.run.json): it is kept")
 
 row("caption", "gallery-unrelated-page", lambda w, d: w.caption_args(d, "--gallery", write(d, "g.html", "<html>mine</html>")),
     "is not a gallery this command wrote")
@@ -284,6 +285,23 @@ def photo_added_since(w: World, d: Path) -> list:
     return of_photos(d, images)
 
 row("caption", "images-a-photo-added-since-the-features", photo_added_since, "images 1 added (3.png)")
+
+def features_edited_since(w: World, d: Path) -> list:
+    """Photos captioned once, then the features file that run computed changed by the user (a byte added), and a
+    photo added: the second run would compute the features again, over the user's file."""
+    images = image_folder(d, w, {})
+    _must(run_stage("caption", of_photos(d, images)))
+    with open(d / "c.features.h5", "ab") as f:
+        f.write(b"\n")
+    write(images, "3.png", (images / "1.png").read_bytes())
+    return of_photos(d, images, "--restart")
+
+row("caption", "images-features-edited-since", features_edited_since,
+    "c.features.h5: was changed since this command wrote it (its size or modification time is not the one its run "
+    "record c.features.h5.run.json holds): it is kept")
+
+row("caption", "gallery-unrelated-page-restart", lambda w, d: w.caption_args(d, "--gallery", write(d, "g.html", "<html>mine</html>"),
+                                                                              "--restart"), "is not a gallery this command wrote: it is kept")
 
 row("caption", "gallery-a-hard-link-to-an-image", lambda w, d: of_photos(d, (i := image_folder(d, w, {})), "--gallery",
                                                                          link_to(d, "g.html", i / "1.png", hard=True)),

@@ -81,7 +81,22 @@ row("data", "convert-coco-out-not-its-own", lambda w, d: ["convert-coco", "--cap
                                                           copy_to(w.captions, d, "k.json")], "did not write it")
 
 row("data", "convert-coco-out-not-its-own-force", lambda w, d: ["convert-coco", "--captions", coco_captions(w, d, "a dog"), "--out",
-                                                                copy_to(w.captions, d, "k.json"), "--force"], "wrote", "ok")
+                                                                copy_to(w.captions, d, "k.json"), "--force"],
+    "unrecognized arguments: --force")
+
+def coco_then_edited(w, d) -> list:
+    """convert-coco into k.json, which the user then rewrote: the row converts again."""
+    args = ["convert-coco", "--captions", coco_captions(w, d, "a dog"), "--out", d / "k.json"]
+    after("data", args, [])
+    write(d, "k.json", "{}")
+    return args
+
+row("data", "convert-coco-out-its-own-edited-since", coco_then_edited,
+    "k.json was changed since python -m clid.captions convert-coco wrote it")
+
+row("data", "convert-coco-out-of-its-former-name", lambda w, d: ["convert-coco", "--captions", coco_captions(w, d, "a dog"),
+    "--out", copy_to(w.captions, d, "k.json")] if write(d, "k.json.run.json", {"command": "python -m clid.data convert-coco"})
+    else None, "wrote", "ok")
 
 row("data", "convert-coco-out-a-folder", lambda w, d: ["convert-coco", "--captions", coco_captions(w, d, "a dog"), "--out", d],
     "is a folder")
@@ -96,7 +111,8 @@ row("data", "convert-ssa-out-not-its-own", lambda w, d: ["convert-ssa", "--ssa",
                                                          copy_to(w.selfgen, d, "o.jsonl")], "did not write it")
 
 row("data", "convert-ssa-out-not-its-own-force", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(d, SSA_ONE), "--out",
-                                                               copy_to(w.selfgen, d, "o.jsonl"), "--force"], "wrote 1 captions", "ok")
+                                                               copy_to(w.selfgen, d, "o.jsonl"), "--force"],
+    "unrecognized arguments: --force")
 
 row("data", "convert-ssa-out-a-folder", lambda w, d: ["convert-ssa", "--ssa", ssa_folder(d, SSA_ONE), "--out", d], "is a folder")
 

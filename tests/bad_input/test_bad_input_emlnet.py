@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
-from badinput import BINARY, Payload, Row, Table, World, check_row, write
+from badinput import BINARY, Payload, Row, Table, World, after, check_row, write
 
 table = Table()
 row = table.row
@@ -24,6 +25,19 @@ row("emlnet", "out-is-a-folder", lambda w, d: ["convert", write(d, "w.pth", BINA
 
 row("emlnet", "out-not-its-own", lambda w, d: ["convert", write(d, "w.pth", BINARY), "--out", write(d, "w.safetensors", "mine")],
     "did not write it")
+
+
+def converted_then_edited(w: World, d: Path) -> list:
+    """A conversion into w.safetensors, which the user then replaced with a file of their own."""
+    import torch
+
+    torch.save({"w": torch.ones(2)}, d / "w.pth")
+    args = ["convert", d / "w.pth", "--out", d / "w.safetensors"]
+    after("emlnet", args, [])
+    write(d, "w.safetensors", "mine")
+    return args
+
+row("emlnet", "out-its-own-replaced-since", converted_then_edited, "w.safetensors was changed since python -m clid.emlnet convert")
 
 
 @pytest.mark.parametrize("row", table.params())

@@ -148,6 +148,19 @@ GRID = lambda w, d, out, *extra: ["--images", w.images, "--boxes", "grid", "2", 
 row("features", "out-another-feature-file", lambda w, d: GRID(w, d, copy_to(w.features, d, "features.h5")), "did not write it")
 
 row("features", "out-another-feature-file-force", lambda w, d: GRID(w, d, copy_to(w.features, d, "features.h5"), "--force"),
+    "unrecognized arguments: --force")  # (no flag replaces a file this command did not write)
+
+def then_edited(w, d) -> list:
+    """A grid run into f.h5, which the user then changed (a byte added): the row runs the grid again."""
+    after("features", GRID(w, d, d / "f.h5"), [])
+    with open(d / "f.h5", "ab") as f:
+        f.write(b"\n")
+    return GRID(w, d, d / "f.h5")
+
+row("features", "out-its-own-edited-since", then_edited, "f.h5 was changed since python -m clid.features wrote it")
+
+row("features", "out-its-own-killed-while-writing", lambda w, d: GRID(w, d, copy_to(w.features, d, "f.h5")) if write(
+    d, "f.h5.run.json", {"command": "python -m clid.features", "output": "being written"}) else None,
     "wrote the region features of 2 images", "ok")
 
 row("features", "out-a-text-file", lambda w, d: GRID(w, d, write(d, "f.h5", "my notes\n")), "did not write it")
@@ -169,13 +182,13 @@ row("features", "max-boxes-1000", lambda w, d: ["--images", w.images, "--detecti
 row("features", "graph-of-1500-objects", lambda w, d: ["--images", w.images, "--scene-graphs", chain_graph(d, 1500), "--out",
                                                        d / "f.h5"], "1500 objects")
 
-# outputs of other commands: the sharded stages and convert say --restart, the others --force
+# outputs of other commands: kept, whatever the flags
 row("features", "convert-out-another-feature-file", lambda w, d: convert_args(d, "butd", tsv(d, butd_lines()))
     if copy_to(w.features, d, "f.h5") else None, "this stage did not write it")
 
 row("features", "convert-out-another-feature-file-restart", lambda w, d: convert_args(
     d, "butd", tsv(d, butd_lines()), extra=["--restart"]) if copy_to(w.features, d, "f.h5") else None,
-    "wrote the region features of 2 images", "ok")
+    "this stage did not write it (it has no run record f.h5.run.json): it is kept")
 
 row("features", "convert-out-read-only-place", lambda w, d: ["convert", "--format", "butd", tsv(d, butd_lines()), "--out",
                                                              "/proc/f.h5"], "/proc")

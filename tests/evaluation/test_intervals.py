@@ -154,7 +154,7 @@ def test_combine_reports_intervals_and_claims(tmp_path):
 
     # the README's tables as files (--tables), printed back as Markdown with one row a model
     combine(folders, tmp_path / "combined", tables=tmp_path / "tables")
-    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == ["claims.csv", "intervals.csv", "results.csv"]
+    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == ["claims.csv", "intervals.csv", "results.csv", "written.json"]
     printed = markdown(tmp_path / "tables")
     average = metrics["methods"]["CLID"]["average"]
     assert ("| CLID | 100.0 ± 0.0 | 100.0 ± 0.0 | " in printed

@@ -528,6 +528,9 @@ def test_the_recipe_checker_checks_every_setting_as_the_stages_will(tmp_path):
     ("STEPS", "3\n4", "STEPS must be a positive whole number (digits, at most 9), not $'3\\n4'"),
     ("SEEDS", "99999999999", "SEEDS must be a positive whole number"),
     ("PARAPHRASER", "pegasus", "PARAPHRASER must be rules, sentences or a model folder"),
+    ("OMP_NUM_THREADS", "two", "OMP_NUM_THREADS must be a positive whole number"),
+    ("OMP_NUM_THREADS", "0", "OMP_NUM_THREADS must be a positive whole number"),
+    ("TABLES", "docs/measurements/x-demo", "TABLES holds the tables of several seeds (07 --combine): give SEEDS=2"),
 ])
 def test_demo_sh_checks_its_numbers_before_anything_runs(tmp_path, setting, value, says):
     """A variable given to demo.sh is checked before the shell computes with it (no text of it evaluated) and before
@@ -539,6 +542,26 @@ def test_demo_sh_checks_its_numbers_before_anything_runs(tmp_path, setting, valu
     assert done.returncode == 2 and not marker.exists(), done.stdout + done.stderr
     assert done.stdout.strip().startswith("error: ") and says in done.stdout and done.stdout.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda d: d / "tables.csv", "is a file, not a folder"),
+    (lambda d: d / "tables", "results.csv: was not written by 07 --tables (or was edited since): it is kept"),
+])
+def test_demo_sh_checks_tables_before_anything_runs(tmp_path, make, says):
+    """TABLES names a folder 07 --combine --tables could write into, checked before the hours of the run: a file, or
+    a folder holding a results.csv of the user's, is one line and nothing runs."""
+    given = tmp_path / "given"
+    (given / "tables").mkdir(parents=True)
+    (given / "tables.csv").write_text("mine\n")
+    (given / "tables" / "results.csv").write_text("model,mine\n")
+    env = dict(os.environ, SEEDS="2", TABLES=str(make(given)), PY=sys.executable)
+    done = subprocess.run(["bash", "demo.sh", str(tmp_path / "data"), str(tmp_path / "runs")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and done.stdout.count("\n") == 1, done.stdout + done.stderr
+    assert done.stdout.startswith("error: ") and says in done.stdout, done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["given"]
+    assert (given / "tables" / "results.csv").read_text() == "model,mine\n"
 
 
 def test_demo_sh_takes_a_python_whose_path_holds_a_space(tmp_path):

@@ -320,6 +320,38 @@ def test_torchrun_told_to_stop_ends_in_one_line_not_a_traceback(tmp_path):
     assert "Traceback" not in err and "SignalException" not in err
 
 
+def test_a_signal_while_torchrun_starts_its_workers_reaches_them(tmp_path):
+    """slurm/torchrun.py: a SIGTERM that comes while torchrun is still starting its workers (its SignalException
+    raised before it knows them, as on a loaded node) still reaches every worker, which saves and stops; the
+    launcher waits for it and ends in one line and 143, leaving no process behind."""
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(f"""import importlib.util, subprocess, sys
+from torch.distributed.elastic.multiprocessing.api import SignalException
+spec = importlib.util.spec_from_file_location("torchrun", {str(ROOT / "slurm" / "torchrun.py")!r})
+torchrun = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(torchrun)
+worker = ("import signal, sys, time\\n"
+          "signal.signal(signal.SIGTERM, lambda *a: (open({str(tmp_path / 'saved')!r}, 'w').close(), sys.exit(143)))\\n"
+          "print('worker started', flush=True)\\n"
+          "time.sleep(120)\\n")
+
+def main():  # torchrun's main, told to stop between starting a worker and knowing it
+    started = subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True)
+    assert started.stdout.readline().strip() == "worker started"
+    print(started.pid, flush=True)
+    import signal
+    raise SignalException("told to stop", signal.SIGTERM)
+
+torchrun.launch(main)
+""")
+    done = subprocess.run([sys.executable, str(launcher)], capture_output=True, text=True, timeout=100)
+    assert done.returncode == 143, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "torchrun: stopped by SIGTERM: the workers were told to save and stop"
+    assert (tmp_path / "saved").exists(), "the worker never got the signal"
+    worker = int(done.stdout.split()[0])
+    assert not Path(f"/proc/{worker}").exists(), "the worker outlived the launcher"
+
+
 @pytest.mark.slow
 def test_a_failing_worker_ends_torchrun_in_one_line_not_a_traceback(tmp_path):
     """slurm/torchrun.py: a worker's one-line error (rank 0 prints it) is followed by one line of the launcher's,
