@@ -240,6 +240,7 @@ def check_paths(args, items: list[Item]) -> None:
     outputs = {"--out": out, **{f"(--out's {name})": shard.side_path(out, name) for name in ("run.json", "failed.tsv")}}
     if args.preview:
         folder = preview_folder(args)
+        files.check_folder_place(folder, "--preview-dir" if args.preview_dir else "the preview folder")
         outputs["the preview folder"] = folder
         outputs.update({f"the preview of image {item.image_id}": folder / f"{item.image_id}.png" for item in items})
         if files.resolved(folder).is_relative_to(files.resolved(args.images)):

@@ -104,6 +104,16 @@ def foreign_entries(folder, own) -> list[str]:
     return sorted(e.name + ("/" if e.is_dir() else "") for e in folder.iterdir() if e.name not in own)
 
 
+def check_folder_place(folder, flag: str) -> None:
+    """Refuse an output folder that is a file, or lies under one (``notes.txt/out``): it could never be made."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise DataError(None, None, f"{flag} {folder} is a file, not a folder")
+    above = next((p for p in folder.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise DataError(None, None, f"{flag} {folder} lies under {above}, which is a file, not a folder")
+
+
 def check_output_folder(folder, own, force: bool, writes=(), flag: str = "--out") -> list[str]:
     """Refuse an output folder that holds what the stage did not write, unless ``force``.
 
@@ -112,8 +122,7 @@ def check_output_folder(folder, own, force: bool, writes=(), flag: str = "--out"
     when one of them has a name it would write: nothing of the user's is deleted or replaced.
     """
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise DataError(None, None, f"{flag} {folder} is a file, not a folder")
+    check_folder_place(folder, flag)
     foreign = foreign_entries(folder, own)
     if clash := [name for name in foreign if name.rstrip("/") in writes]:
         raise DataError(None, None, f"{flag} {folder} holds {clash[0]}, which this stage did not write and would "

@@ -13,7 +13,15 @@ import json
 import re
 from pathlib import Path
 
-from clid.base.files import WRITTEN, DataError, atomic_path, not_written, record_written, written_record
+from clid.base.files import (
+    WRITTEN,
+    DataError,
+    atomic_path,
+    check_folder_place,
+    not_written,
+    record_written,
+    written_record,
+)
 
 TABLES = {  # file: title
     "results.csv": "Mean ± standard deviation over the seeds (control precision in %, CIDEr x100)",
@@ -73,8 +81,7 @@ def check_tables_folder(folder) -> None:
     """Refuse, before any work, a ``--tables`` folder that 07 cannot write into: a file, or a folder holding a
     table file that 07 did not write there or that was edited since (``written.json``, clid.base.files)."""
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise DataError(None, None, f"--tables {folder} is a file, not a folder")
+    check_folder_place(folder, "--tables")
     foreign = not_written(folder, TABLES)
     if (folder / WRITTEN).exists() and written_record(folder) is None:
         foreign.insert(0, WRITTEN)

@@ -109,6 +109,8 @@ def check_own_output(out, command: str) -> None:
     out = Path(out)
     if out.is_dir():
         raise DataError(None, None, f"--out {out} is a folder; give the file to write")
+    if record_path(out).is_dir():
+        raise DataError(None, None, f"the place of --out's run record, {record_path(out)}, is a folder: move it away")
     if not out.exists():
         return
     try:

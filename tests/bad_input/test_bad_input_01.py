@@ -188,6 +188,12 @@ row("01", "out-the-run-record-of-itself", lambda w, d: ["--images", w.images, "-
                                                         "--out", d / "l.h5"], "is also the input --list")
 
 
+row("01", "preview-dir-a-file", lambda w, d: ["--images", w.images, "--out", d / "out.h5", "--preview", "2",
+                                                    "--preview-dir", write(d, "pf", "x")], "is a file, not a folder")
+row("01", "preview-dir-under-a-file", lambda w, d: ["--images", w.images, "--out", d / "out.h5", "--preview", "2",
+                                                          "--preview-dir", write(d, "pf", "x") / "sub"], "which is a file, not a folder")
+
+
 @pytest.mark.parametrize("row", table.params())
 def test_bad_input(row: Row, world: World, tmp_path):
     check_row(row, world, tmp_path)

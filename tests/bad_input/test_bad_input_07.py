@@ -321,6 +321,11 @@ row("07", "rerun-over-its-own-folder", lambda w, d: after("07", w.eval_args(d / 
     "wrote", "ok")
 
 
+row("07", "tables-under-a-file", lambda w, d: combine_args(w, d) + ["--tables", write(d, "t", "x") / "sub"], "which is a file, not a folder")
+row("07", "tables-written-json-of-the-users", lambda w, d: combine_args(w, d) + ["--tables", write(d / "tables", "written.json", "[1]").parent],
+    "written.json")
+
+
 @pytest.mark.parametrize("row", table.params())
 def test_bad_input(row: Row, world: World, tmp_path):
     check_row(row, world, tmp_path)

@@ -509,6 +509,10 @@ row("features", "out-record-is-the-image-data", lambda w, d: ["--images", w.imag
     "is also the input --image-data")
 
 
+row("features", "out-run-record-a-folder", lambda w, d: GRID(w, d, d / "f.h5") if (d / "f.h5.run.json").mkdir() is None else None,
+    "f.h5.run.json, is a folder")
+
+
 @pytest.mark.parametrize("row", table.params())
 def test_bad_input(row: Row, world: World, tmp_path):
     check_row(row, world, tmp_path)
