@@ -321,6 +321,7 @@ row("07", "rerun-over-its-own-folder", lambda w, d: after("07", w.eval_args(d / 
     "wrote", "ok")
 
 
+row("07", "tables-empty", lambda w, d: combine_args(w, d) + ["--tables", ""], "--tables: the folder's path is empty")
 row("07", "tables-under-a-file", lambda w, d: combine_args(w, d) + ["--tables", write(d, "t", "x") / "sub"], "which is a file, not a folder")
 row("07", "tables-written-json-of-the-users", lambda w, d: combine_args(w, d) + ["--tables", write(d / "tables", "written.json", "[1]").parent],
     "written.json")

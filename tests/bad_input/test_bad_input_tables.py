@@ -28,6 +28,9 @@ row("tables", "short-row", lambda w, d: [write(d, "m/results.csv", GOOD + "loss-
     "line 4: has 2 cells, the header 3")
 row("tables", "repeated-model", lambda w, d: [write(d, "m/results.csv", GOOD + "CLID,1,2\n").parent],
     "model 'CLID' appears twice")
+row("tables", "can-write-empty", lambda w, d: ["--can-write", ""], "the path '' is empty")
+row("tables", "can-write-users-results", lambda w, d: ["--can-write", write(d / "t", "results.csv", "model,mine\n").parent],
+    "results.csv: was not written by 07 --tables")
 row("tables", "neither", lambda w, d: [], "give a measurement folder, --check README or --can-write FOLDER")
 row("tables", "check-agrees", lambda w, d: ["--check", readme(d, TABLE)], "1 generated table block(s)", "ok")
 row("tables", "check-changed-cell", lambda w, d: ["--check", readme(d, TABLE.replace("69.6", "76.9"))],
