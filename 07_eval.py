@@ -199,9 +199,7 @@ def main(argv=None) -> None:
 
     matplotlib.use("Agg")
     out = Path(args.out)
-    if args.tables is not None:  # (checked now: the tables are written last)
-        if not args.tables.strip():
-            raise SystemExit("error: --tables: the folder's path is empty")
+    if args.tables:  # (checked now: the tables are written last)
         if not args.combine:
             raise SystemExit("error: --tables writes 07 --combine's tables: give it with --combine")
         check_tables_folder(args.tables)

@@ -25,11 +25,8 @@ def main(argv=None) -> None:
     parser.add_argument("--can-write", metavar="FOLDER", help="check, before a long run, that 07 --combine --tables "
                                                               "could write its tables into FOLDER")
     args = parser.parse_args(argv)
-    given = [value for value in (args.folder, args.check, args.can_write) if value is not None]
-    if len(given) != 1:
+    if sum(value is not None for value in (args.folder, args.check, args.can_write)) != 1:
         parser.error("give a measurement folder, --check README or --can-write FOLDER, one of them")
-    if not given[0].strip():
-        parser.error(f"the path {given[0]!r} is empty")
     if args.can_write:
         check_tables_folder(args.can_write)
         print(f"{args.can_write}: 07 --tables can write its tables here")

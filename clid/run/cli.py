@@ -208,6 +208,20 @@ def allows_download(argv) -> bool:
     return False
 
 
+def empty_value(argv) -> str | None:
+    """The flag given an empty value (``--gallery ""``, ``--tables=``), in words, or None. No path, name or number
+    is ever empty: argparse would take it as a flag not given (no gallery written, without a word) or as the path ''."""
+    flag = None
+    for token in argv:
+        if token.startswith("-") and token not in ("-", "--"):
+            flag, _, value = token.partition("=")
+            if "=" in token and not value.strip():
+                return f"argument {flag}: an empty value"
+        elif not token.strip():
+            return f"argument {flag}: an empty value" if flag else "an empty argument"
+    return None
+
+
 def run_main(main, argv=None):
     """Run a command's ``main(argv)`` offline (:func:`stay_offline`); bad input ends in one line
     ``error: ...`` and exit status 1.
@@ -217,7 +231,10 @@ def run_main(main, argv=None):
     files, so only rank 0 prints the line (:func:`error_exit`). A :class:`~clid.base.files.Stopped` run
     exits with its status (SIGTERM: 128 + the signal).
     """
-    stay_offline(sys.argv[1:] if argv is None else list(argv))
+    given = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    if problem := empty_value(given):
+        error_exit(f"error: {problem}: give a value, or leave the flag out")
+    stay_offline(given)
     try:
         return main(argv)
     except OSError as err:

@@ -187,7 +187,7 @@ for how in ("checkpoint", "generated", "name"):
         row("07", f"run-name-{which}-by-{how}", lambda w, d, how=how, which=which: named_runs(
             how, bad_names(d)[which], w, d), "a run's name names its files in --out")
 
-row("07", "run-name-empty-by-name", lambda w, d: named_runs("name", "", w, d), "a run's name is empty")
+row("07", "run-name-empty-by-name", lambda w, d: named_runs("name", "", w, d), "argument --name: an empty value")
 
 row("07", "run-name-with-dots-inside", lambda w, d: named_runs("generated", "v1.2", w, d), "generated/v1.2.jsonl|v1.2", "ok")
 
@@ -321,7 +321,7 @@ row("07", "rerun-over-its-own-folder", lambda w, d: after("07", w.eval_args(d / 
     "wrote", "ok")
 
 
-row("07", "tables-empty", lambda w, d: combine_args(w, d) + ["--tables", ""], "--tables: the folder's path is empty")
+row("07", "tables-empty", lambda w, d: combine_args(w, d) + ["--tables", ""], "argument --tables: an empty value")
 row("07", "tables-under-a-file", lambda w, d: combine_args(w, d) + ["--tables", write(d, "t", "x") / "sub"], "which is a file, not a folder")
 row("07", "tables-written-json-of-the-users", lambda w, d: combine_args(w, d) + ["--tables", write(d / "tables", "written.json", "[1]").parent],
     "written.json")

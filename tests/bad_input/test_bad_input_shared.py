@@ -309,9 +309,24 @@ for stage, args in (("04", lambda w, d, *x: w.train_args(d / "out", *x)), ("05",
                     ("06", lambda w, d, *x: w.selection_args(d / "out", *x))):
     for value, fragment in (("0", "must be at least 1m"), ("-1", "must be auto or a size"), ("12XB", "must be auto or a size"),
                             ("1.5", "must be at least 1m"), ("100T", "100t is more than this node's memory"),
-                            ("", "must be auto or a size")):
+                            ("", "an empty value")):
         row(stage, f"region-cache-{value or 'empty'}", lambda w, d, args=args, value=value: args(w, d, "--region-cache", value),
             f"argument --region-cache: {fragment}")
+
+
+# -- an empty value is never a path, a name or a number: argparse would read it as a flag not given (no gallery,
+# the default preview folder, no --captions filter, without a word) or as the path ''
+EMPTY = [
+    ("01", lambda w, d: ["--images", w.images, "--out", d / "out.h5", "--preview", "1", "--preview-dir", ""], "--preview-dir"),
+    ("caption", lambda w, d: w.caption_args(d, "--gallery", ""), "--gallery"),
+    ("caption", lambda w, d: w.caption_args(d, "--gallery=  "), "--gallery"),
+    ("05", lambda w, d: w.score_args(d / "q.h5", "--captions", ""), "--captions"),
+    ("07", lambda w, d: ["--combine", d, "", "--out", d / "out"], "--combine"),
+    ("features", lambda w, d: ["--images", w.images, "", "--boxes", "grid", "2", "--out", d / "f.h5"], "--images"),
+    ("04", lambda w, d: w.train_args(d / "out", "--recipe="), "--recipe"),
+]
+for stage, make, flag in EMPTY:
+    row(stage, f"empty-value{flag}", make, f"argument {flag}: an empty value")
 
 
 # -- every file under --images captioned or counted and named with its reason (clid.features, clid.caption --images) --

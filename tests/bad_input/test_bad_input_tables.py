@@ -28,7 +28,7 @@ row("tables", "short-row", lambda w, d: [write(d, "m/results.csv", GOOD + "loss-
     "line 4: has 2 cells, the header 3")
 row("tables", "repeated-model", lambda w, d: [write(d, "m/results.csv", GOOD + "CLID,1,2\n").parent],
     "model 'CLID' appears twice")
-row("tables", "can-write-empty", lambda w, d: ["--can-write", ""], "the path '' is empty")
+row("tables", "can-write-empty", lambda w, d: ["--can-write", ""], "argument --can-write: an empty value")
 row("tables", "can-write-users-results", lambda w, d: ["--can-write", write(d / "t", "results.csv", "model,mine\n").parent],
     "results.csv: was not written by 07 --tables")
 row("tables", "neither", lambda w, d: [], "give a measurement folder, --check README or --can-write FOLDER")
