@@ -155,7 +155,7 @@ def main(argv=None):
     from clid.model.checkpoints import load_init_weights, read_config, write_model_card
     from clid.training.batches import balanced_batches, epoch_batches
     from clid.training.distributed import finish_distributed
-    from clid.training.stage import make_trainer, new_model, standardize_regions, start_run
+    from clid.training.stage import check_predictable, make_trainer, new_model, standardize_regions, start_run
 
     started = start_run(args)
     if started is None:
@@ -168,6 +168,7 @@ def main(argv=None):
         check_features_match(read_config(source), features, source)
         load_init_weights(model, source, "--init-from" if args.init_from else "--continue-from")
     examples, val_ids = load_examples(args, features, model.tokenizer, model.levels, rank, files)
+    check_predictable(examples, model, {"trusted": args.captions, "selfgen": args.selfgen})
     if not (args.init_from or args.continue_from):  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
 

@@ -123,10 +123,7 @@ def drop_outside_vocab(items: Examples, skipped: Counter, output_vocab) -> Examp
     is counted in ``skipped`` and left out (--max-left-out then stops a run that would lose too many)."""
     if output_vocab is None:
         return items
-    predictable = np.zeros(max(int(items.token_ids.max(initial=0)), max(output_vocab)) + 1, dtype=bool)
-    predictable[output_vocab] = True
-    row = np.repeat(np.arange(len(items)), items.lengths)  # (the caption of each token)
-    outside = np.bincount(row[~predictable[items.token_ids]], minlength=len(items)) > 0
+    outside = items.outside(output_vocab)
     for source, n in Counter(items.sources[k] for k in np.flatnonzero(outside)).items():
         skipped[f"{source}: a word outside the models' output vocabulary"] += n
     return items.select(~outside)

@@ -119,7 +119,7 @@ def main(argv=None):
     from clid.selection import schedule
     from clid.training.batches import epoch_batches, epoch_order
     from clid.training.distributed import finish_distributed
-    from clid.training.stage import make_trainer, new_model, standardize_regions, start_run
+    from clid.training.stage import check_predictable, make_trainer, new_model, standardize_regions, start_run
 
     started = start_run(args)
     if started is None:
@@ -141,6 +141,7 @@ def main(argv=None):
     u = schedule.scores_for(pool.caption_ids, args.quality, pool.digests, args.selfgen) if args.strategy == "clid" else None
     n_trusted = len(trusted)
     examples = trusted + pool  # trusted captions first, then the pool
+    check_predictable(examples, model, {"trusted": args.captions, "selfgen": args.selfgen})
     if args.init in ("bert", "random"):  # (a checkpoint brings its own statistics)
         standardize_regions(model, features, examples.image_ids)
     regions = RegionCache.for_model(features, config, cache_bytes(args.region_cache))

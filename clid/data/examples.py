@@ -64,6 +64,13 @@ class Examples:
                         np.concatenate([self.levels, other.levels]), self.sources + other.sources,
                         np.concatenate([self.digests, other.digests]))
 
+    def outside(self, token_ids) -> np.ndarray:
+        """Whether each caption holds a token not among ``token_ids`` (a model's output vocabulary)."""
+        known = np.zeros(max(int(self.token_ids.max(initial=0)), max(token_ids, default=0)) + 1, dtype=bool)
+        known[np.asarray(token_ids, dtype=np.int64)] = True
+        caption = np.repeat(np.arange(len(self)), self.lengths)  # (the caption of each token)
+        return np.bincount(caption[~known[self.token_ids]], minlength=len(self)) > 0
+
     def select(self, keep: np.ndarray) -> "Examples":
         """The examples where the boolean mask ``keep`` is true (these very examples when it is true everywhere)."""
         return self if keep.all() else self.subset(np.flatnonzero(keep))

@@ -119,6 +119,26 @@ def standardize_regions(model: Captioner, features: FeatureStore, image_ids, max
     embeddings.region_std.copy_(torch.as_tensor(std, dtype=torch.float32))
 
 
+def check_predictable(examples: Examples, model: Captioner, paths: dict) -> None:
+    """Refuse, before training, captions holding a word the model's output shortlist (``--output-vocab``) leaves
+    out: the loss could not score them. One line: the file, how many, the first caption and its word."""
+    vocab = model.config.output_vocab
+    if vocab is None:
+        return
+    outside = examples.outside(vocab)
+    if not outside.any():
+        return
+    first = int(np.flatnonzero(outside)[0])
+    source = examples.sources[first] if examples.sources else "trusted"
+    token = next(t for t in examples.tokens[first] if t not in set(vocab))
+    word = model.tokenizer.convert_ids_to_tokens(int(token)) if model.tokenizer is not None else str(token)
+    of_file = np.array([s == source for s in examples.sources], dtype=bool) if examples.sources else True
+    count = int((outside & of_file).sum())
+    raise DataError(paths.get(source), f"caption {examples.caption_ids[first]}",
+                    f"holds {word!r}, outside the model's output vocabulary (--output-vocab), as {count} captions of "
+                    "this file do: give this file to --output-vocab too")
+
+
 def make_trainer(args, stage: str, model: Captioner, examples: Examples, regions: RegionCache, features: FeatureStore,
                  val_ids: list[str], out, plan: runtime.DevicePlan, rank: int, world: int,
                  continue_from=None) -> Trainer:

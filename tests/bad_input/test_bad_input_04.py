@@ -354,6 +354,10 @@ row("04", "captions-inside-out-named-as-its-log", lambda w, d: w.train_args(d / 
     d / "out", "train_log.jsonl", w.captions.read_text()), "--force"), "is also the input --captions")
 
 
+row("04", "captions-word-outside-output-vocab", lambda w, d: w.train_args(d / "out", "--output-vocab", w.selfgen),
+    "holds 'dog'|outside the model's output vocabulary (--output-vocab)")
+
+
 @pytest.mark.parametrize("row", table.params())
 def test_bad_input(row: Row, world: World, tmp_path):
     check_row(row, world, tmp_path)

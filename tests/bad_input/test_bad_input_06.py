@@ -251,6 +251,10 @@ for extra in (("--restart", "--force"), ("--restart",)):
         "MODEL_CARD.md was not written by a training stage (or was edited since): it is kept", "ok")
 
 
+row("06", "selfgen-word-outside-output-vocab", lambda w, d: w.selection_args(d / "out", "--output-vocab", w.captions),
+    "selfgen.jsonl: caption 1-1: holds 'big', outside the model's output vocabulary (--output-vocab), as 8 captions")
+
+
 @pytest.mark.parametrize("row", table.params())
 def test_bad_input(row: Row, world: World, tmp_path):
     check_row(row, world, tmp_path)
