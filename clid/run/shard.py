@@ -26,6 +26,7 @@ so the merged output is byte-identical to a 1-shard run when randomness is keyed
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import weakref
@@ -116,11 +117,13 @@ def read_table(path) -> list[list[str]]:
     return [line.split("\t") for line in lines[1:]]
 
 
+SIDE_TABLES = ("counts.tsv", "failed.tsv", "problems.tsv", "skipped.tsv")  # the side tables the stages write
+
+
 def side_tables(data: Path) -> list[str]:
-    """Names (e.g. ``failed.tsv``) of the side tables beside a data file (not its chunks' tables)."""
-    prefix = data.name + "."
-    return sorted(p.name[len(prefix):] for p in data.parent.glob(prefix + "*.tsv")
-                  if ".chunk-" not in p.name[len(prefix):] and ".part-" not in p.name[len(prefix):])
+    """Names (of :data:`SIDE_TABLES`) of the side tables beside a data file: another ``DATA.notes.tsv`` there is
+    the user's, never joined nor removed."""
+    return [name for name in SIDE_TABLES if side_path(data, name).exists()]
 
 
 def join_tables(paths: Sequence[Path], out: Path) -> None:
@@ -183,9 +186,11 @@ class Job:
         self.done = self.out.exists() or self.part.exists()
 
     def own_files(self) -> list[Path]:
-        """This shard's chunks, part and their side files (the output, too, with one shard)."""
-        mine = [p for p in self.part.parent.glob(f"{self.part.name}.*") if ".part-" not in p.name[len(self.part.name):]]
-        return [self.part] * self.part.exists() + sorted(mine)
+        """This shard's part (the output, with one shard), its chunks and their side tables, the part's side tables
+        and run record: the names the stage writes, and no other file beside them (a user's ``OUT.bak`` stays)."""
+        chunks = sorted(self.part.parent.glob(f"{glob.escape(self.part.name)}.chunk-*"))
+        sides = [side_path(self.part, name) for name in SIDE_TABLES] + [record_path(self.part)]
+        return [p for p in [self.part, *chunks, *sides] if p.exists()]
 
     def _remove_temporary_files(self) -> None:
         """Hidden ``.NAME.tmp-PID`` files of this shard, left by a killed run (atomic writes)."""
@@ -231,7 +236,7 @@ class Job:
             raise DataError(holder if found else self.part, None,
                             f"{why}; run with the same settings to resume, or add --restart to discard it")
         print(f"--restart: discarding what is there: {why}")
-        for p in self.own_files() + ([self.out] + sorted(self.out.parent.glob(f"{self.out.name}.*.tsv"))
+        for p in self.own_files() + ([self.out] + [side_path(self.out, name) for name in SIDE_TABLES]
                                      + [record_path(self.out)]) * self.out.exists():
             p.unlink(missing_ok=True)
 

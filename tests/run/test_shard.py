@@ -153,6 +153,33 @@ def test_the_run_record_refuses_other_settings_and_inputs_unless_restart(tmp_pat
         toy_stage(ITEMS, out, shard.Shard(0, 1), record=record(3, "in.txt"))
 
 
+@pytest.mark.parametrize("num_shards", [1, 2])
+def test_restart_removes_only_what_the_stage_wrote(tmp_path, num_shards):
+    """--restart discards the earlier run's output, parts, chunks, side tables and records, and nothing else: the
+    user's o.jsonl.bak, o.jsonl.notes.tsv and o.jsonl.part-mine beside them stay."""
+    import argparse
+
+    def record(n):
+        return runs.run_record(argparse.Namespace(n=n), inputs=(), settings=("n",))
+
+    out = tmp_path / "o.jsonl"
+    for i in range(num_shards):
+        toy_stage(ITEMS, out, shard.Shard(i, num_shards), record=record(1))
+    with pytest.raises(KeyboardInterrupt):  # a second run, killed: chunks and a part-to-be of its own
+        toy_stage(ITEMS, tmp_path / "p.jsonl", shard.Shard(0, num_shards), fail_after=1, record=record(1))
+    shard.write_table(shard.side_path(out, "skipped.tsv"), ("reason", "count"), [("x", 1)])
+    mine = {name: f"mine {name}\n" for name in ("o.jsonl.bak", "o.jsonl.notes.tsv", "o.jsonl.part-mine",
+                                                 "p.jsonl.bak", "p.jsonl.notes.tsv")}
+    for name, text in mine.items():
+        (tmp_path / name).write_text(text)
+    for i in range(num_shards):
+        toy_stage(ITEMS, out, shard.Shard(i, num_shards), record=record(2), restart=True)
+    toy_stage(ITEMS, tmp_path / "p.jsonl", shard.Shard(0, num_shards), record=record(2), restart=True)
+    assert {name: (tmp_path / name).read_text() for name in mine} == mine
+    assert not shard.side_path(out, "skipped.tsv").exists()  # (the stage's own side table went with its output)
+    assert list(files.read_jsonl(out)) and sorted(p.name for p in tmp_path.glob("p.jsonl.chunk-*")) == []
+
+
 def test_the_run_record_holds_the_files_of_input_subfolders(tmp_path):
     import argparse
 
