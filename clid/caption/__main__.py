@@ -39,6 +39,7 @@ for ``--block-ngram 3``: no 3-gram twice in a caption (docs/decoding.md; 0: the 
 from __future__ import annotations
 
 import argparse
+import glob
 from pathlib import Path
 
 from clid.base.files import DataError, check_outputs, natural_key, read_jsonl, resolved, write_jsonl
@@ -209,7 +210,8 @@ def check_paths(args, listing: ImageList | None, computed: Path | None) -> None:
 
 def earlier_output(out: Path) -> bool:
     """Whether an earlier run left captions (or their chunks or shard parts) at ``out``."""
-    return out.exists() or any(out.parent.glob(f"{out.name}.chunk-*")) or any(out.parent.glob(f"{out.name}.part-*"))
+    name = glob.escape(out.name)
+    return out.exists() or any(out.parent.glob(f"{name}.chunk-*")) or any(out.parent.glob(f"{name}.part-*"))
 
 
 def image_changes(before: dict, now: dict) -> str:

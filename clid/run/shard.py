@@ -197,10 +197,10 @@ class Job:
         def others(tmp: Path, name: str) -> bool:  # another shard's part or chunk
             return ".part-" in tmp.name[len(name) + 1:]
 
-        for tmp in self.part.parent.glob(f".{self.part.name}*.tmp-*"):
+        for tmp in self.part.parent.glob(f".{glob.escape(self.part.name)}*.tmp-*"):
             if not others(tmp, self.part.name):
                 tmp.unlink(missing_ok=True)
-        for tmp in self.out.parent.glob(f".{self.out.name}.*tmp-*"):  # a killed merge's, when its writer is gone
+        for tmp in self.out.parent.glob(f".{glob.escape(self.out.name)}.*tmp-*"):  # a killed merge's, when its writer is gone
             pid = tmp.name.rsplit(".tmp-", 1)[-1]
             if not others(tmp, self.out.name) and ".chunk-" not in tmp.name and is_whole_number(pid) and not _alive(int(pid)):
                 tmp.unlink(missing_ok=True)
@@ -208,7 +208,7 @@ class Job:
     def _check_earlier_run(self, restart: bool) -> None:
         # the record of what is here: the output's, else this shard's part or chunks'
         found = [p for p in (self.out, self.part) if p.exists()]
-        chunks = sorted(self.part.parent.glob(f"{self.part.name}.chunk-*"))
+        chunks = sorted(self.part.parent.glob(f"{glob.escape(self.part.name)}.chunk-*"))
         holder = found[0] if found else self.part
         record_file = record_path(holder)
         if not found and not chunks:

@@ -51,17 +51,20 @@ def test_item_goes_to_shard_i_mod_n():
         shard.Shard(3, 3)
 
 
-def test_resume_after_kill_skips_finished_chunks(tmp_path):
-    out = tmp_path / "o.jsonl"
+@pytest.mark.parametrize("name", ["o.jsonl", "o[1]*?.jsonl"])  # (a name that reads as a glob pattern)
+def test_resume_after_kill_skips_finished_chunks(tmp_path, name):
+    out = tmp_path / name
     with pytest.raises(KeyboardInterrupt):
-        toy_stage(ITEMS, out, shard.Shard(0, 1), fail_after=2)
-    assert len(list(tmp_path.glob("o.jsonl.chunk-*"))) == 2 and not out.exists()
-    result, done = toy_stage(ITEMS, out, shard.Shard(0, 1))
+        toy_stage(ITEMS, out, shard.Shard(0, 1), fail_after=2, record={"settings": {"n": 1}})
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith(name + ".chunk-")]) == 2 and not out.exists()
+    with pytest.raises(files.DataError, match="add --restart"):  # its chunks are found: other settings never mix in
+        toy_stage(ITEMS, out, shard.Shard(0, 1), record={"settings": {"n": 2}})
+    result, done = toy_stage(ITEMS, out, shard.Shard(0, 1), record={"settings": {"n": 1}})
     assert result == out and len(done) == 2  # 4 chunks of 3 items; 2 were already on disk
     reference, _ = toy_stage(ITEMS, tmp_path / "ref.jsonl", shard.Shard(0, 1))
     assert out.read_bytes() == reference.read_bytes()
     # a finished output is not recomputed
-    assert toy_stage(ITEMS, out, shard.Shard(0, 1))[1] == []
+    assert toy_stage(ITEMS, out, shard.Shard(0, 1), record={"settings": {"n": 1}})[1] == []
 
 
 def test_merge_command_and_h5_parts(tmp_path):
