@@ -325,8 +325,8 @@ EMPTY = [
     ("features", lambda w, d: ["--images", w.images, "", "--boxes", "grid", "2", "--out", d / "f.h5"], "--images"),
     ("04", lambda w, d: w.train_args(d / "out", "--recipe="), "--recipe"),
 ]
-for stage, make, flag in EMPTY:
-    row(stage, f"empty-value{flag}", make, f"argument {flag}: an empty value")
+for number, (stage, make, flag) in enumerate(EMPTY):
+    row(stage, f"empty-value-{number}{flag}", make, f"argument {flag}: an empty value")
 
 
 # -- every file under --images captioned or counted and named with its reason (clid.features, clid.caption --images) --
