@@ -128,12 +128,10 @@ def check_predictable(examples: Examples, model: Captioner, paths: dict) -> None
     outside = examples.outside(vocab)
     if not outside.any():
         return
-    first = int(np.flatnonzero(outside)[0])
-    source = examples.sources[first] if examples.sources else "trusted"
-    token = next(t for t in examples.tokens[first] if t not in set(vocab))
-    word = model.tokenizer.convert_ids_to_tokens(int(token)) if model.tokenizer is not None else str(token)
-    of_file = np.array([s == source for s in examples.sources], dtype=bool) if examples.sources else True
-    count = int((outside & of_file).sum())
+    first, sources, known = int(np.flatnonzero(outside)[0]), np.array(examples.sources), set(vocab)
+    source = sources[first]
+    word = model.tokenizer.convert_ids_to_tokens(next(t for t in examples.tokens[first] if t not in known))
+    count = int((outside & (sources == source)).sum())
     raise DataError(paths.get(source), f"caption {examples.caption_ids[first]}",
                     f"holds {word!r}, outside the model's output vocabulary (--output-vocab), as {count} captions of "
                     "this file do: give this file to --output-vocab too")
